@@ -1,0 +1,1 @@
+//! tpm-vault client
