@@ -1,1 +1,31 @@
-//! daemon
+//! tpm-vault daemon library: owns the TPM, keeps keys non-extractable, serves them over gRPC.
+//!
+//! # Layout
+//! Modules follow the request path:
+//! - [`rpc`]: gRPC services; converts proto input into [`model`] types at the edge and maps
+//!   [`Error`] to `tonic::Status` in exactly one place (`rpc/status.rs`).
+//! - [`vault`]: key operations (create, sign, ...) combining the store and the TPM actor.
+//! - [`tpm`]: the TPM actor thread that owns the ESAPI context, SRK, sessions and loaded objects.
+//! - [`store`]: the state directory (crash-safe key records).
+//! - [`crypto`]: in-core cryptography (verification; bulk crypto later).
+//! - [`model`]: validated domain types; [`error`]: the error type; [`metrics`]: counters.
+//! - [`config`], [`server`], [`simulator`]: configuration, the listener/lifecycle, and the
+//!   private swtpm used when the machine has no TPM.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+#![deny(missing_docs, missing_debug_implementations)]
+#![forbid(unsafe_code)]
+
+pub mod config;
+pub mod crypto;
+pub mod error;
+pub mod metrics;
+pub mod model;
+pub mod rpc;
+pub mod server;
+pub mod simulator;
+pub mod store;
+pub mod tpm;
+pub mod vault;
+
+pub use error::Error;
+pub use vault::{Vault, VaultConfig};

@@ -1,0 +1,64 @@
+//! Signature verification in-core, against a key's SubjectPublicKeyInfo. Uses the RustCrypto
+//! `p256`/`p384`/`rsa` crates, which verify precomputed digests as well as messages.
+
+use p256::pkcs8::DecodePublicKey;
+use sha2::{Sha256, Sha384};
+
+use crate::error::Error;
+use crate::model::{HashAlg, KeyAlg, Scheme};
+
+/// Verifies `signature` over `digest` (already hashed with `hash`) with the public key `spki`.
+/// Returns `Ok(false)` for a well-formed key and an invalid or malformed signature.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a scheme the key cannot use; [`Error::Internal`] if the stored
+/// public key does not parse.
+pub fn verify_digest(
+    alg: KeyAlg,
+    spki: &[u8],
+    scheme: Scheme,
+    hash: HashAlg,
+    digest: &[u8],
+    signature: &[u8],
+) -> Result<bool, Error> {
+    use p256::ecdsa::signature::hazmat::PrehashVerifier;
+    alg.check_scheme(scheme)?;
+    let bad_key = |e: String| Error::Internal(format!("stored public key does not parse: {e}"));
+    match alg {
+        KeyAlg::EccP256 => {
+            let key = p256::ecdsa::VerifyingKey::from_public_key_der(spki)
+                .map_err(|e| bad_key(e.to_string()))?;
+            let Ok(sig) = p256::ecdsa::Signature::from_der(signature) else {
+                return Ok(false);
+            };
+            Ok(key.verify_prehash(digest, &sig).is_ok())
+        }
+        KeyAlg::EccP384 => {
+            let key = p384::ecdsa::VerifyingKey::from_public_key_der(spki)
+                .map_err(|e| bad_key(e.to_string()))?;
+            let Ok(sig) = p384::ecdsa::Signature::from_der(signature) else {
+                return Ok(false);
+            };
+            Ok(key.verify_prehash(digest, &sig).is_ok())
+        }
+        KeyAlg::Rsa2048 | KeyAlg::Rsa3072 => {
+            let key =
+                rsa::RsaPublicKey::from_public_key_der(spki).map_err(|e| bad_key(e.to_string()))?;
+            let ok = match (scheme, hash) {
+                (Scheme::RsaPss, HashAlg::Sha256) => {
+                    key.verify(rsa::Pss::new_with_salt::<Sha256>(32), digest, signature)
+                }
+                (Scheme::RsaPss, HashAlg::Sha384) => {
+                    key.verify(rsa::Pss::new_with_salt::<Sha384>(48), digest, signature)
+                }
+                (_, HashAlg::Sha256) => {
+                    key.verify(rsa::Pkcs1v15Sign::new::<Sha256>(), digest, signature)
+                }
+                (_, HashAlg::Sha384) => {
+                    key.verify(rsa::Pkcs1v15Sign::new::<Sha384>(), digest, signature)
+                }
+            };
+            Ok(ok.is_ok())
+        }
+    }
+}

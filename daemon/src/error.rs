@@ -1,0 +1,43 @@
+//! The daemon's error type: every layer's error folds into [`Error`]; `rpc/status.rs` is the
+//! only place that turns it into a gRPC status.
+
+use crate::model::KeyName;
+use crate::store::StoreError;
+use crate::tpm::TpmError;
+
+/// Anything that can go wrong serving a request.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The request is malformed: bad name, wrong digest length, unsupported scheme, oversize
+    /// input. The message names the field and the rule.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// No key with this name.
+    #[error("key {0:?} not found")]
+    KeyNotFound(String),
+    /// A key with this name already exists.
+    #[error("key {0:?} already exists")]
+    KeyExists(String),
+    /// The access policy denies the operation.
+    #[error("{0}")]
+    PermissionDenied(String),
+    /// The key's PCR policy is not satisfied (PCR values differ from the bound ones).
+    #[error("{0}")]
+    PcrMismatch(String),
+    /// The TPM failed or is unreachable.
+    #[error(transparent)]
+    Tpm(#[from] TpmError),
+    /// The state directory failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A bug or an impossible state; details are logged, not returned.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl Error {
+    /// `KeyNotFound` for a name.
+    pub fn not_found(name: &KeyName) -> Self {
+        Self::KeyNotFound(name.to_string())
+    }
+}

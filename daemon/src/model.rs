@@ -1,0 +1,446 @@
+//! Validated domain types shared by every layer: key names, algorithms, hashes, schemes and
+//! PCR selections.
+//!
+//! Input from the network is parsed into these types at the `rpc/` edge ("parse, don't
+//! validate"), so the store and the TPM layer only ever see valid values. This module owns no
+//! I/O and no TPM types.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+
+/// A key name: `[a-z0-9][a-z0-9._-]{0,63}`. Anything else (paths, upper case, empty) is refused,
+/// so a name is always a safe file name and a safe glob subject.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct KeyName(String);
+
+impl KeyName {
+    /// Longest accepted name, in bytes.
+    pub const MAX_LEN: usize = 64;
+
+    /// The name as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<&str> for KeyName {
+    type Error = Error;
+
+    fn try_from(s: &str) -> Result<Self, Error> {
+        let bytes = s.as_bytes();
+        let valid_first = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+        let valid_rest = |b: u8| valid_first(b) || matches!(b, b'.' | b'_' | b'-');
+        let ok = !bytes.is_empty()
+            && bytes.len() <= Self::MAX_LEN
+            && valid_first(bytes[0])
+            && bytes[1..].iter().all(|&b| valid_rest(b));
+        if ok {
+            Ok(Self(s.to_owned()))
+        } else {
+            Err(Error::InvalidArgument(format!(
+                "invalid key name {:?}: must match [a-z0-9][a-z0-9._-]{{0,63}}",
+                truncate_for_message(s)
+            )))
+        }
+    }
+}
+
+impl TryFrom<String> for KeyName {
+    type Error = Error;
+
+    fn try_from(s: String) -> Result<Self, Error> {
+        Self::try_from(s.as_str())
+    }
+}
+
+impl From<KeyName> for String {
+    fn from(n: KeyName) -> String {
+        n.0
+    }
+}
+
+impl fmt::Display for KeyName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Shortens untrusted input before it is echoed in an error message.
+pub(crate) fn truncate_for_message(s: &str) -> String {
+    const MAX: usize = 80;
+    if s.len() <= MAX {
+        s.to_owned()
+    } else {
+        let mut end = MAX;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        format!("{}...", &s[..end])
+    }
+}
+
+/// Key algorithm. The private part is generated inside the TPM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum KeyAlg {
+    /// ECDSA on NIST P-256.
+    #[serde(rename = "ecc-p256")]
+    EccP256,
+    /// ECDSA on NIST P-384.
+    #[serde(rename = "ecc-p384")]
+    EccP384,
+    /// RSA with a 2048-bit modulus.
+    #[serde(rename = "rsa-2048")]
+    Rsa2048,
+    /// RSA with a 3072-bit modulus.
+    #[serde(rename = "rsa-3072")]
+    Rsa3072,
+}
+
+impl KeyAlg {
+    /// Every algorithm, in documentation order.
+    pub const ALL: [KeyAlg; 4] = [Self::EccP256, Self::EccP384, Self::Rsa2048, Self::Rsa3072];
+
+    /// The CLI / file-format name (`ecc-p256`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::EccP256 => "ecc-p256",
+            Self::EccP384 => "ecc-p384",
+            Self::Rsa2048 => "rsa-2048",
+            Self::Rsa3072 => "rsa-3072",
+        }
+    }
+
+    /// True for the RSA algorithms.
+    pub fn is_rsa(self) -> bool {
+        matches!(self, Self::Rsa2048 | Self::Rsa3072)
+    }
+
+    /// The hash used when the caller names none.
+    pub fn default_hash(self) -> HashAlg {
+        match self {
+            Self::EccP384 => HashAlg::Sha384,
+            _ => HashAlg::Sha256,
+        }
+    }
+
+    /// The scheme used when the caller names none.
+    pub fn default_scheme(self) -> Scheme {
+        if self.is_rsa() {
+            Scheme::RsaPss
+        } else {
+            Scheme::Ecdsa
+        }
+    }
+
+    /// Checks that `scheme` can be used with this key.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming the pair when it does not fit.
+    pub fn check_scheme(self, scheme: Scheme) -> Result<(), Error> {
+        let fits = match scheme {
+            Scheme::Ecdsa => !self.is_rsa(),
+            Scheme::RsaPss | Scheme::RsaPkcs1 => self.is_rsa(),
+        };
+        if fits {
+            Ok(())
+        } else {
+            Err(Error::InvalidArgument(format!(
+                "scheme {} is not supported by a {} key",
+                scheme.as_str(),
+                self.as_str()
+            )))
+        }
+    }
+}
+
+impl FromStr for KeyAlg {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self, Error> {
+        Self::ALL
+            .into_iter()
+            .find(|a| a.as_str() == s)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "unknown key algorithm {:?} (expected ecc-p256, ecc-p384, rsa-2048 or rsa-3072)",
+                    truncate_for_message(s)
+                ))
+            })
+    }
+}
+
+impl fmt::Display for KeyAlg {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Hash algorithm for signatures. SHA-256 is preferred: Arm cores accelerate it, not SHA-512.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum HashAlg {
+    /// SHA-256.
+    #[serde(rename = "sha256")]
+    Sha256,
+    /// SHA-384.
+    #[serde(rename = "sha384")]
+    Sha384,
+}
+
+impl HashAlg {
+    /// Digest length in bytes.
+    pub fn len(self) -> usize {
+        match self {
+            Self::Sha256 => 32,
+            Self::Sha384 => 48,
+        }
+    }
+
+    /// Name as used by the CLI and OpenSSL.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Sha256 => "sha256",
+            Self::Sha384 => "sha384",
+        }
+    }
+
+    /// Hashes `data` in-core (aws-lc-rs: SHA extensions / SHA-NI where the CPU has them).
+    pub fn digest(self, data: &[u8]) -> Vec<u8> {
+        let alg = match self {
+            Self::Sha256 => &aws_lc_rs::digest::SHA256,
+            Self::Sha384 => &aws_lc_rs::digest::SHA384,
+        };
+        aws_lc_rs::digest::digest(alg, data).as_ref().to_vec()
+    }
+}
+
+/// Signature scheme.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Scheme {
+    /// ECDSA; output is DER `ECDSA-Sig-Value`.
+    #[serde(rename = "ecdsa")]
+    Ecdsa,
+    /// RSASSA-PSS with salt length = hash length (what TLS 1.3 requires).
+    #[serde(rename = "pss")]
+    RsaPss,
+    /// RSASSA-PKCS1-v1_5.
+    #[serde(rename = "pkcs1")]
+    RsaPkcs1,
+}
+
+impl Scheme {
+    /// Name as used by the CLI.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ecdsa => "ecdsa",
+            Self::RsaPss => "pss",
+            Self::RsaPkcs1 => "pkcs1",
+        }
+    }
+}
+
+/// What a signature covers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SignInput {
+    /// A message, hashed in-core by the daemon (never on the TPM).
+    Message(Vec<u8>),
+    /// A precomputed digest whose length must match the hash.
+    Digest(Vec<u8>),
+}
+
+impl SignInput {
+    /// The largest message accepted for in-daemon hashing.
+    pub const MAX_MESSAGE: usize = 4 * 1024 * 1024;
+
+    /// Returns the digest to sign, hashing a message or checking a digest's length.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a digest of the wrong length or an oversize message.
+    pub fn into_digest(self, hash: HashAlg) -> Result<Vec<u8>, Error> {
+        match self {
+            Self::Message(m) if m.len() > Self::MAX_MESSAGE => {
+                Err(Error::InvalidArgument(format!(
+                    "message of {} bytes exceeds the {} byte limit; send a digest instead",
+                    m.len(),
+                    Self::MAX_MESSAGE
+                )))
+            }
+            Self::Message(m) => Ok(hash.digest(&m)),
+            Self::Digest(d) if d.len() == hash.len() => Ok(d),
+            Self::Digest(d) => Err(Error::InvalidArgument(format!(
+                "digest is {} bytes but {} needs {}",
+                d.len(),
+                hash.as_str(),
+                hash.len()
+            ))),
+        }
+    }
+}
+
+/// A PCR bank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum PcrBank {
+    /// SHA-1 bank.
+    #[serde(rename = "sha1")]
+    Sha1,
+    /// SHA-256 bank (the default).
+    #[serde(rename = "sha256")]
+    Sha256,
+    /// SHA-384 bank.
+    #[serde(rename = "sha384")]
+    Sha384,
+}
+
+impl PcrBank {
+    /// Bank name (`sha256`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Sha1 => "sha1",
+            Self::Sha256 => "sha256",
+            Self::Sha384 => "sha384",
+        }
+    }
+
+    /// PCR value length in bytes.
+    pub fn digest_len(self) -> usize {
+        match self {
+            Self::Sha1 => 20,
+            Self::Sha256 => 32,
+            Self::Sha384 => 48,
+        }
+    }
+}
+
+impl FromStr for PcrBank {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self, Error> {
+        match s {
+            "" | "sha256" => Ok(Self::Sha256),
+            "sha1" => Ok(Self::Sha1),
+            "sha384" => Ok(Self::Sha384),
+            other => Err(Error::InvalidArgument(format!(
+                "unknown PCR bank {:?} (expected sha1, sha256 or sha384)",
+                truncate_for_message(other)
+            ))),
+        }
+    }
+}
+
+/// A set of PCR indices in one bank, sorted and without duplicates.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PcrSelection {
+    /// The bank.
+    pub bank: PcrBank,
+    /// Indices 0-23, ascending.
+    pub pcrs: Vec<u8>,
+}
+
+impl PcrSelection {
+    /// Highest PCR index on a PC-client TPM.
+    pub const MAX_INDEX: u32 = 23;
+
+    /// Builds a selection, sorting and de-duplicating the indices.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty list or an index above 23.
+    pub fn new(bank: PcrBank, indices: &[u32]) -> Result<Self, Error> {
+        if indices.is_empty() {
+            return Err(Error::InvalidArgument("empty PCR selection".into()));
+        }
+        let mut pcrs = Vec::with_capacity(indices.len());
+        for &i in indices {
+            if i > Self::MAX_INDEX {
+                return Err(Error::InvalidArgument(format!(
+                    "PCR index {i} out of range 0-{}",
+                    Self::MAX_INDEX
+                )));
+            }
+            pcrs.push(i as u8);
+        }
+        pcrs.sort_unstable();
+        pcrs.dedup();
+        Ok(Self { bank, pcrs })
+    }
+}
+
+impl fmt::Display for PcrSelection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:", self.bank.as_str())?;
+        for (i, p) in self.pcrs.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{p}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_names_follow_the_spec() {
+        for good in ["a", "web", "0", "web-1.prod_x", &"a".repeat(64)] {
+            assert!(KeyName::try_from(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "../x",
+            "Web",
+            "-a",
+            ".a",
+            "a/b",
+            "a b",
+            "é",
+            &"a".repeat(65),
+            "a\0",
+        ] {
+            assert!(
+                matches!(KeyName::try_from(bad), Err(Error::InvalidArgument(_))),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn digest_length_is_checked() {
+        let d = SignInput::Digest(vec![0; 31]).into_digest(HashAlg::Sha256);
+        assert!(matches!(d, Err(Error::InvalidArgument(m)) if m.contains("31 bytes")));
+        assert_eq!(
+            SignInput::Digest(vec![1; 48])
+                .into_digest(HashAlg::Sha384)
+                .ok(),
+            Some(vec![1; 48])
+        );
+        let m = SignInput::Message(b"abc".to_vec())
+            .into_digest(HashAlg::Sha256)
+            .ok();
+        assert_eq!(
+            m.map(hex::encode).as_deref(),
+            Some("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        );
+    }
+
+    #[test]
+    fn schemes_must_fit_the_key() {
+        assert!(KeyAlg::EccP256.check_scheme(Scheme::Ecdsa).is_ok());
+        assert!(KeyAlg::EccP256.check_scheme(Scheme::RsaPss).is_err());
+        assert!(KeyAlg::Rsa2048.check_scheme(Scheme::Ecdsa).is_err());
+        assert!(KeyAlg::Rsa3072.check_scheme(Scheme::RsaPkcs1).is_ok());
+    }
+
+    #[test]
+    fn pcr_selection_sorts_and_bounds() {
+        let s = PcrSelection::new(PcrBank::Sha256, &[9, 0, 9]).ok();
+        assert_eq!(s.map(|s| s.to_string()).as_deref(), Some("sha256:0,9"));
+        assert!(PcrSelection::new(PcrBank::Sha256, &[24]).is_err());
+        assert!(PcrSelection::new(PcrBank::Sha256, &[]).is_err());
+    }
+}

@@ -1,0 +1,218 @@
+//! The state directory: key records, the recorded SRK name, and nothing else.
+//!
+//! Layout under the state dir:
+//! - `srk.name`: the SRK's TPM name (hex), recorded at first start, checked at every start.
+//! - `keys/<name>.key`: one JSON [`KeyRecord`] per key (TPM-wrapped blobs plus metadata).
+//! - `keys/.tmp-*`: in-flight writes; removed at open (a crash leaves at most these behind).
+//!
+//! Every write is atomic and durable (temp file, fsync, rename or link, fsync dir): after a
+//! crash a record is either entirely there or entirely absent. All functions block; async
+//! callers run them on the blocking pool. Owns no TPM logic.
+
+pub mod atomic;
+pub mod record;
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+pub use record::{KeyRecord, PcrPolicy};
+
+use crate::model::KeyName;
+
+/// Why a state-directory operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A key record with this name already exists.
+    #[error("key {0} already exists")]
+    Exists(KeyName),
+    /// Reading or writing a file failed (disk full, read-only file system, permissions).
+    #[error("state directory I/O on {path}: {source}")]
+    Io {
+        /// File or directory involved.
+        path: PathBuf,
+        /// OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// A file exists but does not hold a valid record.
+    #[error("corrupt state file {path}: {reason}")]
+    Corrupt {
+        /// File involved.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl StoreError {
+    fn io(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
+        move |source| StoreError::Io {
+            path: path.to_owned(),
+            source,
+        }
+    }
+}
+
+/// Handle to the state directory.
+#[derive(Debug, Clone)]
+pub struct Store {
+    root: PathBuf,
+    keys: PathBuf,
+}
+
+const KEY_SUFFIX: &str = ".key";
+const SRK_FILE: &str = "srk.name";
+
+impl Store {
+    /// Opens (creating if needed, mode 0700) the state directory and removes leftovers of
+    /// interrupted writes.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] if the directories cannot be created or read.
+    pub fn open(root: impl Into<PathBuf>) -> Result<Self, StoreError> {
+        let root = root.into();
+        let keys = root.join("keys");
+        atomic::create_private_dir(&root).map_err(StoreError::io(&root))?;
+        atomic::create_private_dir(&keys).map_err(StoreError::io(&keys))?;
+        let removed = atomic::remove_temp_files(&keys).map_err(StoreError::io(&keys))?;
+        if removed > 0 {
+            tracing::info!(removed, "removed leftovers of interrupted writes");
+        }
+        Ok(Self { root, keys })
+    }
+
+    /// The state directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The SRK name recorded at first start, if any.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] / [`StoreError::Corrupt`].
+    pub fn srk_name(&self) -> Result<Option<Vec<u8>>, StoreError> {
+        let path = self.root.join(SRK_FILE);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => hex::decode(text.trim())
+                .map(Some)
+                .map_err(|e| StoreError::Corrupt {
+                    path,
+                    reason: e.to_string(),
+                }),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(StoreError::Io { path, source: e }),
+        }
+    }
+
+    /// Records the SRK name.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`].
+    pub fn set_srk_name(&self, name: &[u8]) -> Result<(), StoreError> {
+        let text = format!("{}\n", hex::encode(name));
+        atomic::write(&self.root, SRK_FILE, text.as_bytes(), atomic::Mode::Replace)
+            .map_err(StoreError::io(&self.root))
+    }
+
+    fn key_path(&self, name: &KeyName) -> PathBuf {
+        self.keys.join(format!("{name}{KEY_SUFFIX}"))
+    }
+
+    /// Stores a new record; fails if one with the same name exists (atomically: two racing
+    /// creates cannot both succeed).
+    ///
+    /// # Errors
+    /// [`StoreError::Exists`], [`StoreError::Io`].
+    pub fn insert_new(&self, record: &KeyRecord) -> Result<(), StoreError> {
+        let bytes = record.to_bytes();
+        let file = format!("{}{KEY_SUFFIX}", record.name);
+        match atomic::write(&self.keys, &file, &bytes, atomic::Mode::NoClobber) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                Err(StoreError::Exists(record.name.clone()))
+            }
+            Err(e) => Err(StoreError::Io {
+                path: self.key_path(&record.name),
+                source: e,
+            }),
+        }
+    }
+
+    /// Replaces an existing record (e.g. to attach a certificate).
+    ///
+    /// # Errors
+    /// [`StoreError::Io`].
+    pub fn replace(&self, record: &KeyRecord) -> Result<(), StoreError> {
+        let file = format!("{}{KEY_SUFFIX}", record.name);
+        atomic::write(&self.keys, &file, &record.to_bytes(), atomic::Mode::Replace)
+            .map_err(StoreError::io(&self.keys))
+    }
+
+    /// Reads a record; `None` if there is none.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`], [`StoreError::Corrupt`].
+    pub fn get(&self, name: &KeyName) -> Result<Option<KeyRecord>, StoreError> {
+        let path = self.key_path(name);
+        match std::fs::read(&path) {
+            Ok(bytes) => KeyRecord::from_bytes(&bytes, name)
+                .map(Some)
+                .map_err(|reason| StoreError::Corrupt { path, reason }),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(StoreError::Io { path, source: e }),
+        }
+    }
+
+    /// Deletes a record durably. Returns false if there was none.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`].
+    pub fn remove(&self, name: &KeyName) -> Result<bool, StoreError> {
+        let path = self.key_path(name);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {
+                atomic::sync_dir(&self.keys).map_err(StoreError::io(&self.keys))?;
+                Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(StoreError::Io { path, source: e }),
+        }
+    }
+
+    /// Key names in order, starting after `after`, at most `limit`.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`].
+    pub fn list(&self, after: Option<&KeyName>, limit: usize) -> Result<Vec<KeyName>, StoreError> {
+        let mut names = self.all_names()?;
+        names.sort_unstable();
+        let start = match after {
+            Some(a) => names.partition_point(|n| n <= a),
+            None => 0,
+        };
+        Ok(names.into_iter().skip(start).take(limit).collect())
+    }
+
+    /// Number of stored keys.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`].
+    pub fn count(&self) -> Result<usize, StoreError> {
+        Ok(self.all_names()?.len())
+    }
+
+    fn all_names(&self) -> Result<Vec<KeyName>, StoreError> {
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(&self.keys).map_err(StoreError::io(&self.keys))? {
+            let entry = entry.map_err(StoreError::io(&self.keys))?;
+            let file = entry.file_name();
+            let Some(stem) = file.to_str().and_then(|f| f.strip_suffix(KEY_SUFFIX)) else {
+                continue;
+            };
+            if let Ok(name) = KeyName::try_from(stem) {
+                names.push(name);
+            }
+        }
+        Ok(names)
+    }
+}

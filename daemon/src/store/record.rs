@@ -1,0 +1,152 @@
+//! The on-disk key record (JSON, one file per key) and its encoding.
+//!
+//! Format version 1:
+//! ```json
+//! {"version":1,"name":"web","alg":"ecc-p256","created_unix":1764480000,"owner_uid":0,
+//!  "tpm_name":"000b…","public":"<hex TPM2B_PUBLIC>","private":"<hex TPM2B_PRIVATE>",
+//!  "has_auth":false,"pcr_policy":null,"cert_chain_pem":null}
+//! ```
+//! `public` and `private` are exactly what tpm2-tools' `tpm2_load -u/-r` accept.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{KeyAlg, KeyName, PcrSelection};
+
+/// Current record format version.
+pub const RECORD_VERSION: u32 = 1;
+
+/// A stored key. Holds no secret: the private blob is wrapped by this TPM's SRK.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyRecord {
+    /// Format version, [`RECORD_VERSION`].
+    pub version: u32,
+    /// Key name (also the file name).
+    pub name: KeyName,
+    /// Algorithm.
+    pub alg: KeyAlg,
+    /// Creation time, Unix seconds.
+    pub created_unix: i64,
+    /// Uid of the creating client (for owner-only access policies).
+    pub owner_uid: u32,
+    /// TPM object name, identifies the loaded object.
+    #[serde(with = "hex_bytes")]
+    pub tpm_name: Vec<u8>,
+    /// TPM2B_PUBLIC.
+    #[serde(with = "hex_bytes")]
+    pub public: Vec<u8>,
+    /// TPM2B_PRIVATE (wrapped by the SRK).
+    #[serde(with = "hex_bytes")]
+    pub private: Vec<u8>,
+    /// Whether the key has a password.
+    #[serde(default)]
+    pub has_auth: bool,
+    /// PCR policy the key is bound to, if any.
+    #[serde(default)]
+    pub pcr_policy: Option<PcrPolicy>,
+    /// Certificate chain, leaf first, PEM.
+    #[serde(default)]
+    pub cert_chain_pem: Option<String>,
+}
+
+/// A key's PCR binding: the selection and the values the policy requires.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PcrPolicy {
+    /// PCRs.
+    pub selection: PcrSelection,
+    /// Expected values, one per PCR in selection order (hex in JSON).
+    #[serde(with = "hex_list")]
+    pub values: Vec<Vec<u8>>,
+}
+
+impl KeyRecord {
+    /// Serialises the record.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        // invariant: serialising a struct of strings, numbers and hex strings cannot fail.
+        let mut v = serde_json::to_vec_pretty(self).unwrap_or_default();
+        v.push(b'\n');
+        v
+    }
+
+    /// Parses and checks a record read from the file for `expected`.
+    ///
+    /// # Errors
+    /// A description of what is wrong.
+    pub fn from_bytes(bytes: &[u8], expected: &KeyName) -> Result<Self, String> {
+        let record: KeyRecord = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+        if record.version != RECORD_VERSION {
+            return Err(format!("unsupported record version {}", record.version));
+        }
+        if &record.name != expected {
+            return Err(format!(
+                "record names key {:?}, file is for {:?}",
+                record.name, expected
+            ));
+        }
+        if record.public.is_empty() || record.private.is_empty() {
+            return Err("empty key blob".into());
+        }
+        Ok(record)
+    }
+}
+
+mod hex_bytes {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&hex::encode(v))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let s = String::deserialize(d)?;
+        hex::decode(s).map_err(serde::de::Error::custom)
+    }
+}
+
+mod hex_list {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &[Vec<u8>], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(v.iter().map(hex::encode))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Vec<u8>>, D::Error> {
+        let v = Vec::<String>::deserialize(d)?;
+        v.into_iter()
+            .map(|s| hex::decode(s).map_err(serde::de::Error::custom))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> KeyRecord {
+        KeyRecord {
+            version: RECORD_VERSION,
+            name: KeyName::try_from("web").unwrap_or_else(|e| panic!("{e}")),
+            alg: KeyAlg::EccP256,
+            created_unix: 1,
+            owner_uid: 0,
+            tpm_name: vec![0, 11, 1],
+            public: vec![1, 2],
+            private: vec![3, 4],
+            has_auth: false,
+            pcr_policy: None,
+            cert_chain_pem: None,
+        }
+    }
+
+    #[test]
+    fn round_trips_and_rejects_mismatches() {
+        let r = sample();
+        let bytes = r.to_bytes();
+        assert_eq!(KeyRecord::from_bytes(&bytes, &r.name), Ok(r.clone()));
+        let other = KeyName::try_from("other").unwrap_or_else(|e| panic!("{e}"));
+        assert!(KeyRecord::from_bytes(&bytes, &other).is_err());
+        assert!(KeyRecord::from_bytes(b"{", &r.name).is_err());
+        assert!(KeyRecord::from_bytes(b"{\"version\":2}", &r.name).is_err());
+    }
+}

@@ -1,0 +1,602 @@
+//! The TPM actor: the one thread that owns the ESAPI context.
+//!
+//! Everything that talks to the TPM runs here, one command at a time, in the order jobs arrive.
+//! The actor owns the connection (and reconnects with backoff after the TPM went away), the
+//! storage root key, one long-lived salted HMAC session with parameter encryption, and an LRU
+//! of loaded key objects bounded so the TPM never runs out of object slots. It knows nothing of
+//! files, names or gRPC: callers hand it key blobs and get TPM results back.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tss_esapi::attributes::SessionAttributesBuilder;
+use tss_esapi::constants::{CapabilityType, SessionType, StartupType};
+use tss_esapi::handles::{KeyHandle, ObjectHandle, PersistentTpmHandle, TpmHandle as RawTpmHandle};
+use tss_esapi::interface_types::algorithm::HashingAlgorithm;
+use tss_esapi::interface_types::resource_handles::Hierarchy;
+use tss_esapi::interface_types::session_handles::AuthSession;
+use tss_esapi::structures::{
+    Auth, CapabilityData, Digest, HashcheckTicket, Private, Public, Signature, SignatureScheme,
+    SymmetricDefinition,
+};
+use tss_esapi::tss2_esys::TPMT_TK_HASHCHECK;
+use tss_esapi::{Context, TctiNameConf};
+
+use super::error::{rc, ResponseCode, TpmError};
+use super::status::{Shared, TpmState};
+use super::templates;
+
+/// First transient handle (TPM_HT_TRANSIENT << 24).
+const TRANSIENT_FIRST: u32 = 0x8000_0000;
+/// Attempts for commands answered with RETRY/YIELDED/TESTING.
+const MAX_RETRIES: u32 = 5;
+/// Reconnect backoff bounds.
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// A key as the TPM needs it to load: the wrapped blobs and the object's name (its identity in
+/// the LRU).
+#[derive(Clone)]
+pub struct KeyBlob {
+    /// TPM object name (nameAlg || H(public)); identifies the loaded object.
+    pub name: Vec<u8>,
+    /// Public area.
+    pub public: Public,
+    /// TPM-wrapped private area (only this TPM's SRK can unwrap it).
+    pub private: Private,
+}
+
+impl std::fmt::Debug for KeyBlob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyBlob")
+            .field("name", &hex::encode(&self.name))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Facts about the TPM gathered when connecting.
+#[derive(Debug, Clone, Default)]
+pub struct TpmInfo {
+    /// SRK name.
+    pub srk_name: Vec<u8>,
+    /// Manufacturer ID as text (e.g. "IBM").
+    pub manufacturer: String,
+    /// Firmware version, hex.
+    pub firmware: String,
+    /// True if the SRK came from the persistent handle 0x81000001.
+    pub srk_persistent: bool,
+}
+
+/// Actor configuration.
+#[derive(Debug, Clone)]
+pub struct ActorConfig {
+    /// TCTI string.
+    pub tcti: String,
+    /// Most transient objects kept loaded, the SRK included (at least 2).
+    pub max_loaded: usize,
+    /// SRK name recorded in the state dir; `None` on first start.
+    pub expected_srk_name: Option<Vec<u8>>,
+}
+
+/// A live connection and what hangs off it.
+struct Conn {
+    ctx: Context,
+    srk: KeyHandle,
+    /// Whether the SRK is a transient object this connection must flush.
+    srk_transient: bool,
+    /// Salted HMAC session with parameter encryption, reused for commands that carry secrets.
+    hmac: Option<AuthSession>,
+    loaded: Lru,
+    /// How many user keys may be loaded at once (the object budget minus the SRK).
+    max_keys: usize,
+    info: TpmInfo,
+}
+
+/// Loaded key objects by TPM name, least recently used first out.
+#[derive(Default)]
+struct Lru {
+    map: HashMap<Vec<u8>, (KeyHandle, u64)>,
+    tick: u64,
+}
+
+impl Lru {
+    fn touch(&mut self, name: &[u8]) -> Option<KeyHandle> {
+        self.tick += 1;
+        let tick = self.tick;
+        self.map.get_mut(name).map(|e| {
+            e.1 = tick;
+            e.0
+        })
+    }
+
+    fn insert(&mut self, name: Vec<u8>, handle: KeyHandle) {
+        self.tick += 1;
+        self.map.insert(name, (handle, self.tick));
+    }
+
+    fn pop_oldest(&mut self) -> Option<KeyHandle> {
+        let oldest = self
+            .map
+            .iter()
+            .min_by_key(|(_, (_, t))| *t)
+            .map(|(n, _)| n.clone())?;
+        self.map.remove(&oldest).map(|(h, _)| h)
+    }
+}
+
+impl std::fmt::Debug for Tpm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tpm")
+            .field("tcti", &self.cfg.tcti)
+            .field("connected", &self.conn.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The actor's state. Lives on the TPM thread only.
+pub struct Tpm {
+    cfg: ActorConfig,
+    conn: Option<Conn>,
+    next_attempt: Instant,
+    backoff: Duration,
+    shared: Arc<Shared>,
+}
+
+fn wrap(what: &'static str) -> impl Fn(tss_esapi::Error) -> TpmError {
+    move |e| TpmError::from_tss(what, e)
+}
+
+impl Tpm {
+    /// Connects, loads or creates the SRK and checks it against the recorded name.
+    ///
+    /// # Errors
+    /// [`TpmError::Unavailable`] if the TPM cannot be reached, [`TpmError::SrkMismatch`] if it
+    /// is not the TPM the state directory belongs to.
+    pub fn open(cfg: ActorConfig, shared: Arc<Shared>) -> Result<(Self, TpmInfo), TpmError> {
+        let mut tpm = Self {
+            cfg,
+            conn: None,
+            next_attempt: Instant::now(),
+            backoff: BACKOFF_MIN,
+            shared,
+        };
+        tpm.connect()?;
+        let info = tpm
+            .conn
+            .as_ref()
+            .map(|c| c.info.clone())
+            .unwrap_or_default();
+        if tpm.cfg.expected_srk_name.is_none() {
+            tpm.cfg.expected_srk_name = Some(info.srk_name.clone());
+        }
+        Ok((tpm, info))
+    }
+
+    fn connect(&mut self) -> Result<(), TpmError> {
+        let result = self.try_connect();
+        match &result {
+            Ok(info) => {
+                self.backoff = BACKOFF_MIN;
+                self.shared
+                    .set_state(TpmState::Ready, None, Some(info.clone()));
+                tracing::info!(srk = %hex::encode(&info.srk_name), manufacturer = %info.manufacturer, "TPM connected");
+            }
+            Err(e @ TpmError::SrkMismatch { .. }) => {
+                tracing::error!(error = %e, "refusing this TPM");
+                self.shared
+                    .set_state(TpmState::Mismatch, Some(e.to_string()), None);
+                self.schedule_retry();
+            }
+            Err(e) => {
+                self.shared
+                    .set_state(TpmState::Down, Some(e.to_string()), None);
+                self.schedule_retry();
+            }
+        }
+        result.map(|_| ())
+    }
+
+    fn schedule_retry(&mut self) {
+        self.next_attempt = Instant::now() + self.backoff;
+        self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
+    }
+
+    fn try_connect(&mut self) -> Result<TpmInfo, TpmError> {
+        let tcti: TctiNameConf = self
+            .cfg
+            .tcti
+            .parse()
+            .map_err(|e| TpmError::Unavailable(format!("bad TCTI {:?}: {e}", self.cfg.tcti)))?;
+        let mut ctx =
+            Context::new(tcti).map_err(|e| TpmError::Unavailable(format!("open TCTI: {e}")))?;
+        let manufacturer = match ctx
+            .get_tpm_property(tss_esapi::constants::PropertyTag::Manufacturer)
+        {
+            Ok(v) => v,
+            Err(e) if ResponseCode::of(&e).and_then(|r| r.tpm_code()) == Some(rc::INITIALIZE) => {
+                ctx.startup(StartupType::Clear)
+                    .map_err(wrap("TPM2_Startup"))?;
+                ctx.get_tpm_property(tss_esapi::constants::PropertyTag::Manufacturer)
+                    .map_err(wrap("TPM2_GetCapability"))?
+            }
+            Err(e) => return Err(TpmError::from_tss("TPM2_GetCapability", e)),
+        };
+        let fw1 = ctx
+            .get_tpm_property(tss_esapi::constants::PropertyTag::FirmwareVersion1)
+            .map_err(wrap("TPM2_GetCapability"))?
+            .unwrap_or(0);
+        let manufacturer = manufacturer
+            .map(|m| {
+                m.to_be_bytes()
+                    .iter()
+                    .filter(|b| b.is_ascii_graphic())
+                    .map(|&b| b as char)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let (srk, srk_transient) = Self::load_srk(&mut ctx)?;
+        let (_, srk_name, _) = ctx.read_public(srk).map_err(wrap("TPM2_ReadPublic"))?;
+        let srk_name = srk_name.value().to_vec();
+        let info = TpmInfo {
+            srk_name: srk_name.clone(),
+            manufacturer,
+            firmware: format!("{fw1:08x}"),
+            srk_persistent: !srk_transient,
+        };
+        if let Some(expected) = &self.cfg.expected_srk_name {
+            if *expected != srk_name {
+                if srk_transient {
+                    let _ = ctx.flush_context(srk.into());
+                }
+                return Err(TpmError::SrkMismatch {
+                    expected: hex::encode(expected),
+                    found: hex::encode(&srk_name),
+                });
+            }
+        }
+        let max_keys = self
+            .cfg
+            .max_loaded
+            .saturating_sub(usize::from(srk_transient))
+            .max(1);
+        self.conn = Some(Conn {
+            ctx,
+            srk,
+            srk_transient,
+            hmac: None,
+            loaded: Lru::default(),
+            max_keys,
+            info: info.clone(),
+        });
+        Ok(info)
+    }
+
+    /// Uses the SRK at the persistent handle if it is an ECC P-256 storage key, else derives the
+    /// TCG template SRK as a transient object.
+    fn load_srk(ctx: &mut Context) -> Result<(KeyHandle, bool), TpmError> {
+        let persistent = PersistentTpmHandle::new(templates::SRK_PERSISTENT_HANDLE)
+            .map_err(wrap("SRK handle"))?;
+        let present = match ctx.get_capability(
+            CapabilityType::Handles,
+            templates::SRK_PERSISTENT_HANDLE,
+            1,
+        ) {
+            Ok((CapabilityData::Handles(list), _)) => list
+                .iter()
+                .any(|h| u32::from(*h) == templates::SRK_PERSISTENT_HANDLE),
+            _ => false,
+        };
+        let found = if present {
+            ctx.execute_without_session(|c| {
+                c.tr_from_tpm_public(RawTpmHandle::Persistent(persistent))
+            })
+            .ok()
+        } else {
+            None
+        };
+        if let Some(obj) = found {
+            let handle = KeyHandle::from(obj);
+            if let Ok((
+                Public::Ecc {
+                    object_attributes,
+                    parameters,
+                    ..
+                },
+                _,
+                _,
+            )) = ctx.read_public(handle)
+            {
+                if object_attributes.restricted()
+                    && object_attributes.decrypt()
+                    && parameters.ecc_curve() == tss_esapi::interface_types::ecc::EccCurve::NistP256
+                {
+                    return Ok((handle, false));
+                }
+            }
+            let mut obj = obj;
+            let _ = ctx.tr_close(&mut obj);
+        }
+        let template = templates::srk()?;
+        let created = ctx
+            .execute_with_session(Some(AuthSession::Password), |c| {
+                c.create_primary(Hierarchy::Owner, template, None, None, None, None)
+            })
+            .map_err(wrap("TPM2_CreatePrimary"))?;
+        Ok((created.key_handle, true))
+    }
+
+    /// Runs `f` against a live connection: reconnects first if needed (respecting backoff),
+    /// retries commands the TPM asked to retry, and drops the connection when it broke.
+    fn with_conn<T>(
+        &mut self,
+        mut f: impl FnMut(&mut Conn) -> Result<T, TpmError>,
+    ) -> Result<T, TpmError> {
+        if self.conn.is_none() {
+            if Instant::now() < self.next_attempt {
+                return Err(TpmError::Unavailable(
+                    self.shared
+                        .last_error()
+                        .unwrap_or_else(|| "reconnecting".into()),
+                ));
+            }
+            self.connect()?;
+        }
+        let mut attempt = 0;
+        loop {
+            let Some(conn) = self.conn.as_mut() else {
+                return Err(TpmError::Unavailable("connection lost".into()));
+            };
+            match f(conn) {
+                Err(TpmError::Busy(why)) if attempt + 1 < MAX_RETRIES => {
+                    attempt += 1;
+                    tracing::debug!(%why, attempt, "TPM asked to retry");
+                    std::thread::sleep(Duration::from_millis(10 * u64::from(attempt)));
+                }
+                Err(e) if e.is_connection_lost() => {
+                    tracing::warn!(error = %e, "lost the TPM; will reconnect");
+                    if let Some(conn) = self.conn.take() {
+                        // Handles died with the connection; forget them without talking to the TPM.
+                        drop_quietly(conn);
+                    }
+                    self.shared
+                        .set_state(TpmState::Down, Some(e.to_string()), None);
+                    self.schedule_retry();
+                    return Err(e);
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Creates an object under the SRK through the salted, parameter-encrypting HMAC session
+    /// (the auth value and any sensitive data never cross the bus in clear).
+    ///
+    /// # Errors
+    /// TPM errors, classified.
+    pub fn create(
+        &mut self,
+        template: Public,
+        auth: Option<Auth>,
+        sensitive: Option<tss_esapi::structures::SensitiveData>,
+    ) -> Result<(Public, Private), TpmError> {
+        self.with_conn(|conn| loop {
+            let session = conn.hmac_session()?;
+            let srk = conn.srk;
+            let result = conn.ctx.execute_with_session(Some(session), |c| {
+                c.create(
+                    srk,
+                    template.clone(),
+                    auth.clone(),
+                    sensitive.clone(),
+                    None,
+                    None,
+                )
+            });
+            match conn.check_session(result.map_err(wrap("TPM2_Create"))) {
+                // TPM2_Create needs a free object slot of its own: make room and try again.
+                Err(TpmError::ObjectMemory) if conn.evict_oldest() => continue,
+                Err(e) => return Err(e),
+                Ok(created) => return Ok((created.out_public, created.out_private)),
+            }
+        })
+    }
+
+    /// Signs `digest` with `key` (loaded on demand). Keys without a password sign through a
+    /// plain password session: nothing secret moves and it costs one command.
+    ///
+    /// # Errors
+    /// TPM errors, classified.
+    pub fn sign(
+        &mut self,
+        key: &KeyBlob,
+        digest: Digest,
+        scheme: SignatureScheme,
+        auth: Option<Auth>,
+    ) -> Result<Signature, TpmError> {
+        let ticket = null_hashcheck()?;
+        self.with_conn(|conn| {
+            let handle = conn.load(key)?;
+            let session = match &auth {
+                None => AuthSession::Password,
+                Some(a) => {
+                    conn.ctx
+                        .tr_set_auth(handle.into(), a.clone())
+                        .map_err(wrap("Esys_TR_SetAuth"))?;
+                    conn.hmac_session()?
+                }
+            };
+            let result = conn.ctx.execute_with_session(Some(session), |c| {
+                c.sign(handle, digest.clone(), scheme, ticket.clone())
+            });
+            if auth.is_some() {
+                // Do not leave the password attached to a cached handle.
+                let _ = conn.ctx.tr_set_auth(handle.into(), Auth::default());
+                conn.check_session(result.map_err(wrap("TPM2_Sign")))
+            } else {
+                result.map_err(wrap("TPM2_Sign"))
+            }
+        })
+    }
+
+    /// Unloads the object with this TPM name if it is loaded (after a key is deleted).
+    pub fn evict(&mut self, name: &[u8]) {
+        if let Some(conn) = self.conn.as_mut() {
+            if let Some((handle, _)) = conn.loaded.map.remove(name) {
+                let _ = conn.ctx.flush_context(handle.into());
+            }
+        }
+    }
+
+    /// Counts transient objects present in the TPM (all owners), for leak checks and status.
+    ///
+    /// # Errors
+    /// TPM errors, classified.
+    pub fn transient_handles(&mut self) -> Result<usize, TpmError> {
+        self.with_conn(|conn| {
+            let (data, _) = conn
+                .ctx
+                .get_capability(CapabilityType::Handles, TRANSIENT_FIRST, 64)
+                .map_err(wrap("TPM2_GetCapability"))?;
+            Ok(match data {
+                CapabilityData::Handles(list) => list.len(),
+                _ => 0,
+            })
+        })
+    }
+
+    /// Objects the vault holds loaded now, the SRK included when it is transient.
+    pub fn loaded_objects(&self) -> usize {
+        self.conn
+            .as_ref()
+            .map_or(0, |c| c.loaded.map.len() + usize::from(c.srk_transient))
+    }
+
+    /// Gives access to the raw context for operations built elsewhere in the TPM layer
+    /// (attestation, sealing). Reconnects and retries like every other operation.
+    ///
+    /// # Errors
+    /// Whatever `f` returns, or [`TpmError::Unavailable`].
+    pub fn with_context<T>(
+        &mut self,
+        mut f: impl FnMut(&mut Context, KeyHandle) -> Result<T, TpmError>,
+    ) -> Result<T, TpmError> {
+        self.with_conn(|conn| f(&mut conn.ctx, conn.srk))
+    }
+
+    /// Flushes everything the vault loaded (keys, session, transient SRK). Called at shutdown;
+    /// the next operation reconnects.
+    pub fn flush_all(&mut self) {
+        if let Some(mut conn) = self.conn.take() {
+            while conn.evict_oldest() {}
+            if let Some(s) = conn.hmac.take() {
+                let _ = conn.ctx.flush_context(ObjectHandle::from(
+                    tss_esapi::handles::SessionHandle::from(s),
+                ));
+            }
+            if conn.srk_transient {
+                let _ = conn.ctx.flush_context(conn.srk.into());
+            }
+            tracing::debug!("flushed all TPM objects");
+        }
+        self.shared.set_loaded(0);
+    }
+}
+
+impl Conn {
+    /// Returns the loaded handle for `key`, loading it (and evicting the least recently used
+    /// key when the slot budget is spent, or when the TPM says its object memory is full).
+    fn load(&mut self, key: &KeyBlob) -> Result<KeyHandle, TpmError> {
+        if let Some(h) = self.loaded.touch(&key.name) {
+            return Ok(h);
+        }
+        let budget = self.max_keys;
+        while self.loaded.map.len() >= budget && self.evict_oldest() {}
+        let srk = self.srk;
+        loop {
+            let result = self
+                .ctx
+                .execute_with_session(Some(AuthSession::Password), |c| {
+                    c.load(srk, key.private.clone(), key.public.clone())
+                })
+                .map_err(wrap("TPM2_Load"));
+            match result {
+                Ok(h) => {
+                    self.loaded.insert(key.name.clone(), h);
+                    return Ok(h);
+                }
+                Err(TpmError::ObjectMemory) if self.evict_oldest() => {}
+                Err(TpmError::ObjectMemory) => return Err(TpmError::ObjectMemory),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Flushes the least recently used key. False if none is loaded.
+    fn evict_oldest(&mut self) -> bool {
+        match self.loaded.pop_oldest() {
+            Some(old) => {
+                let _ = self.ctx.flush_context(old.into());
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn hmac_session(&mut self) -> Result<AuthSession, TpmError> {
+        if let Some(s) = self.hmac {
+            return Ok(s);
+        }
+        let session = self
+            .ctx
+            .start_auth_session(
+                Some(self.srk),
+                None,
+                None,
+                SessionType::Hmac,
+                SymmetricDefinition::AES_128_CFB,
+                HashingAlgorithm::Sha256,
+            )
+            .map_err(wrap("TPM2_StartAuthSession"))?
+            .ok_or_else(|| TpmError::Malformed("no session handle".into()))?;
+        let (attrs, mask) = SessionAttributesBuilder::new()
+            .with_decrypt(true)
+            .with_encrypt(true)
+            .with_continue_session(true)
+            .build();
+        self.ctx
+            .tr_sess_set_attributes(session, attrs, mask)
+            .map_err(wrap("Esys_TRSess_SetAttributes"))?;
+        self.hmac = Some(session);
+        Ok(session)
+    }
+
+    /// Forgets the HMAC session after a failure that may have closed it, so the next use
+    /// starts a fresh one.
+    fn check_session<T>(&mut self, r: Result<T, TpmError>) -> Result<T, TpmError> {
+        if r.is_err() {
+            if let Some(s) = self.hmac.take() {
+                let _ = self.ctx.flush_context(ObjectHandle::from(
+                    tss_esapi::handles::SessionHandle::from(s),
+                ));
+            }
+        }
+        r
+    }
+}
+
+/// Drops a connection whose transport is dead. Context's destructor tries to flush handles it
+/// tracks; with the link gone those calls fail fast and are ignored.
+fn drop_quietly(conn: Conn) {
+    drop(conn);
+}
+
+/// The NULL hashcheck ticket an unrestricted key accepts for externally computed digests.
+fn null_hashcheck() -> Result<HashcheckTicket, TpmError> {
+    let raw = TPMT_TK_HASHCHECK {
+        tag: tss_esapi::constants::tss::TPM2_ST_HASHCHECK,
+        hierarchy: tss_esapi::constants::tss::TPM2_RH_NULL,
+        digest: Default::default(),
+    };
+    HashcheckTicket::try_from(raw).map_err(wrap("hashcheck ticket"))
+}

@@ -1,0 +1,284 @@
+//! TPM errors, and the one place where TSS / TPM response codes are classified.
+//!
+//! Every `tss_esapi::Error` that leaves the TPM actor passes through [`TpmError::from_tss`],
+//! which decides whether the TPM is gone (reconnect), busy (retry), locked out, out of object
+//! memory, or refused the command for good. Nothing else in the crate looks at raw codes.
+
+use std::fmt;
+
+/// Why a TPM operation failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum TpmError {
+    /// The TPM cannot be reached (connection refused or lost, device missing). Retryable; the
+    /// actor reconnects with backoff.
+    #[error("TPM unavailable: {0}")]
+    Unavailable(String),
+    /// The operation did not finish before its deadline (the TPM hangs or the queue is long).
+    #[error("TPM did not answer within {0} ms")]
+    Timeout(u64),
+    /// Too many requests are queued for the TPM.
+    #[error("TPM queue is full ({0} requests waiting)")]
+    QueueFull(usize),
+    /// The TPM kept answering RETRY/YIELDED/TESTING past the retry bound.
+    #[error("TPM busy: {0}")]
+    Busy(String),
+    /// The TPM is in dictionary-attack lockout; auth-protected objects are refused until it lifts.
+    #[error("TPM is in dictionary-attack lockout")]
+    Lockout,
+    /// No free transient object slot even after evicting every key the vault had loaded.
+    #[error("TPM out of object memory")]
+    ObjectMemory,
+    /// The storage root key differs from the one recorded in the state directory: the TPM was
+    /// cleared or replaced. Keys would not load; the daemon refuses to create new ones that would
+    /// shadow the old.
+    #[error("storage root key mismatch: recorded {expected}, TPM has {found} (TPM cleared or replaced?)")]
+    SrkMismatch {
+        /// Name recorded in the state directory (hex).
+        expected: String,
+        /// Name of the SRK the TPM derives now (hex).
+        found: String,
+    },
+    /// A wrong password (auth value) was given for an object.
+    #[error("authorization failed")]
+    AuthFailed,
+    /// A policy session did not satisfy the object's policy (e.g. PCR values differ).
+    #[error("policy check failed")]
+    PolicyFailed,
+    /// The TPM signs RSA-PSS with a salt length other than the hash length, which TLS 1.3,
+    /// rustls and OpenSSL refuse.
+    #[error("this TPM produces RSA-PSS signatures with a non-standard salt length; use pkcs1 or an ECC key")]
+    PssSaltUnsupported,
+    /// A key blob or TPM structure could not be decoded.
+    #[error("malformed TPM data: {0}")]
+    Malformed(String),
+    /// The TPM refused a command for a reason that retrying will not fix.
+    #[error("TPM command {command} failed: {rc}")]
+    Command {
+        /// Command name, e.g. `TPM2_Sign`.
+        command: &'static str,
+        /// Decoded response code.
+        rc: ResponseCode,
+    },
+}
+
+impl TpmError {
+    /// Classifies an error returned by `tss-esapi` for `command`.
+    pub fn from_tss(command: &'static str, err: tss_esapi::Error) -> Self {
+        let rc = match err {
+            tss_esapi::Error::WrapperError(kind) => {
+                return Self::Malformed(format!("{command}: {kind}"));
+            }
+            tss_esapi::Error::Tss2Error(code) => ResponseCode::from_tss(code),
+        };
+        match rc.class() {
+            RcClass::Communication => Self::Unavailable(format!("{command}: {rc}")),
+            RcClass::Retry => Self::Busy(format!("{command}: {rc}")),
+            RcClass::Lockout => Self::Lockout,
+            RcClass::ObjectMemory => Self::ObjectMemory,
+            RcClass::AuthFail => Self::AuthFailed,
+            RcClass::PolicyFail => Self::PolicyFailed,
+            RcClass::Permanent => Self::Command { command, rc },
+        }
+    }
+
+    /// True when the connection to the TPM should be dropped and re-established.
+    pub fn is_connection_lost(&self) -> bool {
+        matches!(self, Self::Unavailable(_))
+    }
+}
+
+/// What to do about a response code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RcClass {
+    /// The TCTI (transport) failed: the TPM is gone or the link broke.
+    Communication,
+    /// TPM_RC_RETRY, YIELDED, TESTING, NV_RATE...: try again shortly.
+    Retry,
+    /// TPM_RC_LOCKOUT.
+    Lockout,
+    /// TPM_RC_OBJECT_MEMORY: flush something and retry.
+    ObjectMemory,
+    /// TPM_RC_AUTH_FAIL / BAD_AUTH: wrong password.
+    AuthFail,
+    /// TPM_RC_POLICY_FAIL / PCR mismatch in a policy.
+    PolicyFail,
+    /// Anything else.
+    Permanent,
+}
+
+/// A TSS2 response code, kept as its raw value (layer in bits 16-23, TPM code below).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct ResponseCode(pub u32);
+
+/// TSS layer numbers (bits 16-23 of a TSS2_RC).
+const LAYER_TPM: u32 = 0;
+const LAYER_TCTI: u32 = 10;
+const LAYER_RESMGR_TPM: u32 = 12;
+
+/// TPM 2.0 response codes the vault acts on (Part 2, 6.6).
+pub mod rc {
+    /// Format-one base.
+    pub const FMT1: u32 = 0x080;
+    /// The TPM has not been started (TPM2_Startup needed).
+    pub const INITIALIZE: u32 = 0x100;
+    /// TPM_RC_PCR_CHANGED: PCRs changed while a policy session ran.
+    pub const PCR_CHANGED: u32 = 0x128;
+    /// TPM_RC_VALUE.
+    pub const VALUE: u32 = FMT1 + 0x004;
+    /// TPM_RC_AUTH_FAIL.
+    pub const AUTH_FAIL: u32 = FMT1 + 0x00E;
+    /// TPM_RC_POLICY_FAIL.
+    pub const POLICY_FAIL: u32 = FMT1 + 0x019;
+    /// TPM_RC_BAD_AUTH.
+    pub const BAD_AUTH: u32 = FMT1 + 0x022;
+    /// TPM_RC_CONTEXT_GAP.
+    pub const CONTEXT_GAP: u32 = 0x901;
+    /// TPM_RC_OBJECT_MEMORY.
+    pub const OBJECT_MEMORY: u32 = 0x902;
+    /// TPM_RC_SESSION_MEMORY.
+    pub const SESSION_MEMORY: u32 = 0x903;
+    /// TPM_RC_MEMORY.
+    pub const MEMORY: u32 = 0x904;
+    /// TPM_RC_YIELDED.
+    pub const YIELDED: u32 = 0x908;
+    /// TPM_RC_CANCELED.
+    pub const CANCELED: u32 = 0x909;
+    /// TPM_RC_TESTING.
+    pub const TESTING: u32 = 0x90A;
+    /// TPM_RC_NV_RATE.
+    pub const NV_RATE: u32 = 0x920;
+    /// TPM_RC_LOCKOUT.
+    pub const LOCKOUT: u32 = 0x921;
+    /// TPM_RC_RETRY.
+    pub const RETRY: u32 = 0x922;
+    /// TPM_RC_NV_UNAVAILABLE.
+    pub const NV_UNAVAILABLE: u32 = 0x923;
+}
+
+impl ResponseCode {
+    /// The response code inside a tss-esapi error; `None` for wrapper (non-TSS) errors.
+    pub fn of(e: &tss_esapi::Error) -> Option<ResponseCode> {
+        match e {
+            tss_esapi::Error::Tss2Error(code) => Some(Self::from_tss(*code)),
+            tss_esapi::Error::WrapperError(_) => None,
+        }
+    }
+
+    fn from_tss(code: tss_esapi::constants::response_code::Tss2ResponseCode) -> Self {
+        use tss_esapi::constants::response_code::Tss2ResponseCode as C;
+        // tss-esapi keeps the raw value private but prints it in hex; parse it back once, here.
+        let text = match code {
+            C::Success => return Self(0),
+            C::FormatZero(z) => z.to_string(),
+            C::FormatOne(o) => o.to_string(),
+        };
+        let raw = text
+            .rsplit("0x")
+            .next()
+            .and_then(|h| u32::from_str_radix(h.trim(), 16).ok())
+            .unwrap_or(u32::MAX);
+        Self(raw)
+    }
+
+    /// The TSS layer (0 = TPM, 10 = TCTI, ...).
+    pub fn layer(self) -> u32 {
+        (self.0 >> 16) & 0xff
+    }
+
+    /// The TPM response code with format-one parameter/handle/session numbers stripped, for
+    /// TPM-layer codes; `None` for codes raised by the software stack.
+    pub fn tpm_code(self) -> Option<u32> {
+        if !matches!(self.layer(), LAYER_TPM | LAYER_RESMGR_TPM) {
+            return None;
+        }
+        let code = self.0 & 0xffff;
+        Some(if code & rc::FMT1 != 0 {
+            rc::FMT1 | (code & 0x3f)
+        } else {
+            code & 0x97f
+        })
+    }
+
+    /// Decides what the vault does about this code.
+    pub fn class(self) -> RcClass {
+        if self.layer() == LAYER_TCTI {
+            return RcClass::Communication;
+        }
+        match self.tpm_code() {
+            Some(rc::RETRY | rc::YIELDED | rc::TESTING | rc::NV_RATE | rc::NV_UNAVAILABLE)
+            | Some(rc::CANCELED | rc::CONTEXT_GAP | rc::PCR_CHANGED) => RcClass::Retry,
+            Some(rc::LOCKOUT) => RcClass::Lockout,
+            Some(rc::OBJECT_MEMORY | rc::SESSION_MEMORY | rc::MEMORY) => RcClass::ObjectMemory,
+            Some(rc::AUTH_FAIL | rc::BAD_AUTH) => RcClass::AuthFail,
+            Some(rc::POLICY_FAIL) => RcClass::PolicyFail,
+            // Raised by the TSS when it cannot talk to the TPM at all (e.g. ESYS try-again or
+            // IO errors bubbled up under another layer number).
+            None if self.0 & 0xffff == 0x000a => RcClass::Communication,
+            _ => RcClass::Permanent,
+        }
+    }
+}
+
+impl fmt::Display for ResponseCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = match self.tpm_code() {
+            Some(rc::INITIALIZE) => "TPM_RC_INITIALIZE",
+            Some(rc::PCR_CHANGED) => "TPM_RC_PCR_CHANGED",
+            Some(rc::VALUE) => "TPM_RC_VALUE",
+            Some(rc::AUTH_FAIL) => "TPM_RC_AUTH_FAIL",
+            Some(rc::POLICY_FAIL) => "TPM_RC_POLICY_FAIL",
+            Some(rc::BAD_AUTH) => "TPM_RC_BAD_AUTH",
+            Some(rc::OBJECT_MEMORY) => "TPM_RC_OBJECT_MEMORY",
+            Some(rc::LOCKOUT) => "TPM_RC_LOCKOUT",
+            Some(rc::RETRY) => "TPM_RC_RETRY",
+            Some(rc::YIELDED) => "TPM_RC_YIELDED",
+            Some(rc::TESTING) => "TPM_RC_TESTING",
+            _ if self.layer() == LAYER_TCTI => "TCTI error",
+            _ => "",
+        };
+        if name.is_empty() {
+            write!(f, "rc {:#x}", self.0)
+        } else {
+            write!(f, "{name} ({:#x})", self.0)
+        }
+    }
+}
+
+impl fmt::Debug for ResponseCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ResponseCode({:#x})", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_the_codes_the_vault_acts_on() {
+        assert_eq!(ResponseCode(0x000a000a).class(), RcClass::Communication);
+        assert_eq!(ResponseCode(0x922).class(), RcClass::Retry);
+        assert_eq!(ResponseCode(0x90a).class(), RcClass::Retry);
+        assert_eq!(ResponseCode(0x908).class(), RcClass::Retry);
+        assert_eq!(ResponseCode(0x921).class(), RcClass::Lockout);
+        assert_eq!(ResponseCode(0x902).class(), RcClass::ObjectMemory);
+        // TPM_RC_POLICY_FAIL on session 1 (0x99d) and AUTH_FAIL on session 1 (0x98e).
+        assert_eq!(ResponseCode(0x99d).class(), RcClass::PolicyFail);
+        assert_eq!(ResponseCode(0x98e).class(), RcClass::AuthFail);
+        // TPM_RC_VALUE on parameter 1 (0x1c4) is permanent.
+        assert_eq!(ResponseCode(0x1c4).class(), RcClass::Permanent);
+        assert_eq!(ResponseCode(0x1c4).tpm_code(), Some(rc::VALUE));
+        // Resource-manager wrapped TPM code.
+        assert_eq!(ResponseCode(0x000c0902).class(), RcClass::ObjectMemory);
+    }
+
+    #[test]
+    fn display_names_known_codes() {
+        assert_eq!(
+            ResponseCode(0x902).to_string(),
+            "TPM_RC_OBJECT_MEMORY (0x902)"
+        );
+        assert_eq!(ResponseCode(0x1c4).to_string(), "TPM_RC_VALUE (0x1c4)");
+        assert_eq!(ResponseCode(0x12345).to_string(), "rc 0x12345");
+    }
+}

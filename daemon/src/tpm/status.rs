@@ -1,0 +1,96 @@
+//! State the TPM actor shares with the rest of the daemon: connection state, last error, TPM
+//! facts, queue depth and per-command metrics. Written by the actor, read by status and health.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use super::actor::TpmInfo;
+use crate::metrics::Metrics;
+
+/// Connection state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TpmState {
+    /// Connected, SRK loaded and checked.
+    Ready,
+    /// Unreachable; the actor reconnects with backoff.
+    Down,
+    /// The SRK differs from the recorded one: the TPM was cleared or replaced.
+    Mismatch,
+}
+
+#[derive(Debug)]
+struct Inner {
+    state: TpmState,
+    last_error: Option<String>,
+    info: TpmInfo,
+}
+
+/// Shared between the actor and its handles.
+#[derive(Debug)]
+pub struct Shared {
+    inner: Mutex<Inner>,
+    /// Jobs queued or running.
+    pub queued: AtomicUsize,
+    /// Objects the vault holds loaded.
+    loaded: AtomicUsize,
+    /// Per-TPM-command metrics (`tpm/<label>`).
+    pub metrics: Metrics,
+}
+
+impl Default for Shared {
+    fn default() -> Self {
+        Self {
+            inner: Mutex::new(Inner {
+                state: TpmState::Down,
+                last_error: None,
+                info: TpmInfo::default(),
+            }),
+            queued: AtomicUsize::new(0),
+            loaded: AtomicUsize::new(0),
+            metrics: Metrics::default(),
+        }
+    }
+}
+
+impl Shared {
+    /// Records a state change (and the error that caused it, or fresh TPM facts).
+    pub fn set_state(&self, state: TpmState, error: Option<String>, info: Option<TpmInfo>) {
+        if let Ok(mut g) = self.inner.lock() {
+            g.state = state;
+            if error.is_some() {
+                g.last_error = error;
+            }
+            if let Some(i) = info {
+                g.info = i;
+            }
+        }
+    }
+
+    /// Current state.
+    pub fn state(&self) -> TpmState {
+        self.inner.lock().map(|g| g.state).unwrap_or(TpmState::Down)
+    }
+
+    /// Last error seen, if any.
+    pub fn last_error(&self) -> Option<String> {
+        self.inner.lock().ok().and_then(|g| g.last_error.clone())
+    }
+
+    /// TPM facts from the last successful connect.
+    pub fn info(&self) -> TpmInfo {
+        self.inner
+            .lock()
+            .map(|g| g.info.clone())
+            .unwrap_or_default()
+    }
+
+    /// Records the loaded-object count.
+    pub fn set_loaded(&self, n: usize) {
+        self.loaded.store(n, Ordering::Relaxed);
+    }
+
+    /// Objects the vault holds loaded.
+    pub fn loaded(&self) -> usize {
+        self.loaded.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,130 @@
+//! TPM object templates: the TCG storage root key and the vault's signing keys.
+//!
+//! The SRK template is the TCG "EK Credential Profile / Provisioning Guidance" ECC P-256 storage
+//! key with a `unique` of two 32-byte zero coordinates, so it is byte-identical to what tpm2-tools,
+//! go-tpm and systemd derive. Signing keys use a NULL scheme so the caller picks the hash and
+//! scheme per signature.
+
+use tss_esapi::attributes::ObjectAttributesBuilder;
+use tss_esapi::interface_types::algorithm::{HashingAlgorithm, PublicAlgorithm};
+use tss_esapi::interface_types::ecc::EccCurve;
+use tss_esapi::interface_types::key_bits::RsaKeyBits;
+use tss_esapi::structures::{
+    Digest, EccParameter, EccPoint, EccScheme, KeyDerivationFunctionScheme, Public, PublicBuilder,
+    PublicEccParametersBuilder, PublicKeyRsa, PublicRsaParametersBuilder, RsaExponent, RsaScheme,
+    SymmetricDefinitionObject,
+};
+
+use super::error::TpmError;
+use crate::model::KeyAlg;
+
+/// The well-known persistent handle of the SRK (TCG provisioning guidance).
+pub const SRK_PERSISTENT_HANDLE: u32 = 0x8100_0001;
+
+fn wrap(what: &'static str) -> impl Fn(tss_esapi::Error) -> TpmError {
+    move |e| TpmError::from_tss(what, e)
+}
+
+/// The TCG ECC P-256 SRK template.
+///
+/// # Errors
+/// Only if tss-esapi rejects a constant template (a bug).
+pub fn srk() -> Result<Public, TpmError> {
+    let attributes = ObjectAttributesBuilder::new()
+        .with_fixed_tpm(true)
+        .with_fixed_parent(true)
+        .with_sensitive_data_origin(true)
+        .with_user_with_auth(true)
+        .with_no_da(true)
+        .with_restricted(true)
+        .with_decrypt(true)
+        .build()
+        .map_err(wrap("SRK attributes"))?;
+    let zero = EccParameter::try_from(vec![0u8; 32]).map_err(wrap("SRK unique"))?;
+    PublicBuilder::new()
+        .with_public_algorithm(PublicAlgorithm::Ecc)
+        .with_name_hashing_algorithm(HashingAlgorithm::Sha256)
+        .with_object_attributes(attributes)
+        .with_ecc_parameters(
+            PublicEccParametersBuilder::new_restricted_decryption_key(
+                SymmetricDefinitionObject::AES_128_CFB,
+                EccCurve::NistP256,
+            )
+            .build()
+            .map_err(wrap("SRK parameters"))?,
+        )
+        .with_ecc_unique_identifier(EccPoint::new(zero.clone(), zero))
+        .build()
+        .map_err(wrap("SRK template"))
+}
+
+/// Template for a non-extractable signing key: fixedTPM | fixedParent | sensitiveDataOrigin |
+/// userWithAuth | sign, NULL scheme. `auth_policy` is set for PCR-bound keys.
+///
+/// # Errors
+/// Only if tss-esapi rejects the template (a bug).
+pub fn signing_key(alg: KeyAlg, auth_policy: Option<Digest>) -> Result<Public, TpmError> {
+    let attributes = ObjectAttributesBuilder::new()
+        .with_fixed_tpm(true)
+        .with_fixed_parent(true)
+        .with_sensitive_data_origin(true)
+        .with_user_with_auth(auth_policy.is_none())
+        .with_sign_encrypt(true)
+        .build()
+        .map_err(wrap("key attributes"))?;
+    let builder = PublicBuilder::new()
+        .with_name_hashing_algorithm(HashingAlgorithm::Sha256)
+        .with_object_attributes(attributes)
+        .with_auth_policy(auth_policy.unwrap_or_default());
+    let builder = match alg {
+        KeyAlg::EccP256 | KeyAlg::EccP384 => {
+            let curve = if alg == KeyAlg::EccP256 {
+                EccCurve::NistP256
+            } else {
+                EccCurve::NistP384
+            };
+            builder
+                .with_public_algorithm(PublicAlgorithm::Ecc)
+                .with_ecc_parameters(
+                    PublicEccParametersBuilder::new()
+                        .with_symmetric(SymmetricDefinitionObject::Null)
+                        .with_ecc_scheme(EccScheme::Null)
+                        .with_curve(curve)
+                        .with_key_derivation_function_scheme(KeyDerivationFunctionScheme::Null)
+                        // The builder only allows a NULL scheme when it is not told the key signs; the
+                        // `sign` object attribute above is what the TPM enforces.
+                        .with_is_signing_key(false)
+                        .with_is_decryption_key(false)
+                        .with_restricted(false)
+                        .build()
+                        .map_err(wrap("ECC parameters"))?,
+                )
+                .with_ecc_unique_identifier(EccPoint::default())
+        }
+        KeyAlg::Rsa2048 | KeyAlg::Rsa3072 => {
+            let bits = if alg == KeyAlg::Rsa2048 {
+                RsaKeyBits::Rsa2048
+            } else {
+                RsaKeyBits::Rsa3072
+            };
+            builder
+                .with_public_algorithm(PublicAlgorithm::Rsa)
+                .with_rsa_parameters(
+                    PublicRsaParametersBuilder::new()
+                        .with_symmetric(SymmetricDefinitionObject::Null)
+                        .with_scheme(RsaScheme::Null)
+                        .with_key_bits(bits)
+                        .with_exponent(RsaExponent::default())
+                        // The builder only allows a NULL scheme when it is not told the key signs; the
+                        // `sign` object attribute above is what the TPM enforces.
+                        .with_is_signing_key(false)
+                        .with_is_decryption_key(false)
+                        .with_restricted(false)
+                        .build()
+                        .map_err(wrap("RSA parameters"))?,
+                )
+                .with_rsa_unique_identifier(PublicKeyRsa::default())
+        }
+    };
+    builder.build().map_err(wrap("key template"))
+}

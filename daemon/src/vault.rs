@@ -1,0 +1,599 @@
+//! The vault: key operations built from the store and the TPM actor. This is the library API
+//! that the gRPC services (and the in-process rustls signer, and tests) call.
+//!
+//! It validates nothing that `model` types already guarantee, hashes messages in-core, keeps a
+//! parsed copy of hot key records, and never touches the TPM from an async worker: every TPM
+//! operation is a job for the actor, every file operation runs on the blocking pool.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tss_esapi::structures::{Auth, Digest, Private, Public, PublicBuffer};
+use tss_esapi::traits::{Marshall, UnMarshall};
+use zeroize::Zeroizing;
+
+use crate::crypto::verify;
+use crate::error::Error;
+use crate::model::{HashAlg, KeyAlg, KeyName, Scheme, SignInput};
+use crate::store::{KeyRecord, Store, StoreError};
+use crate::tpm::actor::ActorConfig;
+use crate::tpm::{convert, templates, KeyBlob, QueueConfig, TpmError, TpmHandle, TpmInfo};
+
+/// Key generation can take seconds on a TPM (RSA-3072 especially).
+const CREATE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Parsed records kept in memory.
+const CACHE_MAX: usize = 4096;
+/// Longest key password the TPM accepts for a SHA-256 name algorithm.
+const MAX_AUTH: usize = 32;
+
+/// How to open a vault.
+#[derive(Debug, Clone)]
+pub struct VaultConfig {
+    /// State directory.
+    pub state_dir: PathBuf,
+    /// TCTI string.
+    pub tcti: String,
+    /// Most transient objects kept loaded, SRK included.
+    pub max_loaded_objects: usize,
+    /// Actor queue and deadlines.
+    pub queue: QueueConfig,
+    /// True when the TPM is the daemon's own swtpm (reported in status).
+    pub simulator: bool,
+}
+
+/// A key as clients see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyInfo {
+    /// Name.
+    pub name: KeyName,
+    /// Algorithm.
+    pub alg: KeyAlg,
+    /// TPM object name.
+    pub tpm_name: Vec<u8>,
+    /// Creation time, Unix seconds.
+    pub created_unix: i64,
+    /// Creating client's uid.
+    pub owner_uid: u32,
+    /// Password-protected.
+    pub has_auth: bool,
+}
+
+impl From<&KeyRecord> for KeyInfo {
+    fn from(r: &KeyRecord) -> Self {
+        Self {
+            name: r.name.clone(),
+            alg: r.alg,
+            tpm_name: r.tpm_name.clone(),
+            created_unix: r.created_unix,
+            owner_uid: r.owner_uid,
+            has_auth: r.has_auth,
+        }
+    }
+}
+
+/// A finished signature.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignOutput {
+    /// DER ECDSA-Sig-Value or RSA signature bytes.
+    pub signature: Vec<u8>,
+    /// Scheme used.
+    pub scheme: Scheme,
+    /// Hash used.
+    pub hash: HashAlg,
+}
+
+/// What to sign and how.
+#[derive(Debug, Clone)]
+pub struct SignRequest {
+    /// Message or digest.
+    pub input: SignInput,
+    /// Hash; `None` = the key's default.
+    pub hash: Option<HashAlg>,
+    /// Scheme; `None` = the key's default.
+    pub scheme: Option<Scheme>,
+}
+
+/// A record parsed into what the TPM needs, plus the public key, cached per name.
+struct Loaded {
+    record: KeyRecord,
+    blob: KeyBlob,
+    spki: Vec<u8>,
+}
+
+/// Whether this TPM's RSA-PSS salt length has been checked.
+const PSS_UNKNOWN: u8 = 0;
+const PSS_OK: u8 = 1;
+const PSS_BAD: u8 = 2;
+
+struct Inner {
+    tpm: TpmHandle,
+    store: Store,
+    cache: Mutex<HashMap<KeyName, Arc<Loaded>>>,
+    pss: AtomicU8,
+    tcti: String,
+    simulator: bool,
+    started: Instant,
+}
+
+/// The key vault. Cheap to clone.
+#[derive(Clone)]
+pub struct Vault {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Vault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Vault")
+            .field("tcti", &self.inner.tcti)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Vault {
+    /// Opens the state directory, connects to the TPM and checks (or, on first start, records)
+    /// the SRK name.
+    ///
+    /// # Errors
+    /// [`Error::Store`] for state-dir problems; [`Error::Tpm`] when the TPM is unreachable or
+    /// not the one the state belongs to.
+    pub async fn open(cfg: VaultConfig) -> Result<Self, Error> {
+        let dir = cfg.state_dir.clone();
+        let store = blocking(move || Store::open(dir)).await?;
+        let s = store.clone();
+        let expected = blocking(move || s.srk_name()).await?;
+        let actor = ActorConfig {
+            tcti: cfg.tcti.clone(),
+            max_loaded: cfg.max_loaded_objects.max(2),
+            expected_srk_name: expected.clone(),
+        };
+        let (tpm, info) = TpmHandle::open(actor, cfg.queue.clone()).await?;
+        if expected.is_none() {
+            let s = store.clone();
+            let name = info.srk_name.clone();
+            blocking(move || s.set_srk_name(&name)).await?;
+            tracing::info!(srk = %hex::encode(&info.srk_name), "recorded the SRK name of this TPM");
+        }
+        Ok(Self {
+            inner: Arc::new(Inner {
+                tpm,
+                store,
+                cache: Mutex::new(HashMap::new()),
+                pss: AtomicU8::new(PSS_UNKNOWN),
+                tcti: cfg.tcti,
+                simulator: cfg.simulator,
+                started: Instant::now(),
+            }),
+        })
+    }
+
+    /// The TPM actor handle (for status, metrics and in-process signing).
+    pub fn tpm(&self) -> &TpmHandle {
+        &self.inner.tpm
+    }
+
+    /// The TCTI in use.
+    pub fn tcti(&self) -> &str {
+        &self.inner.tcti
+    }
+
+    /// Whether the TPM is the daemon's own simulator.
+    pub fn is_simulator(&self) -> bool {
+        self.inner.simulator
+    }
+
+    /// Time since the vault was opened.
+    pub fn uptime(&self) -> Duration {
+        self.inner.started.elapsed()
+    }
+
+    /// TPM facts from the last connect.
+    pub fn tpm_info(&self) -> TpmInfo {
+        self.inner.tpm.shared().info()
+    }
+
+    /// Creates a key inside the TPM and stores its wrapped blobs.
+    ///
+    /// # Errors
+    /// [`Error::KeyExists`], [`Error::InvalidArgument`] (password too long), TPM and store
+    /// errors. Nothing is stored unless the TPM created the key.
+    pub async fn create_key(
+        &self,
+        name: KeyName,
+        alg: KeyAlg,
+        owner_uid: u32,
+        auth: Option<Zeroizing<Vec<u8>>>,
+    ) -> Result<KeyInfo, Error> {
+        if let Some(a) = &auth {
+            if a.len() > MAX_AUTH {
+                return Err(Error::InvalidArgument(format!(
+                    "key password longer than {MAX_AUTH} bytes"
+                )));
+            }
+        }
+        if self.load(&name).await.is_ok() {
+            return Err(Error::KeyExists(name.to_string()));
+        }
+        let template = templates::signing_key(alg, None)?;
+        let tpm_auth = match &auth {
+            Some(a) if !a.is_empty() => {
+                Some(Auth::try_from(a.to_vec()).map_err(|e| TpmError::from_tss("auth", e))?)
+            }
+            _ => None,
+        };
+        let has_auth = tpm_auth.is_some();
+        let (public, private) = self
+            .inner
+            .tpm
+            .call_with_timeout("create", CREATE_TIMEOUT, move |tpm| {
+                tpm.create(template, tpm_auth, None)
+            })
+            .await?;
+        let record = KeyRecord {
+            version: crate::store::record::RECORD_VERSION,
+            name: name.clone(),
+            alg,
+            created_unix: unix_now(),
+            owner_uid,
+            tpm_name: object_name(&public)?,
+            public: PublicBuffer::try_from(public)
+                .and_then(|b| b.marshall())
+                .map_err(|e| TpmError::from_tss("marshal public", e))?,
+            private: marshal_private(&private),
+            has_auth,
+            pcr_policy: None,
+            cert_chain_pem: None,
+        };
+        let info = KeyInfo::from(&record);
+        let store = self.inner.store.clone();
+        blocking(move || store.insert_new(&record))
+            .await
+            .map_err(|e| match e {
+                Error::Store(StoreError::Exists(n)) => Error::KeyExists(n.to_string()),
+                other => other,
+            })?;
+        tracing::info!(key = %name, alg = %alg, "key created");
+        Ok(info)
+    }
+
+    /// A key's metadata.
+    ///
+    /// # Errors
+    /// [`Error::KeyNotFound`], store errors.
+    pub async fn key(&self, name: &KeyName) -> Result<KeyInfo, Error> {
+        Ok(KeyInfo::from(&self.load(name).await?.record))
+    }
+
+    /// Keys in name order after `after`, at most `limit`.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn list(&self, after: Option<KeyName>, limit: usize) -> Result<Vec<KeyInfo>, Error> {
+        let store = self.inner.store.clone();
+        let names = blocking(move || store.list(after.as_ref(), limit)).await?;
+        let mut out = Vec::with_capacity(names.len());
+        for name in names {
+            match self.load(&name).await {
+                Ok(l) => out.push(KeyInfo::from(&l.record)),
+                // Deleted between listing and reading: skip it.
+                Err(Error::KeyNotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Number of stored keys.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn key_count(&self) -> Result<usize, Error> {
+        let store = self.inner.store.clone();
+        blocking(move || store.count()).await
+    }
+
+    /// Deletes a key for good (the TPM holds no copy once its object is flushed).
+    ///
+    /// # Errors
+    /// [`Error::KeyNotFound`], store errors.
+    pub async fn delete(&self, name: &KeyName) -> Result<(), Error> {
+        let cached = self.cache_remove(name);
+        let store = self.inner.store.clone();
+        let n = name.clone();
+        let existed = blocking(move || store.remove(&n)).await?;
+        if let Some(l) = cached {
+            let tpm_name = l.blob.name.clone();
+            // Best effort: an unreachable TPM has no loaded copy to flush anyway.
+            let _ = self
+                .inner
+                .tpm
+                .call("evict", move |tpm| {
+                    tpm.evict(&tpm_name);
+                    Ok(())
+                })
+                .await;
+        }
+        if existed {
+            tracing::info!(key = %name, "key deleted");
+            Ok(())
+        } else {
+            Err(Error::not_found(name))
+        }
+    }
+
+    /// The key's public part as DER SubjectPublicKeyInfo.
+    ///
+    /// # Errors
+    /// [`Error::KeyNotFound`], store errors.
+    pub async fn public_key(&self, name: &KeyName) -> Result<(KeyAlg, Vec<u8>), Error> {
+        let l = self.load(name).await?;
+        Ok((l.record.alg, l.spki.clone()))
+    }
+
+    /// Signs with a TPM-resident key. Messages are hashed here, in-core; the TPM signs the
+    /// digest.
+    ///
+    /// # Errors
+    /// [`Error::KeyNotFound`]; [`Error::InvalidArgument`] for a scheme the key cannot use, a
+    /// wrong digest length or a missing password; TPM errors.
+    pub async fn sign(
+        &self,
+        name: &KeyName,
+        req: SignRequest,
+        auth: Option<Zeroizing<Vec<u8>>>,
+    ) -> Result<SignOutput, Error> {
+        let loaded = self.load(name).await?;
+        let (job, out) = self.prepare_sign(&loaded, req, auth)?;
+        let sig = self.inner.tpm.call("sign", job).await?;
+        self.finish_sign(&loaded, out, &sig)
+    }
+
+    /// [`Vault::sign`] for synchronous callers (rustls' `Signer::sign`): blocks the calling
+    /// thread, never an async worker's event loop (wrap in `block_in_place` on a runtime).
+    ///
+    /// # Errors
+    /// As [`Vault::sign`]; the key must already be cached (see [`Vault::public_key`]).
+    pub fn sign_blocking(&self, name: &KeyName, req: SignRequest) -> Result<SignOutput, Error> {
+        let loaded = self.cached(name).ok_or_else(|| Error::not_found(name))?;
+        let (job, out) = self.prepare_sign(&loaded, req, None)?;
+        let sig = self.inner.tpm.call_blocking("sign", job)?;
+        self.finish_sign(&loaded, out, &sig)
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn prepare_sign(
+        &self,
+        loaded: &Arc<Loaded>,
+        req: SignRequest,
+        auth: Option<Zeroizing<Vec<u8>>>,
+    ) -> Result<
+        (
+            impl FnOnce(&mut crate::tpm::Tpm) -> Result<tss_esapi::structures::Signature, TpmError>
+                + Send
+                + 'static,
+            (Scheme, HashAlg, Vec<u8>),
+        ),
+        Error,
+    > {
+        let alg = loaded.record.alg;
+        let scheme = req.scheme.unwrap_or_else(|| alg.default_scheme());
+        let hash = req.hash.unwrap_or_else(|| alg.default_hash());
+        alg.check_scheme(scheme)?;
+        if scheme == Scheme::RsaPss && self.inner.pss.load(Ordering::Relaxed) == PSS_BAD {
+            return Err(TpmError::PssSaltUnsupported.into());
+        }
+        let auth = match (loaded.record.has_auth, auth) {
+            (true, Some(a)) if !a.is_empty() => Some(
+                Auth::try_from(a.to_vec())
+                    .map_err(|_| Error::InvalidArgument("key password too long".into()))?,
+            ),
+            (true, _) => {
+                return Err(Error::PermissionDenied(format!(
+                    "key {} needs its password",
+                    loaded.record.name
+                )))
+            }
+            (false, _) => None,
+        };
+        let digest = req.input.into_digest(hash)?;
+        let tpm_digest = Digest::try_from(digest.clone())
+            .map_err(|_| Error::InvalidArgument("digest too long for the TPM".into()))?;
+        let blob = loaded.blob.clone();
+        let tpm_scheme = convert::signature_scheme(scheme, hash);
+        let job = move |tpm: &mut crate::tpm::Tpm| tpm.sign(&blob, tpm_digest, tpm_scheme, auth);
+        Ok((job, (scheme, hash, digest)))
+    }
+
+    fn finish_sign(
+        &self,
+        loaded: &Loaded,
+        (scheme, hash, digest): (Scheme, HashAlg, Vec<u8>),
+        sig: &tss_esapi::structures::Signature,
+    ) -> Result<SignOutput, Error> {
+        let signature = convert::encode_signature(loaded.record.alg, sig)?;
+        if scheme == Scheme::RsaPss && self.inner.pss.load(Ordering::Relaxed) != PSS_OK {
+            // Some hardware TPMs use the maximum salt length, which TLS 1.3 rejects: check the
+            // first PSS signature of this TPM in software and refuse if it is not hash-length.
+            let ok = verify::verify_digest(
+                loaded.record.alg,
+                &loaded.spki,
+                scheme,
+                hash,
+                &digest,
+                &signature,
+            )?;
+            self.inner
+                .pss
+                .store(if ok { PSS_OK } else { PSS_BAD }, Ordering::Relaxed);
+            if !ok {
+                tracing::error!("TPM RSA-PSS salt length is not the hash length; refusing PSS");
+                return Err(TpmError::PssSaltUnsupported.into());
+            }
+        }
+        Ok(SignOutput {
+            signature,
+            scheme,
+            hash,
+        })
+    }
+
+    /// Verifies a signature in-core with the key's public part.
+    ///
+    /// # Errors
+    /// [`Error::KeyNotFound`], [`Error::InvalidArgument`].
+    pub async fn verify(
+        &self,
+        name: &KeyName,
+        input: SignInput,
+        signature: &[u8],
+        hash: Option<HashAlg>,
+        scheme: Option<Scheme>,
+    ) -> Result<bool, Error> {
+        let l = self.load(name).await?;
+        let alg = l.record.alg;
+        let scheme = scheme.unwrap_or_else(|| alg.default_scheme());
+        let hash = hash.unwrap_or_else(|| alg.default_hash());
+        let digest = input.into_digest(hash)?;
+        verify::verify_digest(alg, &l.spki, scheme, hash, &digest, signature)
+    }
+
+    /// Makes sure a key's record is parsed and cached (so [`Vault::sign_blocking`] can use it).
+    ///
+    /// # Errors
+    /// [`Error::KeyNotFound`], store errors.
+    pub async fn warm(&self, name: &KeyName) -> Result<(), Error> {
+        self.load(name).await.map(|_| ())
+    }
+
+    /// Counts transient objects in the TPM (all owners); for status and leak tests.
+    ///
+    /// # Errors
+    /// TPM errors.
+    pub async fn transient_handles(&self) -> Result<usize, Error> {
+        Ok(self
+            .inner
+            .tpm
+            .call("handles", |tpm| tpm.transient_handles())
+            .await?)
+    }
+
+    /// Flushes every loaded object (keys, sessions, transient SRK).
+    ///
+    /// # Errors
+    /// When the actor is unreachable.
+    pub async fn flush(&self) -> Result<(), Error> {
+        self.inner.tpm.flush_all().await?;
+        Ok(())
+    }
+
+    /// Stops the TPM actor (flushing every loaded object and closing the connection). Later
+    /// operations fail with `Unavailable`.
+    pub async fn shutdown(&self, grace: Duration) {
+        self.inner.tpm.shutdown(grace).await;
+    }
+
+    fn cached(&self, name: &KeyName) -> Option<Arc<Loaded>> {
+        self.inner
+            .cache
+            .lock()
+            .ok()
+            .and_then(|c| c.get(name).cloned())
+    }
+
+    fn cache_remove(&self, name: &KeyName) -> Option<Arc<Loaded>> {
+        self.inner
+            .cache
+            .lock()
+            .ok()
+            .and_then(|mut c| c.remove(name))
+    }
+
+    async fn load(&self, name: &KeyName) -> Result<Arc<Loaded>, Error> {
+        if let Some(l) = self.cached(name) {
+            return Ok(l);
+        }
+        let store = self.inner.store.clone();
+        let n = name.clone();
+        let record = blocking(move || store.get(&n))
+            .await?
+            .ok_or_else(|| Error::not_found(name))?;
+        let loaded = Arc::new(parse_record(record)?);
+        if let Ok(mut cache) = self.inner.cache.lock() {
+            if cache.len() >= CACHE_MAX {
+                if let Some(victim) = cache.keys().next().cloned() {
+                    cache.remove(&victim);
+                }
+            }
+            cache.insert(name.clone(), loaded.clone());
+        }
+        Ok(loaded)
+    }
+}
+
+fn parse_record(record: KeyRecord) -> Result<Loaded, Error> {
+    let corrupt = |why: String| {
+        Error::Store(StoreError::Corrupt {
+            path: PathBuf::from(record.name.as_str()),
+            reason: why,
+        })
+    };
+    let public = PublicBuffer::unmarshall(&record.public)
+        .and_then(Public::try_from)
+        .map_err(|e| corrupt(format!("public blob: {e}")))?;
+    let private =
+        unmarshal_private(&record.private).ok_or_else(|| corrupt("private blob".into()))?;
+    let spki = convert::public_key_der(record.alg, &public)?;
+    let blob = KeyBlob {
+        name: record.tpm_name.clone(),
+        public,
+        private,
+    };
+    Ok(Loaded { record, blob, spki })
+}
+
+/// TPM object name: nameAlg (SHA-256, 0x000b) || SHA-256(TPMT_PUBLIC).
+fn object_name(public: &Public) -> Result<Vec<u8>, Error> {
+    let tpmt = public
+        .marshall()
+        .map_err(|e| TpmError::from_tss("marshal public", e))?;
+    let mut name = vec![0x00, 0x0b];
+    name.extend_from_slice(&HashAlg::Sha256.digest(&tpmt));
+    Ok(name)
+}
+
+/// TPM2B_PRIVATE: 2-byte big-endian size, then the wrapped bytes (what tpm2-tools writes).
+fn marshal_private(p: &Private) -> Vec<u8> {
+    let v = p.value();
+    let mut out = Vec::with_capacity(v.len() + 2);
+    out.extend_from_slice(&(v.len() as u16).to_be_bytes());
+    out.extend_from_slice(v);
+    out
+}
+
+fn unmarshal_private(b: &[u8]) -> Option<Private> {
+    let (len, rest) = b.split_first_chunk::<2>()?;
+    if usize::from(u16::from_be_bytes(*len)) != rest.len() {
+        return None;
+    }
+    Private::try_from(rest.to_vec()).ok()
+}
+
+fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+/// Runs blocking (file) work off the async workers.
+async fn blocking<T, E>(f: impl FnOnce() -> Result<T, E> + Send + 'static) -> Result<T, Error>
+where
+    T: Send + 'static,
+    E: Into<Error> + Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::Internal(format!("blocking task failed: {e}")))?
+        .map_err(Into::into)
+}
