@@ -1,1 +1,273 @@
-//! config
+//! Daemon configuration: flags > environment > `/etc/tpm-vault/config.toml` > defaults.
+//!
+//! [`Args`] is what clap parses (flags and their environment variables); [`FileConfig`] is the
+//! TOML file, where unknown fields are errors; [`Config`] is the validated result the rest of
+//! the daemon uses. Nothing here touches the TPM or binds a socket.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Parser;
+use serde::Deserialize;
+
+/// Default config file.
+pub const DEFAULT_CONFIG: &str = "/etc/tpm-vault/config.toml";
+/// Default TCTI.
+pub const DEFAULT_TCTI: &str = "device:/dev/tpmrm0";
+/// The kernel resource manager device whose absence selects the embedded simulator.
+pub const TPM_DEVICE: &str = "/dev/tpmrm0";
+
+/// `tpm-vaultd` command line. Every setting is also a config-file key and most an env var.
+#[derive(Debug, Parser)]
+#[command(
+    name = "tpm-vaultd",
+    version,
+    about = "TPM 2.0 key vault daemon: non-extractable keys over gRPC"
+)]
+pub struct Args {
+    /// Config file (TOML). A missing default file is fine; a missing explicit one is an error.
+    #[arg(long, env = "TPM_VAULT_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// tpm2-tss TCTI string, e.g. `device:/dev/tpmrm0` or `swtpm:host=127.0.0.1,port=2321`.
+    #[arg(long, env = "TPM_VAULT_TCTI")]
+    pub tcti: Option<String>,
+    /// Start a private swtpm under the state dir and use it (keys are NOT hardware-protected).
+    /// Also the default when no TCTI is configured and /dev/tpmrm0 does not exist.
+    #[arg(long, env = "TPM_VAULT_SIMULATOR")]
+    pub simulator: bool,
+    /// State directory (key records, SRK name, simulator state).
+    #[arg(long, env = "TPM_VAULT_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Unix socket to serve gRPC on (mode 0660).
+    #[arg(long, env = "TPM_VAULT_SOCKET")]
+    pub socket: Option<PathBuf>,
+    /// Access-policy directory.
+    #[arg(long, env = "TPM_VAULT_POLICIES")]
+    pub policies: Option<PathBuf>,
+    /// Also serve gRPC over TLS 1.3 on ADDR:PORT (server key in the TPM, client certs required).
+    #[arg(long, env = "TPM_VAULT_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Most TPM transient objects kept loaded, the SRK included (firmware TPMs may have 3).
+    #[arg(long)]
+    pub max_loaded_objects: Option<usize>,
+    /// Deadline of one TPM operation, queueing included, in milliseconds.
+    #[arg(long)]
+    pub tpm_timeout_ms: Option<u64>,
+    /// How long SIGTERM waits for in-flight requests, in milliseconds.
+    #[arg(long)]
+    pub shutdown_grace_ms: Option<u64>,
+    /// Log format: `plain` (journald-friendly) or `json`.
+    #[arg(long, env = "TPM_VAULT_LOG_FORMAT")]
+    pub log_format: Option<LogFormat>,
+    /// Validate the configuration and exit.
+    #[arg(long)]
+    pub check_config: bool,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// One human-readable line per event, no colours or timestamps (journald adds them).
+    Plain,
+    /// One JSON object per event.
+    Json,
+}
+
+/// `config.toml`. Every field is optional; unknown fields are errors.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// See [`Args::tcti`].
+    pub tcti: Option<String>,
+    /// See [`Args::simulator`].
+    pub simulator: Option<bool>,
+    /// See [`Args::state_dir`].
+    pub state_dir: Option<PathBuf>,
+    /// See [`Args::socket`].
+    pub socket: Option<PathBuf>,
+    /// See [`Args::policies`].
+    pub policies: Option<PathBuf>,
+    /// See [`Args::listen`].
+    pub listen: Option<SocketAddr>,
+    /// See [`Args::max_loaded_objects`].
+    pub max_loaded_objects: Option<usize>,
+    /// See [`Args::tpm_timeout_ms`].
+    pub tpm_timeout_ms: Option<u64>,
+    /// See [`Args::shutdown_grace_ms`].
+    pub shutdown_grace_ms: Option<u64>,
+    /// See [`Args::log_format`].
+    pub log_format: Option<LogFormat>,
+}
+
+/// Validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// TCTI (the simulator's is filled in when it starts).
+    pub tcti: String,
+    /// Run a private swtpm.
+    pub simulator: bool,
+    /// State directory.
+    pub state_dir: PathBuf,
+    /// Unix socket path.
+    pub socket: PathBuf,
+    /// Policy directory.
+    pub policies: PathBuf,
+    /// Optional TLS listener.
+    pub listen: Option<SocketAddr>,
+    /// Transient object budget.
+    pub max_loaded_objects: usize,
+    /// TPM operation deadline.
+    pub tpm_timeout: Duration,
+    /// Shutdown drain bound.
+    pub shutdown_grace: Duration,
+    /// Log format.
+    pub log_format: LogFormat,
+}
+
+/// Why the configuration is unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The config file cannot be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// File.
+        path: PathBuf,
+        /// Error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The config file is not valid TOML or has unknown/invalid fields.
+    #[error("config file {path}: {message}")]
+    Parse {
+        /// File.
+        path: PathBuf,
+        /// Parser message (with line and column).
+        message: String,
+    },
+    /// A value is out of range.
+    #[error("invalid setting {field}: {reason}")]
+    Invalid {
+        /// Setting name.
+        field: &'static str,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Config {
+    /// Resolves flags, environment and file into a configuration.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the file, line or setting at fault.
+    pub fn load(args: &Args) -> Result<Self, ConfigError> {
+        let file = match &args.config {
+            Some(path) => read_file(path)?,
+            None if Path::new(DEFAULT_CONFIG).exists() => read_file(Path::new(DEFAULT_CONFIG))?,
+            None => FileConfig::default(),
+        };
+        let tcti = args.tcti.clone().or(file.tcti);
+        let simulator = args.simulator
+            || file.simulator.unwrap_or(false)
+            || (tcti.is_none() && !Path::new(TPM_DEVICE).exists());
+        let max_loaded_objects = args
+            .max_loaded_objects
+            .or(file.max_loaded_objects)
+            .unwrap_or(3);
+        if max_loaded_objects < 2 {
+            return Err(ConfigError::Invalid {
+                field: "max_loaded_objects",
+                reason: "must be at least 2 (the SRK and one key)".into(),
+            });
+        }
+        let tpm_timeout_ms = args
+            .tpm_timeout_ms
+            .or(file.tpm_timeout_ms)
+            .unwrap_or(10_000);
+        if tpm_timeout_ms == 0 {
+            return Err(ConfigError::Invalid {
+                field: "tpm_timeout_ms",
+                reason: "must be positive".into(),
+            });
+        }
+        Ok(Self {
+            tcti: tcti.unwrap_or_else(|| DEFAULT_TCTI.into()),
+            simulator,
+            state_dir: args
+                .state_dir
+                .clone()
+                .or(file.state_dir)
+                .unwrap_or_else(|| "/var/lib/tpm-vault".into()),
+            socket: args
+                .socket
+                .clone()
+                .or(file.socket)
+                .unwrap_or_else(|| "/run/tpm-vault/vault.sock".into()),
+            policies: args
+                .policies
+                .clone()
+                .or(file.policies)
+                .unwrap_or_else(|| "/etc/tpm-vault/policies".into()),
+            listen: args.listen.or(file.listen),
+            max_loaded_objects,
+            tpm_timeout: Duration::from_millis(tpm_timeout_ms),
+            shutdown_grace: Duration::from_millis(
+                args.shutdown_grace_ms
+                    .or(file.shutdown_grace_ms)
+                    .unwrap_or(10_000),
+            ),
+            log_format: args
+                .log_format
+                .or(file.log_format)
+                .unwrap_or(LogFormat::Plain),
+        })
+    }
+}
+
+fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|e| ConfigError::Parse {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(extra: &[&str]) -> Args {
+        let mut v = vec!["tpm-vaultd"];
+        v.extend_from_slice(extra);
+        Args::try_parse_from(v).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn flags_override_file_and_unknown_fields_fail() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("c.toml");
+        std::fs::write(
+            &path,
+            "tcti = \"swtpm:host=127.0.0.1,port=1\"\nmax_loaded_objects = 5\n",
+        )
+        .ok();
+        let p = path.to_string_lossy().to_string();
+        let c = Config::load(&args(&["--config", &p, "--max-loaded-objects", "4"]))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.max_loaded_objects, 4);
+        assert_eq!(c.tcti, "swtpm:host=127.0.0.1,port=1");
+        assert!(!c.simulator);
+        std::fs::write(&path, "tcti = \"x\"\nbogus = 1\n").ok();
+        let err = Config::load(&args(&["--config", &p]))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("bogus") && err.contains("line 2"), "{err}");
+        let missing = Config::load(&args(&["--config", "/nonexistent/c.toml"]));
+        assert!(matches!(missing, Err(ConfigError::Read { .. })));
+    }
+}

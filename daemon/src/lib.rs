@@ -15,6 +15,7 @@
 #![deny(missing_docs, missing_debug_implementations)]
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod config;
 pub mod crypto;
 pub mod error;

@@ -53,3 +53,72 @@ impl TpmEnv {
 pub fn key(name: &str) -> KeyName {
     KeyName::try_from(name).expect("valid test key name")
 }
+
+/// A daemon serving on a temp Unix socket, in-process, over its own swtpm.
+pub struct DaemonEnv {
+    pub tpm: TpmEnv,
+    pub socket: PathBuf,
+    pub vault: Vault,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl DaemonEnv {
+    pub async fn start() -> Self {
+        let tpm = TpmEnv::start();
+        let vault = tpm.vault().await;
+        let socket = tpm.path().join("vault.sock");
+        let listener = tpm_vault_daemon::server::bind_unix(&socket).expect("bind");
+        let listener = tokio::net::UnixListener::from_std(listener).expect("listener");
+        let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+        let v = vault.clone();
+        let task = tokio::spawn(async move {
+            tpm_vault_daemon::server::serve(
+                v,
+                listener,
+                async {
+                    let _ = rx.await;
+                },
+                Duration::from_secs(5),
+            )
+            .await
+            .expect("serve");
+        });
+        Self {
+            tpm,
+            socket,
+            vault,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    pub async fn channel(&self) -> tonic::transport::Channel {
+        tonic::transport::Endpoint::from_shared(format!("unix://{}", self.socket.display()))
+            .expect("endpoint")
+            .connect()
+            .await
+            .expect("connect")
+    }
+
+    pub async fn keys(
+        &self,
+    ) -> tpm_vault_proto::v1::key_service_client::KeyServiceClient<tonic::transport::Channel> {
+        tpm_vault_proto::v1::key_service_client::KeyServiceClient::new(self.channel().await)
+    }
+
+    /// Stops serving and re-raises a panic of the server task.
+    pub async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.task.take() {
+            if let Err(e) = t.await {
+                if e.is_panic() {
+                    std::panic::resume_unwind(e.into_panic());
+                }
+            }
+        }
+        self.vault.shutdown(Duration::from_secs(5)).await;
+    }
+}

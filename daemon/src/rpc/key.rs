@@ -1,0 +1,281 @@
+//! `tpmvault.v1.KeyService`: proto in, [`model`](crate::model) types at the edge, vault calls,
+//! proto out.
+
+use std::time::Instant;
+
+use tonic::{Request, Response, Status};
+use tpm_vault_proto::v1 as pb;
+use tpm_vault_proto::v1::key_service_server::KeyService;
+use zeroize::Zeroizing;
+
+use super::{observe, Ctx};
+use crate::auth::Peer;
+use crate::error::Error;
+use crate::model::{HashAlg, KeyAlg, KeyName, Scheme, SignInput};
+use crate::vault::{KeyInfo, SignRequest};
+
+/// Largest page of ListKeys.
+const MAX_PAGE: usize = 1000;
+
+/// The KeyService implementation.
+#[derive(Debug, Clone)]
+pub struct KeyRpc {
+    ctx: Ctx,
+}
+
+impl KeyRpc {
+    /// A service over `ctx`.
+    pub fn new(ctx: Ctx) -> Self {
+        Self { ctx }
+    }
+}
+
+fn name(s: &str) -> Result<KeyName, Error> {
+    KeyName::try_from(s)
+}
+
+fn key_alg(v: i32) -> Result<KeyAlg, Error> {
+    match pb::KeyAlgorithm::try_from(v) {
+        Ok(pb::KeyAlgorithm::Unspecified | pb::KeyAlgorithm::EccP256) => Ok(KeyAlg::EccP256),
+        Ok(pb::KeyAlgorithm::EccP384) => Ok(KeyAlg::EccP384),
+        Ok(pb::KeyAlgorithm::Rsa2048) => Ok(KeyAlg::Rsa2048),
+        Ok(pb::KeyAlgorithm::Rsa3072) => Ok(KeyAlg::Rsa3072),
+        Err(_) => Err(Error::InvalidArgument(format!("unknown key algorithm {v}"))),
+    }
+}
+
+fn alg_to_pb(a: KeyAlg) -> pb::KeyAlgorithm {
+    match a {
+        KeyAlg::EccP256 => pb::KeyAlgorithm::EccP256,
+        KeyAlg::EccP384 => pb::KeyAlgorithm::EccP384,
+        KeyAlg::Rsa2048 => pb::KeyAlgorithm::Rsa2048,
+        KeyAlg::Rsa3072 => pb::KeyAlgorithm::Rsa3072,
+    }
+}
+
+fn hash(v: i32) -> Result<Option<HashAlg>, Error> {
+    match pb::HashAlgorithm::try_from(v) {
+        Ok(pb::HashAlgorithm::Unspecified) => Ok(None),
+        Ok(pb::HashAlgorithm::Sha256) => Ok(Some(HashAlg::Sha256)),
+        Ok(pb::HashAlgorithm::Sha384) => Ok(Some(HashAlg::Sha384)),
+        Err(_) => Err(Error::InvalidArgument(format!(
+            "unknown hash algorithm {v}"
+        ))),
+    }
+}
+
+fn hash_to_pb(h: HashAlg) -> pb::HashAlgorithm {
+    match h {
+        HashAlg::Sha256 => pb::HashAlgorithm::Sha256,
+        HashAlg::Sha384 => pb::HashAlgorithm::Sha384,
+    }
+}
+
+fn scheme(v: i32) -> Result<Option<Scheme>, Error> {
+    match pb::SignatureScheme::try_from(v) {
+        Ok(pb::SignatureScheme::Unspecified) => Ok(None),
+        Ok(pb::SignatureScheme::Ecdsa) => Ok(Some(Scheme::Ecdsa)),
+        Ok(pb::SignatureScheme::RsaPss) => Ok(Some(Scheme::RsaPss)),
+        Ok(pb::SignatureScheme::RsaPkcs1) => Ok(Some(Scheme::RsaPkcs1)),
+        Err(_) => Err(Error::InvalidArgument(format!(
+            "unknown signature scheme {v}"
+        ))),
+    }
+}
+
+fn scheme_to_pb(s: Scheme) -> pb::SignatureScheme {
+    match s {
+        Scheme::Ecdsa => pb::SignatureScheme::Ecdsa,
+        Scheme::RsaPss => pb::SignatureScheme::RsaPss,
+        Scheme::RsaPkcs1 => pb::SignatureScheme::RsaPkcs1,
+    }
+}
+
+fn sign_input(message: Option<pb::sign_request::Input>) -> Result<SignInput, Error> {
+    match message {
+        Some(pb::sign_request::Input::Message(m)) => Ok(SignInput::Message(m)),
+        Some(pb::sign_request::Input::Digest(d)) => Ok(SignInput::Digest(d)),
+        None => Err(Error::InvalidArgument(
+            "either message or digest is required".into(),
+        )),
+    }
+}
+
+fn verify_input(message: Option<pb::verify_request::Input>) -> Result<SignInput, Error> {
+    match message {
+        Some(pb::verify_request::Input::Message(m)) => Ok(SignInput::Message(m)),
+        Some(pb::verify_request::Input::Digest(d)) => Ok(SignInput::Digest(d)),
+        None => Err(Error::InvalidArgument(
+            "either message or digest is required".into(),
+        )),
+    }
+}
+
+fn key_to_pb(k: KeyInfo) -> pb::Key {
+    pb::Key {
+        name: k.name.to_string(),
+        algorithm: alg_to_pb(k.alg) as i32,
+        tpm_name: hex::encode(&k.tpm_name),
+        created_unix: k.created_unix,
+        pcr_binding: None,
+        owner_uid: k.owner_uid,
+        has_auth: k.has_auth,
+    }
+}
+
+fn auth(bytes: Vec<u8>) -> Option<Zeroizing<Vec<u8>>> {
+    (!bytes.is_empty()).then(|| Zeroizing::new(bytes))
+}
+
+#[tonic::async_trait]
+impl KeyService for KeyRpc {
+    async fn create_key(
+        &self,
+        req: Request<pb::CreateKeyRequest>,
+    ) -> Result<Response<pb::Key>, Status> {
+        let start = Instant::now();
+        let peer = Peer::of(&req);
+        let r = req.into_inner();
+        let result = async {
+            let n = name(&r.name)?;
+            let alg = key_alg(r.algorithm)?;
+            if r.pcr_binding.is_some() {
+                return Err(Error::InvalidArgument(
+                    "PCR-bound keys are not supported by this version".into(),
+                ));
+            }
+            let uid = peer.map_or(0, |p| p.uid);
+            self.ctx.vault.create_key(n, alg, uid, auth(r.auth)).await
+        }
+        .await;
+        observe(&self.ctx, "CreateKey", start, result.map(key_to_pb))
+    }
+
+    async fn get_key(&self, req: Request<pb::GetKeyRequest>) -> Result<Response<pb::Key>, Status> {
+        let start = Instant::now();
+        let r = req.into_inner();
+        let result = async { self.ctx.vault.key(&name(&r.name)?).await }.await;
+        observe(&self.ctx, "GetKey", start, result.map(key_to_pb))
+    }
+
+    async fn list_keys(
+        &self,
+        req: Request<pb::ListKeysRequest>,
+    ) -> Result<Response<pb::ListKeysResponse>, Status> {
+        let start = Instant::now();
+        let r = req.into_inner();
+        let result = async {
+            let limit = match r.page_size as usize {
+                0 => MAX_PAGE,
+                n => n.min(MAX_PAGE),
+            };
+            let after = if r.page_token.is_empty() {
+                None
+            } else {
+                Some(name(&r.page_token)?)
+            };
+            let keys = self.ctx.vault.list(after, limit + 1).await?;
+            let more = keys.len() > limit;
+            let keys: Vec<_> = keys.into_iter().take(limit).collect();
+            let next_page_token = if more {
+                keys.last().map(|k| k.name.to_string()).unwrap_or_default()
+            } else {
+                String::new()
+            };
+            Ok(pb::ListKeysResponse {
+                keys: keys.into_iter().map(key_to_pb).collect(),
+                next_page_token,
+            })
+        }
+        .await;
+        observe(&self.ctx, "ListKeys", start, result)
+    }
+
+    async fn delete_key(
+        &self,
+        req: Request<pb::DeleteKeyRequest>,
+    ) -> Result<Response<pb::DeleteKeyResponse>, Status> {
+        let start = Instant::now();
+        let r = req.into_inner();
+        let result = async { self.ctx.vault.delete(&name(&r.name)?).await }.await;
+        observe(
+            &self.ctx,
+            "DeleteKey",
+            start,
+            result.map(|()| pb::DeleteKeyResponse {}),
+        )
+    }
+
+    async fn get_public_key(
+        &self,
+        req: Request<pb::GetPublicKeyRequest>,
+    ) -> Result<Response<pb::PublicKey>, Status> {
+        let start = Instant::now();
+        let r = req.into_inner();
+        let result = async {
+            let (alg, der) = self.ctx.vault.public_key(&name(&r.name)?).await?;
+            Ok(pb::PublicKey {
+                pem: pem_public_key(&der),
+                der,
+                algorithm: alg_to_pb(alg) as i32,
+            })
+        }
+        .await;
+        observe(&self.ctx, "GetPublicKey", start, result)
+    }
+
+    async fn sign(
+        &self,
+        req: Request<pb::SignRequest>,
+    ) -> Result<Response<pb::SignResponse>, Status> {
+        let start = Instant::now();
+        let r = req.into_inner();
+        let result = async {
+            let n = name(&r.name)?;
+            let request = SignRequest {
+                input: sign_input(r.input)?,
+                hash: hash(r.hash)?,
+                scheme: scheme(r.scheme)?,
+            };
+            let out = self.ctx.vault.sign(&n, request, auth(r.auth)).await?;
+            Ok(pb::SignResponse {
+                signature: out.signature,
+                scheme: scheme_to_pb(out.scheme) as i32,
+                hash: hash_to_pb(out.hash) as i32,
+            })
+        }
+        .await;
+        observe(&self.ctx, "Sign", start, result)
+    }
+
+    async fn verify(
+        &self,
+        req: Request<pb::VerifyRequest>,
+    ) -> Result<Response<pb::VerifyResponse>, Status> {
+        let start = Instant::now();
+        let r = req.into_inner();
+        let result = async {
+            let n = name(&r.name)?;
+            let valid = self
+                .ctx
+                .vault
+                .verify(
+                    &n,
+                    verify_input(r.input)?,
+                    &r.signature,
+                    hash(r.hash)?,
+                    scheme(r.scheme)?,
+                )
+                .await?;
+            Ok(pb::VerifyResponse { valid })
+        }
+        .await;
+        observe(&self.ctx, "Verify", start, result)
+    }
+}
+
+/// PEM "PUBLIC KEY" armour for DER SubjectPublicKeyInfo.
+pub fn pem_public_key(der: &[u8]) -> String {
+    use p256::pkcs8::der::pem::{encode_string, LineEnding};
+    encode_string("PUBLIC KEY", LineEnding::LF, der).unwrap_or_default()
+}
