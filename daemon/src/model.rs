@@ -162,15 +162,12 @@ impl FromStr for KeyAlg {
     type Err = Error;
 
     fn from_str(s: &str) -> Result<Self, Error> {
-        Self::ALL
-            .into_iter()
-            .find(|a| a.as_str() == s)
-            .ok_or_else(|| {
-                Error::InvalidArgument(format!(
-                    "unknown key algorithm {:?} (expected ecc-p256, ecc-p384, rsa-2048 or rsa-3072)",
-                    truncate_for_message(s)
-                ))
-            })
+        Self::ALL.into_iter().find(|a| a.as_str() == s).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "unknown key algorithm {:?} (expected ecc-p256, ecc-p384, rsa-2048 or rsa-3072)",
+                truncate_for_message(s)
+            ))
+        })
     }
 }
 
@@ -262,13 +259,11 @@ impl SignInput {
     /// [`Error::InvalidArgument`] for a digest of the wrong length or an oversize message.
     pub fn into_digest(self, hash: HashAlg) -> Result<Vec<u8>, Error> {
         match self {
-            Self::Message(m) if m.len() > Self::MAX_MESSAGE => {
-                Err(Error::InvalidArgument(format!(
-                    "message of {} bytes exceeds the {} byte limit; send a digest instead",
-                    m.len(),
-                    Self::MAX_MESSAGE
-                )))
-            }
+            Self::Message(m) if m.len() > Self::MAX_MESSAGE => Err(Error::InvalidArgument(format!(
+                "message of {} bytes exceeds the {} byte limit; send a digest instead",
+                m.len(),
+                Self::MAX_MESSAGE
+            ))),
             Self::Message(m) => Ok(hash.digest(&m)),
             Self::Digest(d) if d.len() == hash.len() => Ok(d),
             Self::Digest(d) => Err(Error::InvalidArgument(format!(
@@ -355,10 +350,7 @@ impl PcrSelection {
         let mut pcrs = Vec::with_capacity(indices.len());
         for &i in indices {
             if i > Self::MAX_INDEX {
-                return Err(Error::InvalidArgument(format!(
-                    "PCR index {i} out of range 0-{}",
-                    Self::MAX_INDEX
-                )));
+                return Err(Error::InvalidArgument(format!("PCR index {i} out of range 0-{}", Self::MAX_INDEX)));
             }
             pcrs.push(i as u8);
         }
@@ -390,22 +382,8 @@ mod tests {
         for good in ["a", "web", "0", "web-1.prod_x", &"a".repeat(64)] {
             assert!(KeyName::try_from(good).is_ok(), "{good}");
         }
-        for bad in [
-            "",
-            "../x",
-            "Web",
-            "-a",
-            ".a",
-            "a/b",
-            "a b",
-            "é",
-            &"a".repeat(65),
-            "a\0",
-        ] {
-            assert!(
-                matches!(KeyName::try_from(bad), Err(Error::InvalidArgument(_))),
-                "{bad:?}"
-            );
+        for bad in ["", "../x", "Web", "-a", ".a", "a/b", "a b", "é", &"a".repeat(65), "a\0"] {
+            assert!(matches!(KeyName::try_from(bad), Err(Error::InvalidArgument(_))), "{bad:?}");
         }
     }
 
@@ -413,15 +391,8 @@ mod tests {
     fn digest_length_is_checked() {
         let d = SignInput::Digest(vec![0; 31]).into_digest(HashAlg::Sha256);
         assert!(matches!(d, Err(Error::InvalidArgument(m)) if m.contains("31 bytes")));
-        assert_eq!(
-            SignInput::Digest(vec![1; 48])
-                .into_digest(HashAlg::Sha384)
-                .ok(),
-            Some(vec![1; 48])
-        );
-        let m = SignInput::Message(b"abc".to_vec())
-            .into_digest(HashAlg::Sha256)
-            .ok();
+        assert_eq!(SignInput::Digest(vec![1; 48]).into_digest(HashAlg::Sha384).ok(), Some(vec![1; 48]));
+        let m = SignInput::Message(b"abc".to_vec()).into_digest(HashAlg::Sha256).ok();
         assert_eq!(
             m.map(hex::encode).as_deref(),
             Some("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")

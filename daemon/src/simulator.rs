@@ -54,22 +54,15 @@ impl Swtpm {
     /// # Errors
     /// [`SimulatorError`] if swtpm is missing or does not answer.
     pub fn start(state_dir: &Path) -> Result<Self, SimulatorError> {
-        std::fs::create_dir_all(state_dir).map_err(|source| SimulatorError::Io {
-            path: state_dir.to_owned(),
-            source,
-        })?;
+        std::fs::create_dir_all(state_dir)
+            .map_err(|source| SimulatorError::Io { path: state_dir.to_owned(), source })?;
         kill_stale(state_dir);
         let mut last = String::new();
         for _ in 0..20 {
             let (port, lock) = claim_port_pair()?;
             match spawn(state_dir, port) {
                 Ok(child) => {
-                    let mut sim = Self {
-                        child: Some(child),
-                        port,
-                        state_dir: state_dir.to_owned(),
-                        _port_lock: lock,
-                    };
+                    let mut sim = Self { child: Some(child), port, state_dir: state_dir.to_owned(), _port_lock: lock };
                     match sim.wait_ready(Duration::from_secs(10)) {
                         Ok(()) => return Ok(sim),
                         Err(e) => last = e,
@@ -196,10 +189,7 @@ fn kill_stale(state_dir: &Path) {
     let cmdline = String::from_utf8_lossy(&cmdline);
     if cmdline.contains("swtpm") && cmdline.contains(&state_dir.display().to_string()) {
         tracing::warn!(pid, "killing a stale swtpm left by an earlier run");
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -207,24 +197,14 @@ fn kill_stale(state_dir: &Path) {
 /// Picks a port pair whose lock this process holds and which is currently free.
 fn claim_port_pair() -> Result<(u16, Flock<File>), SimulatorError> {
     let lock_dir = std::env::temp_dir().join("tpm-vault-ports");
-    std::fs::create_dir_all(&lock_dir).map_err(|source| SimulatorError::Io {
-        path: lock_dir.clone(),
-        source,
-    })?;
+    std::fs::create_dir_all(&lock_dir).map_err(|source| SimulatorError::Io { path: lock_dir.clone(), source })?;
     let span = u32::from((PORT_MAX - PORT_MIN) / 2);
     let mut seed = seed();
     for _ in 0..500 {
-        seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         let port = PORT_MIN + 2 * ((seed >> 33) as u32 % span) as u16;
         let path = lock_dir.join(format!("{port}.lock"));
-        let Ok(file) = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-        else {
+        let Ok(file) = OpenOptions::new().create(true).truncate(false).write(true).open(&path) else {
             continue;
         };
         let Ok(lock) = Flock::lock(file, FlockArg::LockExclusiveNonblock) else {
@@ -234,9 +214,7 @@ fn claim_port_pair() -> Result<(u16, Flock<File>), SimulatorError> {
             return Ok((port, lock));
         }
     }
-    Err(SimulatorError::Start(
-        "no free port pair below 32768".into(),
-    ))
+    Err(SimulatorError::Start("no free port pair below 32768".into()))
 }
 
 fn port_free(port: u16) -> bool {
@@ -244,8 +222,6 @@ fn port_free(port: u16) -> bool {
 }
 
 fn seed() -> u64 {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     t ^ (u64::from(std::process::id()) << 32)
 }

@@ -14,22 +14,11 @@ use tpm_vault_daemon::vault::SignRequest;
 use tpm_vault_daemon::Error;
 
 fn req(input: SignInput, hash: HashAlg, scheme: Scheme) -> SignRequest {
-    SignRequest {
-        input,
-        hash: Some(hash),
-        scheme: Some(scheme),
-    }
+    SignRequest { input, hash: Some(hash), scheme: Some(scheme) }
 }
 
 /// Verifies with aws-lc-rs (an implementation independent of the daemon's RustCrypto verifier).
-fn independent_verify(
-    alg: KeyAlg,
-    spki: &[u8],
-    hash: HashAlg,
-    scheme: Scheme,
-    msg: &[u8],
-    sig: &[u8],
-) -> bool {
+fn independent_verify(alg: KeyAlg, spki: &[u8], hash: HashAlg, scheme: Scheme, msg: &[u8], sig: &[u8]) -> bool {
     use aws_lc_rs::signature as s;
     let algo: &dyn s::VerificationAlgorithm = match (alg, hash, scheme) {
         (KeyAlg::EccP256, HashAlg::Sha256, _) => &s::ECDSA_P256_SHA256_ASN1,
@@ -44,9 +33,7 @@ fn independent_verify(
     // aws-lc-rs wants the raw public key for ECDSA (SEC1 point) and RSA (PKCS#1): take it
     // out of the SPKI.
     let raw = spki_subject_public_key(spki);
-    s::UnparsedPublicKey::new(algo, raw)
-        .verify(msg, sig)
-        .is_ok()
+    s::UnparsedPublicKey::new(algo, raw).verify(msg, sig).is_ok()
 }
 
 fn spki_subject_public_key(spki: &[u8]) -> Vec<u8> {
@@ -67,21 +54,14 @@ async fn every_algorithm_and_scheme_signs_and_verifies_independently() {
     ];
     for (alg, schemes) in cases {
         let name = key(&format!("k-{}", alg.as_str()));
-        vault
-            .create_key(name.clone(), alg, 0, None)
-            .await
-            .expect("create");
+        vault.create_key(name.clone(), alg, 0, None, None).await.expect("create");
         let (got_alg, spki) = vault.public_key(&name).await.expect("public");
         assert_eq!(got_alg, alg);
         for scheme in schemes {
             for hash in [HashAlg::Sha256, HashAlg::Sha384] {
                 // Message form: the daemon hashes.
                 let out = vault
-                    .sign(
-                        &name,
-                        req(SignInput::Message(msg.clone()), hash, scheme),
-                        None,
-                    )
+                    .sign(&name, req(SignInput::Message(msg.clone()), hash, scheme), None)
                     .await
                     .expect("sign msg");
                 assert!(
@@ -91,11 +71,7 @@ async fn every_algorithm_and_scheme_signs_and_verifies_independently() {
                 // Digest form: the caller hashes.
                 let digest = hash.digest(&msg);
                 let out2 = vault
-                    .sign(
-                        &name,
-                        req(SignInput::Digest(digest.clone()), hash, scheme),
-                        None,
-                    )
+                    .sign(&name, req(SignInput::Digest(digest.clone()), hash, scheme), None)
                     .await
                     .expect("sign digest");
                 assert!(
@@ -104,23 +80,11 @@ async fn every_algorithm_and_scheme_signs_and_verifies_independently() {
                 );
                 // The daemon's own verifier agrees, and rejects a different message.
                 assert!(vault
-                    .verify(
-                        &name,
-                        SignInput::Digest(digest),
-                        &out2.signature,
-                        Some(hash),
-                        Some(scheme)
-                    )
+                    .verify(&name, SignInput::Digest(digest), &out2.signature, Some(hash), Some(scheme))
                     .await
                     .expect("verify"));
                 assert!(!vault
-                    .verify(
-                        &name,
-                        SignInput::Message(b"other".to_vec()),
-                        &out2.signature,
-                        Some(hash),
-                        Some(scheme)
-                    )
+                    .verify(&name, SignInput::Message(b"other".to_vec()), &out2.signature, Some(hash), Some(scheme))
                     .await
                     .expect("verify"));
             }
@@ -133,25 +97,14 @@ async fn a_thousand_ecdsa_signatures_are_all_valid_der() {
     let env = TpmEnv::start();
     let vault = env.vault().await;
     let name = key("der");
-    vault
-        .create_key(name.clone(), KeyAlg::EccP256, 0, None)
-        .await
-        .expect("create");
+    vault.create_key(name.clone(), KeyAlg::EccP256, 0, None, None).await.expect("create");
     let (_, spki) = vault.public_key(&name).await.expect("public");
     let vk = p256::ecdsa::VerifyingKey::from_public_key_der(&spki).expect("spki");
     let mut short = 0;
     for i in 0..1000u32 {
         let msg = i.to_be_bytes().to_vec();
         let out = vault
-            .sign(
-                &name,
-                req(
-                    SignInput::Message(msg.clone()),
-                    HashAlg::Sha256,
-                    Scheme::Ecdsa,
-                ),
-                None,
-            )
+            .sign(&name, req(SignInput::Message(msg.clone()), HashAlg::Sha256, Scheme::Ecdsa), None)
             .await
             .expect("sign");
         let sig = p256::ecdsa::Signature::from_der(&out.signature).expect("strict DER");
@@ -173,17 +126,10 @@ async fn fifty_keys_interleaved_never_exhaust_object_memory_or_leak_handles() {
     let mut names = Vec::new();
     for i in 0..50 {
         let n = key(&format!("many-{i:02}"));
-        vault
-            .create_key(n.clone(), KeyAlg::EccP256, 0, None)
-            .await
-            .expect("create");
+        vault.create_key(n.clone(), KeyAlg::EccP256, 0, None, None).await.expect("create");
         names.push(n);
     }
-    let mut order: Vec<_> = names
-        .iter()
-        .chain(names.iter())
-        .chain(names.iter())
-        .collect();
+    let mut order: Vec<_> = names.iter().chain(names.iter()).chain(names.iter()).collect();
     order.shuffle(&mut rand::thread_rng());
     let mut handles = Vec::new();
     for name in order {
@@ -193,11 +139,7 @@ async fn fifty_keys_interleaved_never_exhaust_object_memory_or_leak_handles() {
             let out = v
                 .sign(
                     &name,
-                    req(
-                        SignInput::Message(name.as_str().as_bytes().to_vec()),
-                        HashAlg::Sha256,
-                        Scheme::Ecdsa,
-                    ),
+                    req(SignInput::Message(name.as_str().as_bytes().to_vec()), HashAlg::Sha256, Scheme::Ecdsa),
                     None,
                 )
                 .await;
@@ -208,31 +150,15 @@ async fn fifty_keys_interleaved_never_exhaust_object_memory_or_leak_handles() {
         let (name, out) = h.await.expect("join");
         let out = out.unwrap_or_else(|e| panic!("sign {name}: {e}"));
         assert!(vault
-            .verify(
-                &name,
-                SignInput::Message(name.as_str().as_bytes().to_vec()),
-                &out.signature,
-                None,
-                None
-            )
+            .verify(&name, SignInput::Message(name.as_str().as_bytes().to_vec()), &out.signature, None, None)
             .await
             .expect("verify"));
     }
     // At most SRK + 2 keys loaded under the default budget of 3.
     assert!(vault.transient_handles().await.expect("handles") <= 3);
     vault.flush().await.expect("flush");
-    assert_eq!(
-        vault.transient_handles().await.expect("handles"),
-        1,
-        "only the SRK after the count reconnects"
-    );
-    let listed: HashSet<_> = vault
-        .list(None, 1000)
-        .await
-        .expect("list")
-        .into_iter()
-        .map(|k| k.name)
-        .collect();
+    assert_eq!(vault.transient_handles().await.expect("handles"), 1, "only the SRK after the count reconnects");
+    let listed: HashSet<_> = vault.list(None, 1000).await.expect("list").into_iter().map(|k| k.name).collect();
     assert_eq!(listed.len(), 50);
 }
 
@@ -244,10 +170,7 @@ async fn keys_survive_tpm_restart_and_vault_reopen() {
         let vault = env.vault().await;
         for alg in KeyAlg::ALL {
             let n = key(&format!("persist-{}", alg.as_str()));
-            vault
-                .create_key(n.clone(), alg, 0, None)
-                .await
-                .expect("create");
+            vault.create_key(n.clone(), alg, 0, None, None).await.expect("create");
             publics.push((n.clone(), vault.public_key(&n).await.expect("public")));
         }
         vault.flush().await.expect("flush");
@@ -259,25 +182,11 @@ async fn keys_survive_tpm_restart_and_vault_reopen() {
         let (alg2, spki2) = vault.public_key(&n).await.expect("public");
         assert_eq!((alg, &spki), (alg2, &spki2), "public key of {n} unchanged");
         let out = vault
-            .sign(
-                &n,
-                SignRequest {
-                    input: SignInput::Message(b"after".to_vec()),
-                    hash: None,
-                    scheme: None,
-                },
-                None,
-            )
+            .sign(&n, SignRequest { input: SignInput::Message(b"after".to_vec()), hash: None, scheme: None }, None)
             .await
             .expect("sign after restart");
         assert!(vault
-            .verify(
-                &n,
-                SignInput::Message(b"after".to_vec()),
-                &out.signature,
-                None,
-                None
-            )
+            .verify(&n, SignInput::Message(b"after".to_vec()), &out.signature, None, None)
             .await
             .expect("verify"));
     }
@@ -288,38 +197,21 @@ async fn a_replaced_tpm_is_refused_and_no_record_is_lost() {
     let env = TpmEnv::start();
     {
         let vault = env.vault().await;
-        vault
-            .create_key(key("kept"), KeyAlg::EccP256, 0, None)
-            .await
-            .expect("create");
+        vault.create_key(key("kept"), KeyAlg::EccP256, 0, None, None).await.expect("create");
         vault.shutdown(std::time::Duration::from_secs(5)).await;
     }
     // A different TPM (fresh swtpm state = new owner seed) behind the same state dir.
-    let other =
-        tpm_vault_daemon::simulator::Swtpm::start(&env.path().join("other-swtpm")).expect("swtpm");
+    let other = tpm_vault_daemon::simulator::Swtpm::start(&env.path().join("other-swtpm")).expect("swtpm");
     let mut cfg = env.vault_config();
     cfg.tcti = other.tcti();
-    let err = tpm_vault_daemon::Vault::open(cfg)
-        .await
-        .expect_err("must refuse");
-    assert!(
-        matches!(err, Error::Tpm(TpmError::SrkMismatch { .. })),
-        "{err}"
-    );
+    let err = tpm_vault_daemon::Vault::open(cfg).await.expect_err("must refuse");
+    assert!(matches!(err, Error::Tpm(TpmError::SrkMismatch { .. })), "{err}");
     assert!(err.to_string().contains("mismatch"), "{err}");
     assert!(env.state_dir().join("keys/kept.key").exists());
     // The right TPM still works.
     let vault = env.vault().await;
     assert!(vault
-        .sign(
-            &key("kept"),
-            SignRequest {
-                input: SignInput::Message(vec![1]),
-                hash: None,
-                scheme: None
-            },
-            None
-        )
+        .sign(&key("kept"), SignRequest { input: SignInput::Message(vec![1]), hash: None, scheme: None }, None)
         .await
         .is_ok());
 }
@@ -329,51 +221,17 @@ async fn bad_input_gives_typed_errors() {
     let env = TpmEnv::start();
     let vault = env.vault().await;
     let ec = key("ec");
-    vault
-        .create_key(ec.clone(), KeyAlg::EccP256, 0, None)
-        .await
-        .expect("create");
-    let r = vault
-        .sign(
-            &ec,
-            req(
-                SignInput::Digest(vec![0; 31]),
-                HashAlg::Sha256,
-                Scheme::Ecdsa,
-            ),
-            None,
-        )
-        .await;
-    assert!(
-        matches!(r, Err(Error::InvalidArgument(ref m)) if m.contains("31 bytes")),
-        "{r:?}"
-    );
-    let r = vault
-        .sign(
-            &key("missing"),
-            req(SignInput::Message(vec![]), HashAlg::Sha256, Scheme::Ecdsa),
-            None,
-        )
-        .await;
+    vault.create_key(ec.clone(), KeyAlg::EccP256, 0, None, None).await.expect("create");
+    let r = vault.sign(&ec, req(SignInput::Digest(vec![0; 31]), HashAlg::Sha256, Scheme::Ecdsa), None).await;
+    assert!(matches!(r, Err(Error::InvalidArgument(ref m)) if m.contains("31 bytes")), "{r:?}");
+    let r = vault.sign(&key("missing"), req(SignInput::Message(vec![]), HashAlg::Sha256, Scheme::Ecdsa), None).await;
     assert!(matches!(r, Err(Error::KeyNotFound(_))), "{r:?}");
-    let r = vault
-        .sign(
-            &ec,
-            req(SignInput::Message(vec![]), HashAlg::Sha256, Scheme::RsaPss),
-            None,
-        )
-        .await;
-    assert!(
-        matches!(r, Err(Error::InvalidArgument(ref m)) if m.contains("not supported")),
-        "{r:?}"
-    );
-    let r = vault.create_key(ec.clone(), KeyAlg::EccP256, 0, None).await;
+    let r = vault.sign(&ec, req(SignInput::Message(vec![]), HashAlg::Sha256, Scheme::RsaPss), None).await;
+    assert!(matches!(r, Err(Error::InvalidArgument(ref m)) if m.contains("not supported")), "{r:?}");
+    let r = vault.create_key(ec.clone(), KeyAlg::EccP256, 0, None, None).await;
     assert!(matches!(r, Err(Error::KeyExists(_))), "{r:?}");
     for bad in ["../x", "", &"a".repeat(65), "Upper"] {
-        assert!(matches!(
-            tpm_vault_daemon::model::KeyName::try_from(bad),
-            Err(Error::InvalidArgument(_))
-        ));
+        assert!(matches!(tpm_vault_daemon::model::KeyName::try_from(bad), Err(Error::InvalidArgument(_))));
     }
     let r = vault.delete(&key("missing")).await;
     assert!(matches!(r, Err(Error::KeyNotFound(_))), "{r:?}");

@@ -33,10 +33,7 @@ fn generated_code_is_up_to_date() {
             stale.push(name);
         }
     }
-    assert!(
-        stale.is_empty(),
-        "generated code was stale and has been rewritten: {stale:?}; commit proto/src/gen"
-    );
+    assert!(stale.is_empty(), "generated code was stale and has been rewritten: {stale:?}; commit proto/src/gen");
 }
 
 fn tempfile_dir() -> PathBuf {

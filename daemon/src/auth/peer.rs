@@ -19,10 +19,6 @@ impl Peer {
     pub fn of<T>(req: &tonic::Request<T>) -> Option<Peer> {
         let info = req.extensions().get::<UdsConnectInfo>()?;
         let cred = info.peer_cred?;
-        Some(Peer {
-            uid: cred.uid(),
-            gid: cred.gid(),
-            pid: cred.pid(),
-        })
+        Some(Peer { uid: cred.uid(), gid: cred.gid(), pid: cred.pid() })
     }
 }

@@ -26,24 +26,21 @@ pub fn verify_digest(
     let bad_key = |e: String| Error::Internal(format!("stored public key does not parse: {e}"));
     match alg {
         KeyAlg::EccP256 => {
-            let key = p256::ecdsa::VerifyingKey::from_public_key_der(spki)
-                .map_err(|e| bad_key(e.to_string()))?;
+            let key = p256::ecdsa::VerifyingKey::from_public_key_der(spki).map_err(|e| bad_key(e.to_string()))?;
             let Ok(sig) = p256::ecdsa::Signature::from_der(signature) else {
                 return Ok(false);
             };
             Ok(key.verify_prehash(digest, &sig).is_ok())
         }
         KeyAlg::EccP384 => {
-            let key = p384::ecdsa::VerifyingKey::from_public_key_der(spki)
-                .map_err(|e| bad_key(e.to_string()))?;
+            let key = p384::ecdsa::VerifyingKey::from_public_key_der(spki).map_err(|e| bad_key(e.to_string()))?;
             let Ok(sig) = p384::ecdsa::Signature::from_der(signature) else {
                 return Ok(false);
             };
             Ok(key.verify_prehash(digest, &sig).is_ok())
         }
         KeyAlg::Rsa2048 | KeyAlg::Rsa3072 => {
-            let key =
-                rsa::RsaPublicKey::from_public_key_der(spki).map_err(|e| bad_key(e.to_string()))?;
+            let key = rsa::RsaPublicKey::from_public_key_der(spki).map_err(|e| bad_key(e.to_string()))?;
             let ok = match (scheme, hash) {
                 (Scheme::RsaPss, HashAlg::Sha256) => {
                     key.verify(rsa::Pss::new_with_salt::<Sha256>(32), digest, signature)
@@ -51,12 +48,8 @@ pub fn verify_digest(
                 (Scheme::RsaPss, HashAlg::Sha384) => {
                     key.verify(rsa::Pss::new_with_salt::<Sha384>(48), digest, signature)
                 }
-                (_, HashAlg::Sha256) => {
-                    key.verify(rsa::Pkcs1v15Sign::new::<Sha256>(), digest, signature)
-                }
-                (_, HashAlg::Sha384) => {
-                    key.verify(rsa::Pkcs1v15Sign::new::<Sha384>(), digest, signature)
-                }
+                (_, HashAlg::Sha256) => key.verify(rsa::Pkcs1v15Sign::new::<Sha256>(), digest, signature),
+                (_, HashAlg::Sha384) => key.verify(rsa::Pkcs1v15Sign::new::<Sha384>(), digest, signature),
             };
             Ok(ok.is_ok())
         }

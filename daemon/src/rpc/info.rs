@@ -24,10 +24,7 @@ impl StatusRpc {
 
 #[tonic::async_trait]
 impl StatusService for StatusRpc {
-    async fn get_status(
-        &self,
-        _req: Request<pb::GetStatusRequest>,
-    ) -> Result<Response<pb::Status>, Status> {
+    async fn get_status(&self, _req: Request<pb::GetStatusRequest>) -> Result<Response<pb::Status>, Status> {
         let vault = &self.ctx.vault;
         let shared = vault.tpm().shared();
         let info = vault.tpm_info();
@@ -38,10 +35,7 @@ impl StatusService for StatusRpc {
             TpmState::Mismatch => pb::TpmState::Mismatch,
         };
         let mut metrics = Vec::new();
-        for (prefix, snapshot) in [
-            ("rpc/", self.ctx.metrics.snapshot()),
-            ("tpm/", shared.metrics.snapshot()),
-        ] {
+        for (prefix, snapshot) in [("rpc/", self.ctx.metrics.snapshot()), ("tpm/", shared.metrics.snapshot())] {
             for (name, s) in snapshot {
                 metrics.push(pb::Metric {
                     name: format!("{prefix}{name}"),

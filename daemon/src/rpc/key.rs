@@ -58,9 +58,7 @@ fn hash(v: i32) -> Result<Option<HashAlg>, Error> {
         Ok(pb::HashAlgorithm::Unspecified) => Ok(None),
         Ok(pb::HashAlgorithm::Sha256) => Ok(Some(HashAlg::Sha256)),
         Ok(pb::HashAlgorithm::Sha384) => Ok(Some(HashAlg::Sha384)),
-        Err(_) => Err(Error::InvalidArgument(format!(
-            "unknown hash algorithm {v}"
-        ))),
+        Err(_) => Err(Error::InvalidArgument(format!("unknown hash algorithm {v}"))),
     }
 }
 
@@ -77,9 +75,7 @@ fn scheme(v: i32) -> Result<Option<Scheme>, Error> {
         Ok(pb::SignatureScheme::Ecdsa) => Ok(Some(Scheme::Ecdsa)),
         Ok(pb::SignatureScheme::RsaPss) => Ok(Some(Scheme::RsaPss)),
         Ok(pb::SignatureScheme::RsaPkcs1) => Ok(Some(Scheme::RsaPkcs1)),
-        Err(_) => Err(Error::InvalidArgument(format!(
-            "unknown signature scheme {v}"
-        ))),
+        Err(_) => Err(Error::InvalidArgument(format!("unknown signature scheme {v}"))),
     }
 }
 
@@ -95,9 +91,7 @@ fn sign_input(message: Option<pb::sign_request::Input>) -> Result<SignInput, Err
     match message {
         Some(pb::sign_request::Input::Message(m)) => Ok(SignInput::Message(m)),
         Some(pb::sign_request::Input::Digest(d)) => Ok(SignInput::Digest(d)),
-        None => Err(Error::InvalidArgument(
-            "either message or digest is required".into(),
-        )),
+        None => Err(Error::InvalidArgument("either message or digest is required".into())),
     }
 }
 
@@ -105,9 +99,7 @@ fn verify_input(message: Option<pb::verify_request::Input>) -> Result<SignInput,
     match message {
         Some(pb::verify_request::Input::Message(m)) => Ok(SignInput::Message(m)),
         Some(pb::verify_request::Input::Digest(d)) => Ok(SignInput::Digest(d)),
-        None => Err(Error::InvalidArgument(
-            "either message or digest is required".into(),
-        )),
+        None => Err(Error::InvalidArgument("either message or digest is required".into())),
     }
 }
 
@@ -117,7 +109,11 @@ fn key_to_pb(k: KeyInfo) -> pb::Key {
         algorithm: alg_to_pb(k.alg) as i32,
         tpm_name: hex::encode(&k.tpm_name),
         created_unix: k.created_unix,
-        pcr_binding: None,
+        pcr_binding: k.pcr_policy.map(|p| pb::PcrBinding {
+            bank: p.selection.bank.as_str().into(),
+            pcrs: p.selection.pcrs.iter().map(|&i| u32::from(i)).collect(),
+            values: p.values,
+        }),
         owner_uid: k.owner_uid,
         has_auth: k.has_auth,
     }
@@ -129,23 +125,16 @@ fn auth(bytes: Vec<u8>) -> Option<Zeroizing<Vec<u8>>> {
 
 #[tonic::async_trait]
 impl KeyService for KeyRpc {
-    async fn create_key(
-        &self,
-        req: Request<pb::CreateKeyRequest>,
-    ) -> Result<Response<pb::Key>, Status> {
+    async fn create_key(&self, req: Request<pb::CreateKeyRequest>) -> Result<Response<pb::Key>, Status> {
         let start = Instant::now();
         let peer = Peer::of(&req);
         let r = req.into_inner();
         let result = async {
             let n = name(&r.name)?;
             let alg = key_alg(r.algorithm)?;
-            if r.pcr_binding.is_some() {
-                return Err(Error::InvalidArgument(
-                    "PCR-bound keys are not supported by this version".into(),
-                ));
-            }
+            let pcr = r.pcr_binding.map(super::pcr_binding).transpose()?;
             let uid = peer.map_or(0, |p| p.uid);
-            self.ctx.vault.create_key(n, alg, uid, auth(r.auth)).await
+            self.ctx.vault.create_key(n, alg, uid, auth(r.auth), pcr).await
         }
         .await;
         observe(&self.ctx, "CreateKey", start, result.map(key_to_pb))
@@ -158,10 +147,7 @@ impl KeyService for KeyRpc {
         observe(&self.ctx, "GetKey", start, result.map(key_to_pb))
     }
 
-    async fn list_keys(
-        &self,
-        req: Request<pb::ListKeysRequest>,
-    ) -> Result<Response<pb::ListKeysResponse>, Status> {
+    async fn list_keys(&self, req: Request<pb::ListKeysRequest>) -> Result<Response<pb::ListKeysResponse>, Status> {
         let start = Instant::now();
         let r = req.into_inner();
         let result = async {
@@ -169,74 +155,42 @@ impl KeyService for KeyRpc {
                 0 => MAX_PAGE,
                 n => n.min(MAX_PAGE),
             };
-            let after = if r.page_token.is_empty() {
-                None
-            } else {
-                Some(name(&r.page_token)?)
-            };
+            let after = if r.page_token.is_empty() { None } else { Some(name(&r.page_token)?) };
             let keys = self.ctx.vault.list(after, limit + 1).await?;
             let more = keys.len() > limit;
             let keys: Vec<_> = keys.into_iter().take(limit).collect();
-            let next_page_token = if more {
-                keys.last().map(|k| k.name.to_string()).unwrap_or_default()
-            } else {
-                String::new()
-            };
-            Ok(pb::ListKeysResponse {
-                keys: keys.into_iter().map(key_to_pb).collect(),
-                next_page_token,
-            })
+            let next_page_token =
+                if more { keys.last().map(|k| k.name.to_string()).unwrap_or_default() } else { String::new() };
+            Ok(pb::ListKeysResponse { keys: keys.into_iter().map(key_to_pb).collect(), next_page_token })
         }
         .await;
         observe(&self.ctx, "ListKeys", start, result)
     }
 
-    async fn delete_key(
-        &self,
-        req: Request<pb::DeleteKeyRequest>,
-    ) -> Result<Response<pb::DeleteKeyResponse>, Status> {
+    async fn delete_key(&self, req: Request<pb::DeleteKeyRequest>) -> Result<Response<pb::DeleteKeyResponse>, Status> {
         let start = Instant::now();
         let r = req.into_inner();
         let result = async { self.ctx.vault.delete(&name(&r.name)?).await }.await;
-        observe(
-            &self.ctx,
-            "DeleteKey",
-            start,
-            result.map(|()| pb::DeleteKeyResponse {}),
-        )
+        observe(&self.ctx, "DeleteKey", start, result.map(|()| pb::DeleteKeyResponse {}))
     }
 
-    async fn get_public_key(
-        &self,
-        req: Request<pb::GetPublicKeyRequest>,
-    ) -> Result<Response<pb::PublicKey>, Status> {
+    async fn get_public_key(&self, req: Request<pb::GetPublicKeyRequest>) -> Result<Response<pb::PublicKey>, Status> {
         let start = Instant::now();
         let r = req.into_inner();
         let result = async {
             let (alg, der) = self.ctx.vault.public_key(&name(&r.name)?).await?;
-            Ok(pb::PublicKey {
-                pem: pem_public_key(&der),
-                der,
-                algorithm: alg_to_pb(alg) as i32,
-            })
+            Ok(pb::PublicKey { pem: pem_public_key(&der), der, algorithm: alg_to_pb(alg) as i32 })
         }
         .await;
         observe(&self.ctx, "GetPublicKey", start, result)
     }
 
-    async fn sign(
-        &self,
-        req: Request<pb::SignRequest>,
-    ) -> Result<Response<pb::SignResponse>, Status> {
+    async fn sign(&self, req: Request<pb::SignRequest>) -> Result<Response<pb::SignResponse>, Status> {
         let start = Instant::now();
         let r = req.into_inner();
         let result = async {
             let n = name(&r.name)?;
-            let request = SignRequest {
-                input: sign_input(r.input)?,
-                hash: hash(r.hash)?,
-                scheme: scheme(r.scheme)?,
-            };
+            let request = SignRequest { input: sign_input(r.input)?, hash: hash(r.hash)?, scheme: scheme(r.scheme)? };
             let out = self.ctx.vault.sign(&n, request, auth(r.auth)).await?;
             Ok(pb::SignResponse {
                 signature: out.signature,
@@ -248,10 +202,7 @@ impl KeyService for KeyRpc {
         observe(&self.ctx, "Sign", start, result)
     }
 
-    async fn verify(
-        &self,
-        req: Request<pb::VerifyRequest>,
-    ) -> Result<Response<pb::VerifyResponse>, Status> {
+    async fn verify(&self, req: Request<pb::VerifyRequest>) -> Result<Response<pb::VerifyResponse>, Status> {
         let start = Instant::now();
         let r = req.into_inner();
         let result = async {
@@ -259,13 +210,7 @@ impl KeyService for KeyRpc {
             let valid = self
                 .ctx
                 .vault
-                .verify(
-                    &n,
-                    verify_input(r.input)?,
-                    &r.signature,
-                    hash(r.hash)?,
-                    scheme(r.scheme)?,
-                )
+                .verify(&n, verify_input(r.input)?, &r.signature, hash(r.hash)?, scheme(r.scheme)?)
                 .await?;
             Ok(pb::VerifyResponse { valid })
         }

@@ -4,6 +4,7 @@
 
 pub mod info;
 pub mod key;
+pub mod seal;
 pub mod status;
 
 use std::sync::Arc;
@@ -12,10 +13,12 @@ use std::time::Instant;
 use tonic::service::Routes;
 use tonic::{Response, Status};
 use tpm_vault_proto::v1::key_service_server::KeyServiceServer;
+use tpm_vault_proto::v1::seal_service_server::SealServiceServer;
 use tpm_vault_proto::v1::status_service_server::StatusServiceServer;
 
 use crate::error::Error;
 use crate::metrics::Metrics;
+use crate::model::{PcrBank, PcrSelection};
 use crate::vault::Vault;
 
 /// Largest request or response message (a message to sign is at most 4 MiB).
@@ -31,12 +34,7 @@ pub struct Ctx {
 }
 
 /// Records an RPC's latency and outcome and converts its result into a response.
-fn observe<T>(
-    ctx: &Ctx,
-    rpc: &'static str,
-    start: Instant,
-    result: Result<T, Error>,
-) -> Result<Response<T>, Status> {
+fn observe<T>(ctx: &Ctx, rpc: &'static str, start: Instant, result: Result<T, Error>) -> Result<Response<T>, Status> {
     ctx.metrics.observe(rpc, start.elapsed(), result.is_ok());
     match result {
         Ok(v) => Ok(Response::new(v)),
@@ -45,6 +43,28 @@ fn observe<T>(
             Err(Status::from(&e))
         }
     }
+}
+
+/// Parses a PCR binding: bank (default sha256), indices (default 9), optional values (one per
+/// index, in the order given).
+fn pcr_binding(b: tpm_vault_proto::v1::PcrBinding) -> Result<(PcrSelection, Option<Vec<Vec<u8>>>), Error> {
+    let bank: PcrBank = b.bank.parse()?;
+    let indices = if b.pcrs.is_empty() { vec![9] } else { b.pcrs.clone() };
+    let selection = PcrSelection::new(bank, &indices)?;
+    if b.values.is_empty() {
+        return Ok((selection, None));
+    }
+    if b.values.len() != indices.len() {
+        return Err(Error::InvalidArgument(format!("{} PCR values given for {} PCRs", b.values.len(), indices.len())));
+    }
+    if b.values.iter().any(|v| v.len() != bank.digest_len()) {
+        return Err(Error::InvalidArgument(format!("{} PCR values are {} bytes", bank.as_str(), bank.digest_len())));
+    }
+    // Reorder the values to the selection's ascending order.
+    let mut pairs: Vec<(u32, Vec<u8>)> = indices.into_iter().zip(b.values).collect();
+    pairs.sort_by_key(|(i, _)| *i);
+    pairs.dedup_by_key(|(i, _)| *i);
+    Ok((selection, Some(pairs.into_iter().map(|(_, v)| v).collect())))
 }
 
 /// Every service of the API, plus gRPC health and reflection.
@@ -62,11 +82,11 @@ pub fn routes(ctx: Ctx) -> Result<Routes, Error> {
         .max_decoding_message_size(MAX_MESSAGE_SIZE)
         .max_encoding_message_size(MAX_MESSAGE_SIZE);
     let status = StatusServiceServer::new(info::StatusRpc::new(ctx.clone()));
+    let sealing = SealServiceServer::new(seal::SealRpc::new(ctx.clone()))
+        .max_decoding_message_size(seal::MAX_SECRET + 4096)
+        .max_encoding_message_size(seal::MAX_SECRET + 4096);
     health::spawn_reporter(health_reporter, ctx.vault.clone());
-    Ok(Routes::new(health)
-        .add_service(reflection)
-        .add_service(keys)
-        .add_service(status))
+    Ok(Routes::new(health).add_service(reflection).add_service(keys).add_service(status).add_service(sealing))
 }
 
 mod health {
@@ -86,15 +106,10 @@ mod health {
             loop {
                 let state = vault.tpm().shared().state();
                 if last != Some(state) {
-                    let status = if state == TpmState::Ready {
-                        ServingStatus::Serving
-                    } else {
-                        ServingStatus::NotServing
-                    };
+                    let status =
+                        if state == TpmState::Ready { ServingStatus::Serving } else { ServingStatus::NotServing };
                     reporter.set_service_status("", status).await;
-                    reporter
-                        .set_service_status("tpmvault.v1.KeyService", status)
-                        .await;
+                    reporter.set_service_status("tpmvault.v1.KeyService", status).await;
                     last = Some(state);
                 }
                 tokio::time::sleep(Duration::from_millis(250)).await;

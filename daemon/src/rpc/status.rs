@@ -12,9 +12,7 @@ impl From<&Error> for Status {
         match e {
             Error::InvalidArgument(m) => Status::invalid_argument(m.clone()),
             Error::KeyNotFound(_) => Status::not_found(e.to_string()),
-            Error::KeyExists(_) | Error::Store(StoreError::Exists(_)) => {
-                Status::already_exists(e.to_string())
-            }
+            Error::KeyExists(_) | Error::Store(StoreError::Exists(_)) => Status::already_exists(e.to_string()),
             Error::PermissionDenied(m) => Status::permission_denied(m.clone()),
             Error::PcrMismatch(m) => Status::failed_precondition(m.clone()),
             Error::Tpm(t) => tpm_status(t),
@@ -22,9 +20,7 @@ impl From<&Error> for Status {
                 tracing::error!(error = %s, "state directory error");
                 match s {
                     StoreError::Io { source, .. } if is_storage_full_or_readonly(source) => {
-                        Status::resource_exhausted(
-                            "the vault cannot write its state (disk full or read-only)",
-                        )
+                        Status::resource_exhausted("the vault cannot write its state (disk full or read-only)")
                     }
                     _ => Status::internal("state directory error; see the daemon log"),
                 }
@@ -49,30 +45,20 @@ fn tpm_status(t: &TpmError) -> Status {
             tracing::warn!(error = %why, "TPM unavailable");
             Status::unavailable("TPM unavailable; retry later")
         }
-        TpmError::Timeout(ms) => {
-            Status::unavailable(format!("TPM did not answer within {ms} ms; retry later"))
-        }
-        TpmError::QueueFull(n) => {
-            Status::resource_exhausted(format!("TPM busy: {n} requests queued; retry later"))
-        }
+        TpmError::Timeout(ms) => Status::unavailable(format!("TPM did not answer within {ms} ms; retry later")),
+        TpmError::QueueFull(n) => Status::resource_exhausted(format!("TPM busy: {n} requests queued; retry later")),
         TpmError::Busy(why) => {
             tracing::warn!(error = %why, "TPM busy");
             Status::resource_exhausted("TPM busy; retry later")
         }
         TpmError::Lockout => Status::resource_exhausted("TPM is in dictionary-attack lockout"),
-        TpmError::ObjectMemory => {
-            Status::resource_exhausted("TPM out of object memory; retry later")
-        }
+        TpmError::ObjectMemory => Status::resource_exhausted("TPM out of object memory; retry later"),
         TpmError::SrkMismatch { .. } => {
             tracing::error!(error = %t, "TPM refused");
-            Status::failed_precondition(
-                "this TPM is not the one the vault's keys belong to (cleared or replaced)",
-            )
+            Status::failed_precondition("this TPM is not the one the vault's keys belong to (cleared or replaced)")
         }
         TpmError::AuthFailed => Status::permission_denied("wrong key password"),
-        TpmError::PolicyFailed => {
-            Status::failed_precondition("the key's PCR policy is not satisfied")
-        }
+        TpmError::PolicyFailed => Status::failed_precondition("the key's PCR policy is not satisfied"),
         TpmError::PssSaltUnsupported => Status::failed_precondition(t.to_string()),
         TpmError::Malformed(_) | TpmError::Command { .. } => {
             tracing::error!(error = %t, "TPM command failed");
@@ -99,79 +85,32 @@ mod tests {
     #[test]
     fn every_arm_maps_to_its_code() {
         let name = KeyName::try_from("k").unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(
-            code(Error::InvalidArgument("x".into())),
-            Code::InvalidArgument
-        );
+        assert_eq!(code(Error::InvalidArgument("x".into())), Code::InvalidArgument);
         assert_eq!(code(Error::not_found(&name)), Code::NotFound);
         assert_eq!(code(Error::KeyExists("k".into())), Code::AlreadyExists);
-        assert_eq!(
-            code(Error::Store(StoreError::Exists(name))),
-            Code::AlreadyExists
-        );
-        assert_eq!(
-            code(Error::PermissionDenied("no".into())),
-            Code::PermissionDenied
-        );
-        assert_eq!(
-            code(Error::PcrMismatch("pcr 9".into())),
-            Code::FailedPrecondition
-        );
-        assert_eq!(
-            code(Error::Tpm(TpmError::Unavailable("x".into()))),
-            Code::Unavailable
-        );
+        assert_eq!(code(Error::Store(StoreError::Exists(name))), Code::AlreadyExists);
+        assert_eq!(code(Error::PermissionDenied("no".into())), Code::PermissionDenied);
+        assert_eq!(code(Error::PcrMismatch("pcr 9".into())), Code::FailedPrecondition);
+        assert_eq!(code(Error::Tpm(TpmError::Unavailable("x".into()))), Code::Unavailable);
         assert_eq!(code(Error::Tpm(TpmError::Timeout(1))), Code::Unavailable);
-        assert_eq!(
-            code(Error::Tpm(TpmError::QueueFull(1))),
-            Code::ResourceExhausted
-        );
-        assert_eq!(
-            code(Error::Tpm(TpmError::Busy("x".into()))),
-            Code::ResourceExhausted
-        );
+        assert_eq!(code(Error::Tpm(TpmError::QueueFull(1))), Code::ResourceExhausted);
+        assert_eq!(code(Error::Tpm(TpmError::Busy("x".into()))), Code::ResourceExhausted);
         assert_eq!(code(Error::Tpm(TpmError::Lockout)), Code::ResourceExhausted);
-        assert_eq!(
-            code(Error::Tpm(TpmError::ObjectMemory)),
-            Code::ResourceExhausted
-        );
-        assert_eq!(
-            code(Error::Tpm(TpmError::AuthFailed)),
-            Code::PermissionDenied
-        );
-        assert_eq!(
-            code(Error::Tpm(TpmError::PolicyFailed)),
-            Code::FailedPrecondition
-        );
-        assert_eq!(
-            code(Error::Tpm(TpmError::PssSaltUnsupported)),
-            Code::FailedPrecondition
-        );
-        let mismatch = TpmError::SrkMismatch {
-            expected: "a".into(),
-            found: "b".into(),
-        };
+        assert_eq!(code(Error::Tpm(TpmError::ObjectMemory)), Code::ResourceExhausted);
+        assert_eq!(code(Error::Tpm(TpmError::AuthFailed)), Code::PermissionDenied);
+        assert_eq!(code(Error::Tpm(TpmError::PolicyFailed)), Code::FailedPrecondition);
+        assert_eq!(code(Error::Tpm(TpmError::PssSaltUnsupported)), Code::FailedPrecondition);
+        let mismatch = TpmError::SrkMismatch { expected: "a".into(), found: "b".into() };
         assert_eq!(code(Error::Tpm(mismatch)), Code::FailedPrecondition);
-        assert_eq!(
-            code(Error::Tpm(TpmError::Malformed("x".into()))),
-            Code::Internal
-        );
+        assert_eq!(code(Error::Tpm(TpmError::Malformed("x".into()))), Code::Internal);
         assert_eq!(code(Error::Internal("x".into())), Code::Internal);
         let full = std::io::Error::from_raw_os_error(nix::libc::ENOSPC);
-        assert_eq!(
-            code(Error::Store(StoreError::Io {
-                path: "/x".into(),
-                source: full
-            })),
-            Code::ResourceExhausted
-        );
+        assert_eq!(code(Error::Store(StoreError::Io { path: "/x".into(), source: full })), Code::ResourceExhausted);
     }
 
     #[test]
     fn internals_do_not_leak() {
-        let s = Status::from(&Error::Tpm(TpmError::Unavailable(
-            "swtpm:host=127.0.0.1,port=2321 refused".into(),
-        )));
+        let s = Status::from(&Error::Tpm(TpmError::Unavailable("swtpm:host=127.0.0.1,port=2321 refused".into())));
         assert!(!s.message().contains("127.0.0.1"));
         let s = Status::from(&Error::Internal("/var/lib/tpm-vault/keys/x".into()));
         assert!(!s.message().contains("/var/lib"));

@@ -27,18 +27,11 @@ static COUNTER: AtomicU64 = AtomicU64::new(0);
 /// The underlying I/O error; `AlreadyExists` for [`Mode::NoClobber`] when the file exists.
 /// On error the destination is untouched and the temp file removed.
 pub fn write(dir: &Path, file: &str, data: &[u8], mode: Mode) -> io::Result<()> {
-    let tmp = dir.join(format!(
-        "{TEMP_PREFIX}{file}-{}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
+    let tmp =
+        dir.join(format!("{TEMP_PREFIX}{file}-{}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed)));
     let dest = dir.join(file);
     let result = (|| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
+        let mut f = OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
         f.write_all(data)?;
         f.sync_all()?;
         drop(f);
@@ -71,10 +64,7 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
 /// # Errors
 /// The underlying I/O error.
 pub fn create_private_dir(dir: &Path) -> io::Result<()> {
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
+    fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
 }
 
 /// Removes temp files left by writes a crash interrupted. Returns how many.
@@ -103,21 +93,14 @@ mod tests {
         let _ = fs::remove_dir_all(&dir);
         create_private_dir(&dir).ok();
         assert!(write(&dir, "a", b"one", Mode::NoClobber).is_ok());
-        let err = write(&dir, "a", b"two", Mode::NoClobber)
-            .err()
-            .map(|e| e.kind());
+        let err = write(&dir, "a", b"two", Mode::NoClobber).err().map(|e| e.kind());
         assert_eq!(err, Some(io::ErrorKind::AlreadyExists));
         assert_eq!(fs::read(dir.join("a")).ok().as_deref(), Some(&b"one"[..]));
         assert!(write(&dir, "a", b"three", Mode::Replace).is_ok());
         assert_eq!(fs::read(dir.join("a")).ok().as_deref(), Some(&b"three"[..]));
         fs::write(dir.join(".tmp-x-1-1"), b"junk").ok();
         assert_eq!(remove_temp_files(&dir).ok(), Some(1));
-        let left: Vec<_> = fs::read_dir(&dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.file_name())
-            .collect();
+        let left: Vec<_> = fs::read_dir(&dir).into_iter().flatten().flatten().map(|e| e.file_name()).collect();
         assert_eq!(left.len(), 1);
         let _ = fs::remove_dir_all(&dir);
     }

@@ -3,7 +3,9 @@
 //! Layout under the state dir:
 //! - `srk.name`: the SRK's TPM name (hex), recorded at first start, checked at every start.
 //! - `keys/<name>.key`: one JSON [`KeyRecord`] per key (TPM-wrapped blobs plus metadata).
-//! - `keys/.tmp-*`: in-flight writes; removed at open (a crash leaves at most these behind).
+//! - `sealed/<name>.sealed`: one JSON [`SealedRecord`] per sealed secret (sealed-object blobs
+//!   and the AES-256-GCM ciphertext, stored together so they change atomically).
+//! - `*/.tmp-*`: in-flight writes; removed at open (a crash leaves at most these behind).
 //!
 //! Every write is atomic and durable (temp file, fsync, rename or link, fsync dir): after a
 //! crash a record is either entirely there or entirely absent. All functions block; async
@@ -15,7 +17,7 @@ pub mod record;
 use std::io;
 use std::path::{Path, PathBuf};
 
-pub use record::{KeyRecord, PcrPolicy};
+pub use record::{KeyRecord, PcrPolicy, SealPolicy, SealedRecord};
 
 use crate::model::KeyName;
 
@@ -46,10 +48,7 @@ pub enum StoreError {
 
 impl StoreError {
     fn io(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
-        move |source| StoreError::Io {
-            path: path.to_owned(),
-            source,
-        }
+        move |source| StoreError::Io { path: path.to_owned(), source }
     }
 }
 
@@ -58,9 +57,11 @@ impl StoreError {
 pub struct Store {
     root: PathBuf,
     keys: PathBuf,
+    sealed: PathBuf,
 }
 
 const KEY_SUFFIX: &str = ".key";
+const SEALED_SUFFIX: &str = ".sealed";
 const SRK_FILE: &str = "srk.name";
 
 impl Store {
@@ -72,13 +73,16 @@ impl Store {
     pub fn open(root: impl Into<PathBuf>) -> Result<Self, StoreError> {
         let root = root.into();
         let keys = root.join("keys");
+        let sealed = root.join("sealed");
         atomic::create_private_dir(&root).map_err(StoreError::io(&root))?;
-        atomic::create_private_dir(&keys).map_err(StoreError::io(&keys))?;
-        let removed = atomic::remove_temp_files(&keys).map_err(StoreError::io(&keys))?;
-        if removed > 0 {
-            tracing::info!(removed, "removed leftovers of interrupted writes");
+        for dir in [&root, &keys, &sealed] {
+            atomic::create_private_dir(dir).map_err(StoreError::io(dir))?;
+            let removed = atomic::remove_temp_files(dir).map_err(StoreError::io(dir))?;
+            if removed > 0 {
+                tracing::info!(removed, dir = %dir.display(), "removed leftovers of interrupted writes");
+            }
         }
-        Ok(Self { root, keys })
+        Ok(Self { root, keys, sealed })
     }
 
     /// The state directory.
@@ -93,12 +97,9 @@ impl Store {
     pub fn srk_name(&self) -> Result<Option<Vec<u8>>, StoreError> {
         let path = self.root.join(SRK_FILE);
         match std::fs::read_to_string(&path) {
-            Ok(text) => hex::decode(text.trim())
-                .map(Some)
-                .map_err(|e| StoreError::Corrupt {
-                    path,
-                    reason: e.to_string(),
-                }),
+            Ok(text) => {
+                hex::decode(text.trim()).map(Some).map_err(|e| StoreError::Corrupt { path, reason: e.to_string() })
+            }
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(StoreError::Io { path, source: e }),
         }
@@ -110,73 +111,40 @@ impl Store {
     /// [`StoreError::Io`].
     pub fn set_srk_name(&self, name: &[u8]) -> Result<(), StoreError> {
         let text = format!("{}\n", hex::encode(name));
-        atomic::write(&self.root, SRK_FILE, text.as_bytes(), atomic::Mode::Replace)
-            .map_err(StoreError::io(&self.root))
+        atomic::write(&self.root, SRK_FILE, text.as_bytes(), atomic::Mode::Replace).map_err(StoreError::io(&self.root))
     }
 
-    fn key_path(&self, name: &KeyName) -> PathBuf {
-        self.keys.join(format!("{name}{KEY_SUFFIX}"))
-    }
-
-    /// Stores a new record; fails if one with the same name exists (atomically: two racing
+    /// Stores a new key record; fails if one with the same name exists (atomically: two racing
     /// creates cannot both succeed).
     ///
     /// # Errors
     /// [`StoreError::Exists`], [`StoreError::Io`].
     pub fn insert_new(&self, record: &KeyRecord) -> Result<(), StoreError> {
-        let bytes = record.to_bytes();
-        let file = format!("{}{KEY_SUFFIX}", record.name);
-        match atomic::write(&self.keys, &file, &bytes, atomic::Mode::NoClobber) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                Err(StoreError::Exists(record.name.clone()))
-            }
-            Err(e) => Err(StoreError::Io {
-                path: self.key_path(&record.name),
-                source: e,
-            }),
-        }
+        self.put(&self.keys, KEY_SUFFIX, &record.name, &record.to_bytes(), atomic::Mode::NoClobber)
     }
 
-    /// Replaces an existing record (e.g. to attach a certificate).
+    /// Replaces an existing key record (e.g. to attach a certificate).
     ///
     /// # Errors
     /// [`StoreError::Io`].
     pub fn replace(&self, record: &KeyRecord) -> Result<(), StoreError> {
-        let file = format!("{}{KEY_SUFFIX}", record.name);
-        atomic::write(&self.keys, &file, &record.to_bytes(), atomic::Mode::Replace)
-            .map_err(StoreError::io(&self.keys))
+        self.put(&self.keys, KEY_SUFFIX, &record.name, &record.to_bytes(), atomic::Mode::Replace)
     }
 
-    /// Reads a record; `None` if there is none.
+    /// Reads a key record; `None` if there is none.
     ///
     /// # Errors
     /// [`StoreError::Io`], [`StoreError::Corrupt`].
     pub fn get(&self, name: &KeyName) -> Result<Option<KeyRecord>, StoreError> {
-        let path = self.key_path(name);
-        match std::fs::read(&path) {
-            Ok(bytes) => KeyRecord::from_bytes(&bytes, name)
-                .map(Some)
-                .map_err(|reason| StoreError::Corrupt { path, reason }),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(StoreError::Io { path, source: e }),
-        }
+        self.read(&self.keys, KEY_SUFFIX, name, KeyRecord::from_bytes)
     }
 
-    /// Deletes a record durably. Returns false if there was none.
+    /// Deletes a key record durably. Returns false if there was none.
     ///
     /// # Errors
     /// [`StoreError::Io`].
     pub fn remove(&self, name: &KeyName) -> Result<bool, StoreError> {
-        let path = self.key_path(name);
-        match std::fs::remove_file(&path) {
-            Ok(()) => {
-                atomic::sync_dir(&self.keys).map_err(StoreError::io(&self.keys))?;
-                Ok(true)
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(StoreError::Io { path, source: e }),
-        }
+        self.delete(&self.keys, KEY_SUFFIX, name)
     }
 
     /// Key names in order, starting after `after`, at most `limit`.
@@ -184,7 +152,7 @@ impl Store {
     /// # Errors
     /// [`StoreError::Io`].
     pub fn list(&self, after: Option<&KeyName>, limit: usize) -> Result<Vec<KeyName>, StoreError> {
-        let mut names = self.all_names()?;
+        let mut names = self.names(&self.keys, KEY_SUFFIX)?;
         names.sort_unstable();
         let start = match after {
             Some(a) => names.partition_point(|n| n <= a),
@@ -198,17 +166,86 @@ impl Store {
     /// # Errors
     /// [`StoreError::Io`].
     pub fn count(&self) -> Result<usize, StoreError> {
-        Ok(self.all_names()?.len())
+        Ok(self.names(&self.keys, KEY_SUFFIX)?.len())
     }
 
-    fn all_names(&self) -> Result<Vec<KeyName>, StoreError> {
+    /// Stores a sealed secret, replacing an existing one only if `overwrite`.
+    ///
+    /// # Errors
+    /// [`StoreError::Exists`], [`StoreError::Io`].
+    pub fn put_sealed(&self, record: &SealedRecord, overwrite: bool) -> Result<(), StoreError> {
+        let mode = if overwrite { atomic::Mode::Replace } else { atomic::Mode::NoClobber };
+        self.put(&self.sealed, SEALED_SUFFIX, &record.name, &record.to_bytes(), mode)
+    }
+
+    /// Reads a sealed secret; `None` if there is none.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`], [`StoreError::Corrupt`].
+    pub fn get_sealed(&self, name: &KeyName) -> Result<Option<SealedRecord>, StoreError> {
+        self.read(&self.sealed, SEALED_SUFFIX, name, SealedRecord::from_bytes)
+    }
+
+    /// Deletes a sealed secret durably. Returns false if there was none.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`].
+    pub fn remove_sealed(&self, name: &KeyName) -> Result<bool, StoreError> {
+        self.delete(&self.sealed, SEALED_SUFFIX, name)
+    }
+
+    fn path(dir: &Path, suffix: &str, name: &KeyName) -> PathBuf {
+        dir.join(format!("{name}{suffix}"))
+    }
+
+    fn put(
+        &self,
+        dir: &Path,
+        suffix: &str,
+        name: &KeyName,
+        bytes: &[u8],
+        mode: atomic::Mode,
+    ) -> Result<(), StoreError> {
+        match atomic::write(dir, &format!("{name}{suffix}"), bytes, mode) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(StoreError::Exists(name.clone())),
+            Err(e) => Err(StoreError::Io { path: Self::path(dir, suffix, name), source: e }),
+        }
+    }
+
+    fn read<T>(
+        &self,
+        dir: &Path,
+        suffix: &str,
+        name: &KeyName,
+        parse: impl FnOnce(&[u8], &KeyName) -> Result<T, String>,
+    ) -> Result<Option<T>, StoreError> {
+        let path = Self::path(dir, suffix, name);
+        match std::fs::read(&path) {
+            Ok(bytes) => parse(&bytes, name).map(Some).map_err(|reason| StoreError::Corrupt { path, reason }),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(StoreError::Io { path, source: e }),
+        }
+    }
+
+    fn delete(&self, dir: &Path, suffix: &str, name: &KeyName) -> Result<bool, StoreError> {
+        let path = Self::path(dir, suffix, name);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {
+                atomic::sync_dir(dir).map_err(StoreError::io(dir))?;
+                Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(StoreError::Io { path, source: e }),
+        }
+    }
+
+    fn names(&self, dir: &Path, suffix: &str) -> Result<Vec<KeyName>, StoreError> {
         let mut names = Vec::new();
-        for entry in std::fs::read_dir(&self.keys).map_err(StoreError::io(&self.keys))? {
-            let entry = entry.map_err(StoreError::io(&self.keys))?;
+        for entry in std::fs::read_dir(dir).map_err(StoreError::io(dir))? {
+            let entry = entry.map_err(StoreError::io(dir))?;
             let file = entry.file_name();
-            let Some(stem) = file.to_str().and_then(|f| f.strip_suffix(KEY_SUFFIX)) else {
-                continue;
-            };
+            let Some(stem) = file.to_str().and_then(|f| f.strip_suffix(suffix)) else { continue };
             if let Ok(name) = KeyName::try_from(stem) {
                 names.push(name);
             }

@@ -79,10 +79,7 @@ impl KeyRecord {
             return Err(format!("unsupported record version {}", record.version));
         }
         if &record.name != expected {
-            return Err(format!(
-                "record names key {:?}, file is for {:?}",
-                record.name, expected
-            ));
+            return Err(format!("record names key {:?}, file is for {:?}", record.name, expected));
         }
         if record.public.is_empty() || record.private.is_empty() {
             return Err("empty key blob".into());
@@ -113,9 +110,7 @@ mod hex_list {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Vec<u8>>, D::Error> {
         let v = Vec::<String>::deserialize(d)?;
-        v.into_iter()
-            .map(|s| hex::decode(s).map_err(serde::de::Error::custom))
-            .collect()
+        v.into_iter().map(|s| hex::decode(s).map_err(serde::de::Error::custom)).collect()
     }
 }
 
@@ -148,5 +143,89 @@ mod tests {
         assert!(KeyRecord::from_bytes(&bytes, &other).is_err());
         assert!(KeyRecord::from_bytes(b"{", &r.name).is_err());
         assert!(KeyRecord::from_bytes(b"{\"version\":2}", &r.name).is_err());
+    }
+}
+
+/// How a sealed secret's TPM object is authorized.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum SealPolicy {
+    /// PolicyPCR: opens while the PCRs hold exactly these values.
+    Pcr {
+        /// PCRs and values.
+        pcr: PcrPolicy,
+    },
+    /// PolicyPCR + PolicyAuthorize: opens for PCR values the authority approved.
+    Authorized {
+        /// PCRs an approval must cover.
+        selection: PcrSelection,
+        /// Authority's DER SubjectPublicKeyInfo (ECC P-256).
+        #[serde(with = "hex_bytes")]
+        authority_spki: Vec<u8>,
+        /// Lowest approval version still accepted (raised when a newer approval is used).
+        min_policy_version: u64,
+    },
+}
+
+/// A sealed secret: the TPM-sealed data key and the in-core AES-256-GCM ciphertext, stored
+/// together in one file so a crash leaves either the old or the new secret, never a mix.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SealedRecord {
+    /// Format version, [`RECORD_VERSION`].
+    pub version: u32,
+    /// Name (also the file name).
+    pub name: KeyName,
+    /// Creation time, Unix seconds.
+    pub created_unix: i64,
+    /// Uid of the sealing client.
+    pub owner_uid: u32,
+    /// Authorization of the sealed object.
+    pub policy: SealPolicy,
+    /// The sealed object's authPolicy digest.
+    #[serde(with = "hex_bytes")]
+    pub policy_digest: Vec<u8>,
+    /// TPM object name of the sealed object.
+    #[serde(with = "hex_bytes")]
+    pub tpm_name: Vec<u8>,
+    /// TPM2B_PUBLIC of the sealed object.
+    #[serde(with = "hex_bytes")]
+    pub public: Vec<u8>,
+    /// TPM2B_PRIVATE of the sealed object.
+    #[serde(with = "hex_bytes")]
+    pub private: Vec<u8>,
+    /// AES-256-GCM nonce (96 bits).
+    #[serde(with = "hex_bytes")]
+    pub nonce: Vec<u8>,
+    /// AES-256-GCM ciphertext with tag; associated data is the record name.
+    #[serde(with = "hex_bytes")]
+    pub ciphertext: Vec<u8>,
+}
+
+impl SealedRecord {
+    /// Serialises the record.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        // invariant: serialising strings, numbers and hex strings cannot fail.
+        let mut v = serde_json::to_vec(self).unwrap_or_default();
+        v.push(b'\n');
+        v
+    }
+
+    /// Parses and checks a record read from the file for `expected`.
+    ///
+    /// # Errors
+    /// A description of what is wrong.
+    pub fn from_bytes(bytes: &[u8], expected: &KeyName) -> Result<Self, String> {
+        let record: SealedRecord = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+        if record.version != RECORD_VERSION {
+            return Err(format!("unsupported record version {}", record.version));
+        }
+        if &record.name != expected {
+            return Err(format!("record names {:?}, file is for {:?}", record.name, expected));
+        }
+        if record.nonce.len() != 12 {
+            return Err("bad nonce length".into());
+        }
+        Ok(record)
     }
 }

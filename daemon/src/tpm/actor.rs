@@ -17,15 +17,16 @@ use tss_esapi::interface_types::algorithm::HashingAlgorithm;
 use tss_esapi::interface_types::resource_handles::Hierarchy;
 use tss_esapi::interface_types::session_handles::AuthSession;
 use tss_esapi::structures::{
-    Auth, CapabilityData, Digest, HashcheckTicket, Private, Public, Signature, SignatureScheme,
-    SymmetricDefinition,
+    Auth, CapabilityData, Digest, HashcheckTicket, Private, Public, Signature, SignatureScheme, SymmetricDefinition,
 };
 use tss_esapi::tss2_esys::TPMT_TK_HASHCHECK;
 use tss_esapi::{Context, TctiNameConf};
 
 use super::error::{rc, ResponseCode, TpmError};
+use super::pcr;
 use super::status::{Shared, TpmState};
 use super::templates;
+use crate::model::PcrSelection;
 
 /// First transient handle (TPM_HT_TRANSIENT << 24).
 const TRANSIENT_FIRST: u32 = 0x8000_0000;
@@ -49,9 +50,39 @@ pub struct KeyBlob {
 
 impl std::fmt::Debug for KeyBlob {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KeyBlob")
-            .field("name", &hex::encode(&self.name))
-            .finish_non_exhaustive()
+        f.debug_struct("KeyBlob").field("name", &hex::encode(&self.name)).finish_non_exhaustive()
+    }
+}
+
+/// How to satisfy a policy-protected object's authPolicy in a policy session.
+#[derive(Clone)]
+pub enum PolicyAuth {
+    /// `TPM2_PolicyPCR` over these PCRs with their current values; the object's policy fixes
+    /// the values it accepts.
+    Pcr(PcrSelection),
+    /// `TPM2_PolicyPCR` (current values), then `TPM2_PolicyAuthorize` with an approval signed
+    /// by the authority key.
+    Authorized {
+        /// PCRs the approval covers.
+        selection: PcrSelection,
+        /// Authority public key (ECC P-256), loaded into the owner hierarchy to check the
+        /// approval's signature.
+        authority: Public,
+        /// The approved PolicyPCR digest.
+        approved_policy: Vec<u8>,
+        /// Policy reference the approval was signed with.
+        policy_ref: Vec<u8>,
+        /// Approval signature over `SHA-256(approved_policy || policy_ref)`.
+        signature: Signature,
+    },
+}
+
+impl std::fmt::Debug for PolicyAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Pcr(sel) => write!(f, "PolicyAuth::Pcr({sel})"),
+            Self::Authorized { selection, .. } => write!(f, "PolicyAuth::Authorized({selection})"),
+        }
     }
 }
 
@@ -116,11 +147,7 @@ impl Lru {
     }
 
     fn pop_oldest(&mut self) -> Option<KeyHandle> {
-        let oldest = self
-            .map
-            .iter()
-            .min_by_key(|(_, (_, t))| *t)
-            .map(|(n, _)| n.clone())?;
+        let oldest = self.map.iter().min_by_key(|(_, (_, t))| *t).map(|(n, _)| n.clone())?;
         self.map.remove(&oldest).map(|(h, _)| h)
     }
 }
@@ -154,19 +181,9 @@ impl Tpm {
     /// [`TpmError::Unavailable`] if the TPM cannot be reached, [`TpmError::SrkMismatch`] if it
     /// is not the TPM the state directory belongs to.
     pub fn open(cfg: ActorConfig, shared: Arc<Shared>) -> Result<(Self, TpmInfo), TpmError> {
-        let mut tpm = Self {
-            cfg,
-            conn: None,
-            next_attempt: Instant::now(),
-            backoff: BACKOFF_MIN,
-            shared,
-        };
+        let mut tpm = Self { cfg, conn: None, next_attempt: Instant::now(), backoff: BACKOFF_MIN, shared };
         tpm.connect()?;
-        let info = tpm
-            .conn
-            .as_ref()
-            .map(|c| c.info.clone())
-            .unwrap_or_default();
+        let info = tpm.conn.as_ref().map(|c| c.info.clone()).unwrap_or_default();
         if tpm.cfg.expected_srk_name.is_none() {
             tpm.cfg.expected_srk_name = Some(info.srk_name.clone());
         }
@@ -178,19 +195,16 @@ impl Tpm {
         match &result {
             Ok(info) => {
                 self.backoff = BACKOFF_MIN;
-                self.shared
-                    .set_state(TpmState::Ready, None, Some(info.clone()));
+                self.shared.set_state(TpmState::Ready, None, Some(info.clone()));
                 tracing::info!(srk = %hex::encode(&info.srk_name), manufacturer = %info.manufacturer, "TPM connected");
             }
             Err(e @ TpmError::SrkMismatch { .. }) => {
                 tracing::error!(error = %e, "refusing this TPM");
-                self.shared
-                    .set_state(TpmState::Mismatch, Some(e.to_string()), None);
+                self.shared.set_state(TpmState::Mismatch, Some(e.to_string()), None);
                 self.schedule_retry();
             }
             Err(e) => {
-                self.shared
-                    .set_state(TpmState::Down, Some(e.to_string()), None);
+                self.shared.set_state(TpmState::Down, Some(e.to_string()), None);
                 self.schedule_retry();
             }
         }
@@ -203,20 +217,13 @@ impl Tpm {
     }
 
     fn try_connect(&mut self) -> Result<TpmInfo, TpmError> {
-        let tcti: TctiNameConf = self
-            .cfg
-            .tcti
-            .parse()
-            .map_err(|e| TpmError::Unavailable(format!("bad TCTI {:?}: {e}", self.cfg.tcti)))?;
-        let mut ctx =
-            Context::new(tcti).map_err(|e| TpmError::Unavailable(format!("open TCTI: {e}")))?;
-        let manufacturer = match ctx
-            .get_tpm_property(tss_esapi::constants::PropertyTag::Manufacturer)
-        {
+        let tcti: TctiNameConf =
+            self.cfg.tcti.parse().map_err(|e| TpmError::Unavailable(format!("bad TCTI {:?}: {e}", self.cfg.tcti)))?;
+        let mut ctx = Context::new(tcti).map_err(|e| TpmError::Unavailable(format!("open TCTI: {e}")))?;
+        let manufacturer = match ctx.get_tpm_property(tss_esapi::constants::PropertyTag::Manufacturer) {
             Ok(v) => v,
             Err(e) if ResponseCode::of(&e).and_then(|r| r.tpm_code()) == Some(rc::INITIALIZE) => {
-                ctx.startup(StartupType::Clear)
-                    .map_err(wrap("TPM2_Startup"))?;
+                ctx.startup(StartupType::Clear).map_err(wrap("TPM2_Startup"))?;
                 ctx.get_tpm_property(tss_esapi::constants::PropertyTag::Manufacturer)
                     .map_err(wrap("TPM2_GetCapability"))?
             }
@@ -227,13 +234,7 @@ impl Tpm {
             .map_err(wrap("TPM2_GetCapability"))?
             .unwrap_or(0);
         let manufacturer = manufacturer
-            .map(|m| {
-                m.to_be_bytes()
-                    .iter()
-                    .filter(|b| b.is_ascii_graphic())
-                    .map(|&b| b as char)
-                    .collect()
-            })
+            .map(|m| m.to_be_bytes().iter().filter(|b| b.is_ascii_graphic()).map(|&b| b as char).collect())
             .unwrap_or_default();
         let (srk, srk_transient) = Self::load_srk(&mut ctx)?;
         let (_, srk_name, _) = ctx.read_public(srk).map_err(wrap("TPM2_ReadPublic"))?;
@@ -249,64 +250,33 @@ impl Tpm {
                 if srk_transient {
                     let _ = ctx.flush_context(srk.into());
                 }
-                return Err(TpmError::SrkMismatch {
-                    expected: hex::encode(expected),
-                    found: hex::encode(&srk_name),
-                });
+                return Err(TpmError::SrkMismatch { expected: hex::encode(expected), found: hex::encode(&srk_name) });
             }
         }
-        let max_keys = self
-            .cfg
-            .max_loaded
-            .saturating_sub(usize::from(srk_transient))
-            .max(1);
-        self.conn = Some(Conn {
-            ctx,
-            srk,
-            srk_transient,
-            hmac: None,
-            loaded: Lru::default(),
-            max_keys,
-            info: info.clone(),
-        });
+        let max_keys = self.cfg.max_loaded.saturating_sub(usize::from(srk_transient)).max(1);
+        self.conn =
+            Some(Conn { ctx, srk, srk_transient, hmac: None, loaded: Lru::default(), max_keys, info: info.clone() });
         Ok(info)
     }
 
     /// Uses the SRK at the persistent handle if it is an ECC P-256 storage key, else derives the
     /// TCG template SRK as a transient object.
     fn load_srk(ctx: &mut Context) -> Result<(KeyHandle, bool), TpmError> {
-        let persistent = PersistentTpmHandle::new(templates::SRK_PERSISTENT_HANDLE)
-            .map_err(wrap("SRK handle"))?;
-        let present = match ctx.get_capability(
-            CapabilityType::Handles,
-            templates::SRK_PERSISTENT_HANDLE,
-            1,
-        ) {
-            Ok((CapabilityData::Handles(list), _)) => list
-                .iter()
-                .any(|h| u32::from(*h) == templates::SRK_PERSISTENT_HANDLE),
+        let persistent = PersistentTpmHandle::new(templates::SRK_PERSISTENT_HANDLE).map_err(wrap("SRK handle"))?;
+        let present = match ctx.get_capability(CapabilityType::Handles, templates::SRK_PERSISTENT_HANDLE, 1) {
+            Ok((CapabilityData::Handles(list), _)) => {
+                list.iter().any(|h| u32::from(*h) == templates::SRK_PERSISTENT_HANDLE)
+            }
             _ => false,
         };
         let found = if present {
-            ctx.execute_without_session(|c| {
-                c.tr_from_tpm_public(RawTpmHandle::Persistent(persistent))
-            })
-            .ok()
+            ctx.execute_without_session(|c| c.tr_from_tpm_public(RawTpmHandle::Persistent(persistent))).ok()
         } else {
             None
         };
         if let Some(obj) = found {
             let handle = KeyHandle::from(obj);
-            if let Ok((
-                Public::Ecc {
-                    object_attributes,
-                    parameters,
-                    ..
-                },
-                _,
-                _,
-            )) = ctx.read_public(handle)
-            {
+            if let Ok((Public::Ecc { object_attributes, parameters, .. }, _, _)) = ctx.read_public(handle) {
                 if object_attributes.restricted()
                     && object_attributes.decrypt()
                     && parameters.ecc_curve() == tss_esapi::interface_types::ecc::EccCurve::NistP256
@@ -328,17 +298,10 @@ impl Tpm {
 
     /// Runs `f` against a live connection: reconnects first if needed (respecting backoff),
     /// retries commands the TPM asked to retry, and drops the connection when it broke.
-    fn with_conn<T>(
-        &mut self,
-        mut f: impl FnMut(&mut Conn) -> Result<T, TpmError>,
-    ) -> Result<T, TpmError> {
+    fn with_conn<T>(&mut self, mut f: impl FnMut(&mut Conn) -> Result<T, TpmError>) -> Result<T, TpmError> {
         if self.conn.is_none() {
             if Instant::now() < self.next_attempt {
-                return Err(TpmError::Unavailable(
-                    self.shared
-                        .last_error()
-                        .unwrap_or_else(|| "reconnecting".into()),
-                ));
+                return Err(TpmError::Unavailable(self.shared.last_error().unwrap_or_else(|| "reconnecting".into())));
             }
             self.connect()?;
         }
@@ -359,8 +322,7 @@ impl Tpm {
                         // Handles died with the connection; forget them without talking to the TPM.
                         drop_quietly(conn);
                     }
-                    self.shared
-                        .set_state(TpmState::Down, Some(e.to_string()), None);
+                    self.shared.set_state(TpmState::Down, Some(e.to_string()), None);
                     self.schedule_retry();
                     return Err(e);
                 }
@@ -384,14 +346,7 @@ impl Tpm {
             let session = conn.hmac_session()?;
             let srk = conn.srk;
             let result = conn.ctx.execute_with_session(Some(session), |c| {
-                c.create(
-                    srk,
-                    template.clone(),
-                    auth.clone(),
-                    sensitive.clone(),
-                    None,
-                    None,
-                )
+                c.create(srk, template.clone(), auth.clone(), sensitive.clone(), None, None)
             });
             match conn.check_session(result.map_err(wrap("TPM2_Create"))) {
                 // TPM2_Create needs a free object slot of its own: make room and try again.
@@ -402,8 +357,9 @@ impl Tpm {
         })
     }
 
-    /// Signs `digest` with `key` (loaded on demand). Keys without a password sign through a
-    /// plain password session: nothing secret moves and it costs one command.
+    /// Signs `digest` with `key` (loaded on demand). Keys without a password or policy sign
+    /// through a plain password session: nothing secret moves and it costs one command.
+    /// Password-protected keys use the encrypted HMAC session; PCR-bound keys a policy session.
     ///
     /// # Errors
     /// TPM errors, classified.
@@ -413,22 +369,29 @@ impl Tpm {
         digest: Digest,
         scheme: SignatureScheme,
         auth: Option<Auth>,
+        policy: Option<&PolicyAuth>,
     ) -> Result<Signature, TpmError> {
         let ticket = null_hashcheck()?;
         self.with_conn(|conn| {
             let handle = conn.load(key)?;
+            if let Some(policy) = policy {
+                let session = conn.policy_session(policy, false)?;
+                let result = conn
+                    .ctx
+                    .execute_with_session(Some(session), |c| c.sign(handle, digest.clone(), scheme, ticket.clone()));
+                conn.flush_session(session);
+                return result.map_err(wrap("TPM2_Sign"));
+            }
             let session = match &auth {
                 None => AuthSession::Password,
                 Some(a) => {
-                    conn.ctx
-                        .tr_set_auth(handle.into(), a.clone())
-                        .map_err(wrap("Esys_TR_SetAuth"))?;
+                    conn.ctx.tr_set_auth(handle.into(), a.clone()).map_err(wrap("Esys_TR_SetAuth"))?;
                     conn.hmac_session()?
                 }
             };
-            let result = conn.ctx.execute_with_session(Some(session), |c| {
-                c.sign(handle, digest.clone(), scheme, ticket.clone())
-            });
+            let result = conn
+                .ctx
+                .execute_with_session(Some(session), |c| c.sign(handle, digest.clone(), scheme, ticket.clone()));
             if auth.is_some() {
                 // Do not leave the password attached to a cached handle.
                 let _ = conn.ctx.tr_set_auth(handle.into(), Auth::default());
@@ -439,12 +402,54 @@ impl Tpm {
         })
     }
 
+    /// Unseals a sealed data object through a salted policy session with response encryption,
+    /// so the secret never crosses the TPM interface in clear.
+    ///
+    /// # Errors
+    /// [`TpmError::PolicyFailed`] when the PCRs (or the approval) do not satisfy the object's
+    /// policy; other TPM errors, classified.
+    pub fn unseal(&mut self, blob: &KeyBlob, policy: &PolicyAuth) -> Result<zeroize::Zeroizing<Vec<u8>>, TpmError> {
+        self.with_conn(|conn| {
+            let handle = conn.load(blob)?;
+            let session = conn.policy_session(policy, true)?;
+            let result = conn.ctx.execute_with_session(Some(session), |c| c.unseal(handle.into()));
+            conn.flush_session(session);
+            // Sealed objects are used once per unseal: do not keep them in the key LRU.
+            conn.evict(&blob.name);
+            let data = result.map_err(wrap("TPM2_Unseal"))?;
+            Ok(zeroize::Zeroizing::new(data.value().to_vec()))
+        })
+    }
+
+    /// Reads PCR values (selection order) and the PCR update counter.
+    ///
+    /// # Errors
+    /// TPM errors.
+    pub fn pcr_read(&mut self, sel: &PcrSelection) -> Result<(u32, Vec<Vec<u8>>), TpmError> {
+        self.with_conn(|conn| pcr::read(&mut conn.ctx, sel))
+    }
+
+    /// The TPM name of an external public key loaded into the owner hierarchy (what
+    /// `TPM2_PolicyAuthorize` binds to).
+    ///
+    /// # Errors
+    /// TPM errors.
+    pub fn external_name(&mut self, public: &Public) -> Result<Vec<u8>, TpmError> {
+        self.with_conn(|conn| {
+            let handle = conn
+                .ctx
+                .execute_without_session(|c| c.load_external_public(public.clone(), Hierarchy::Owner))
+                .map_err(wrap("TPM2_LoadExternal"))?;
+            let name = conn.ctx.read_public(handle).map(|(_, n, _)| n.value().to_vec());
+            let _ = conn.ctx.flush_context(handle.into());
+            name.map_err(wrap("TPM2_ReadPublic"))
+        })
+    }
+
     /// Unloads the object with this TPM name if it is loaded (after a key is deleted).
     pub fn evict(&mut self, name: &[u8]) {
         if let Some(conn) = self.conn.as_mut() {
-            if let Some((handle, _)) = conn.loaded.map.remove(name) {
-                let _ = conn.ctx.flush_context(handle.into());
-            }
+            conn.evict(name);
         }
     }
 
@@ -467,9 +472,7 @@ impl Tpm {
 
     /// Objects the vault holds loaded now, the SRK included when it is transient.
     pub fn loaded_objects(&self) -> usize {
-        self.conn
-            .as_ref()
-            .map_or(0, |c| c.loaded.map.len() + usize::from(c.srk_transient))
+        self.conn.as_ref().map_or(0, |c| c.loaded.map.len() + usize::from(c.srk_transient))
     }
 
     /// Gives access to the raw context for operations built elsewhere in the TPM layer
@@ -490,9 +493,7 @@ impl Tpm {
         if let Some(mut conn) = self.conn.take() {
             while conn.evict_oldest() {}
             if let Some(s) = conn.hmac.take() {
-                let _ = conn.ctx.flush_context(ObjectHandle::from(
-                    tss_esapi::handles::SessionHandle::from(s),
-                ));
+                let _ = conn.ctx.flush_context(ObjectHandle::from(tss_esapi::handles::SessionHandle::from(s)));
             }
             if conn.srk_transient {
                 let _ = conn.ctx.flush_context(conn.srk.into());
@@ -532,6 +533,76 @@ impl Conn {
         }
     }
 
+    /// Starts a policy session and runs the policy commands. `encrypt` salts the session with
+    /// the SRK and turns on response-parameter encryption (for unseal).
+    fn policy_session(&mut self, policy: &PolicyAuth, encrypt: bool) -> Result<AuthSession, TpmError> {
+        let (salt, symmetric) = if encrypt {
+            (Some(self.srk), SymmetricDefinition::AES_128_CFB)
+        } else {
+            (None, SymmetricDefinition::Null)
+        };
+        let session = self
+            .ctx
+            .start_auth_session(salt, None, None, SessionType::Policy, symmetric, HashingAlgorithm::Sha256)
+            .map_err(wrap("TPM2_StartAuthSession"))?
+            .ok_or_else(|| TpmError::Malformed("no session handle".into()))?;
+        let result = self.run_policy(session, policy, encrypt);
+        if result.is_err() {
+            self.flush_session(session);
+        }
+        result.map(|()| session)
+    }
+
+    fn run_policy(&mut self, session: AuthSession, policy: &PolicyAuth, encrypt: bool) -> Result<(), TpmError> {
+        if encrypt {
+            let (attrs, mask) = SessionAttributesBuilder::new().with_encrypt(true).with_continue_session(true).build();
+            self.ctx.tr_sess_set_attributes(session, attrs, mask).map_err(wrap("Esys_TRSess_SetAttributes"))?;
+        }
+        let policy_session = tss_esapi::interface_types::session_handles::PolicySession::try_from(session)
+            .map_err(wrap("policy session"))?;
+        let selection = match policy {
+            PolicyAuth::Pcr(sel) | PolicyAuth::Authorized { selection: sel, .. } => sel,
+        };
+        let list = pcr::selection_list(selection)?;
+        self.ctx
+            .execute_without_session(|c| c.policy_pcr(policy_session, Digest::default(), list))
+            .map_err(wrap("TPM2_PolicyPCR"))?;
+        if let PolicyAuth::Authorized { authority, approved_policy, policy_ref, signature, .. } = policy {
+            let key = self
+                .ctx
+                .execute_without_session(|c| c.load_external_public(authority.clone(), Hierarchy::Owner))
+                .map_err(wrap("TPM2_LoadExternal"))?;
+            let result = (|| {
+                let (_, key_name, _) = self.ctx.read_public(key).map_err(wrap("TPM2_ReadPublic"))?;
+                let a_hash = crate::model::HashAlg::Sha256.digest(&[approved_policy.as_slice(), policy_ref].concat());
+                let ticket = self
+                    .ctx
+                    .execute_without_session(|c| {
+                        c.verify_signature(key, Digest::try_from(a_hash.clone())?, signature.clone())
+                    })
+                    .map_err(wrap("TPM2_VerifySignature"))?;
+                let approved = Digest::try_from(approved_policy.clone()).map_err(wrap("approved policy"))?;
+                let nonce = tss_esapi::structures::Nonce::try_from(policy_ref.clone()).map_err(wrap("policy ref"))?;
+                self.ctx
+                    .execute_without_session(|c| c.policy_authorize(policy_session, approved, nonce, &key_name, ticket))
+                    .map_err(wrap("TPM2_PolicyAuthorize"))
+            })();
+            let _ = self.ctx.flush_context(key.into());
+            result?;
+        }
+        Ok(())
+    }
+
+    fn flush_session(&mut self, session: AuthSession) {
+        let _ = self.ctx.flush_context(ObjectHandle::from(tss_esapi::handles::SessionHandle::from(session)));
+    }
+
+    fn evict(&mut self, name: &[u8]) {
+        if let Some((handle, _)) = self.loaded.map.remove(name) {
+            let _ = self.ctx.flush_context(handle.into());
+        }
+    }
+
     /// Flushes the least recently used key. False if none is loaded.
     fn evict_oldest(&mut self) -> bool {
         match self.loaded.pop_oldest() {
@@ -559,14 +630,9 @@ impl Conn {
             )
             .map_err(wrap("TPM2_StartAuthSession"))?
             .ok_or_else(|| TpmError::Malformed("no session handle".into()))?;
-        let (attrs, mask) = SessionAttributesBuilder::new()
-            .with_decrypt(true)
-            .with_encrypt(true)
-            .with_continue_session(true)
-            .build();
-        self.ctx
-            .tr_sess_set_attributes(session, attrs, mask)
-            .map_err(wrap("Esys_TRSess_SetAttributes"))?;
+        let (attrs, mask) =
+            SessionAttributesBuilder::new().with_decrypt(true).with_encrypt(true).with_continue_session(true).build();
+        self.ctx.tr_sess_set_attributes(session, attrs, mask).map_err(wrap("Esys_TRSess_SetAttributes"))?;
         self.hmac = Some(session);
         Ok(session)
     }
@@ -576,9 +642,7 @@ impl Conn {
     fn check_session<T>(&mut self, r: Result<T, TpmError>) -> Result<T, TpmError> {
         if r.is_err() {
             if let Some(s) = self.hmac.take() {
-                let _ = self.ctx.flush_context(ObjectHandle::from(
-                    tss_esapi::handles::SessionHandle::from(s),
-                ));
+                let _ = self.ctx.flush_context(ObjectHandle::from(tss_esapi::handles::SessionHandle::from(s)));
             }
         }
         r

@@ -39,15 +39,13 @@ pub fn encode_signature(alg: KeyAlg, sig: &Signature) -> Result<Vec<u8>, TpmErro
         (KeyAlg::EccP256, Signature::EcDsa(ecc)) => {
             let r = left_pad::<32>(ecc.signature_r().value()).ok_or_else(|| bad("r too long"))?;
             let s = left_pad::<32>(ecc.signature_s().value()).ok_or_else(|| bad("s too long"))?;
-            let sig =
-                p256::ecdsa::Signature::from_scalars(r, s).map_err(|e| bad(&e.to_string()))?;
+            let sig = p256::ecdsa::Signature::from_scalars(r, s).map_err(|e| bad(&e.to_string()))?;
             Ok(sig.to_der().as_bytes().to_vec())
         }
         (KeyAlg::EccP384, Signature::EcDsa(ecc)) => {
             let r = left_pad::<48>(ecc.signature_r().value()).ok_or_else(|| bad("r too long"))?;
             let s = left_pad::<48>(ecc.signature_s().value()).ok_or_else(|| bad("s too long"))?;
-            let sig =
-                p384::ecdsa::Signature::from_scalars(r, s).map_err(|e| bad(&e.to_string()))?;
+            let sig = p384::ecdsa::Signature::from_scalars(r, s).map_err(|e| bad(&e.to_string()))?;
             Ok(sig.to_der().as_bytes().to_vec())
         }
         (KeyAlg::Rsa2048 | KeyAlg::Rsa3072, Signature::RsaPss(rsa) | Signature::RsaSsa(rsa)) => {
@@ -86,39 +84,23 @@ pub fn public_key_der(alg: KeyAlg, public: &Public) -> Result<Vec<u8>, TpmError>
             let x = left_pad::<32>(unique.x().value()).ok_or_else(|| bad("x too long".into()))?;
             let y = left_pad::<32>(unique.y().value()).ok_or_else(|| bad("y too long".into()))?;
             let point = p256::EncodedPoint::from_affine_coordinates(&x.into(), &y.into(), false);
-            let key = p256::PublicKey::from_sec1_bytes(point.as_bytes())
-                .map_err(|e| bad(e.to_string()))?;
-            Ok(key
-                .to_public_key_der()
-                .map_err(|e| bad(e.to_string()))?
-                .as_bytes()
-                .to_vec())
+            let key = p256::PublicKey::from_sec1_bytes(point.as_bytes()).map_err(|e| bad(e.to_string()))?;
+            Ok(key.to_public_key_der().map_err(|e| bad(e.to_string()))?.as_bytes().to_vec())
         }
         (KeyAlg::EccP384, Public::Ecc { unique, .. }) => {
             let x = left_pad::<48>(unique.x().value()).ok_or_else(|| bad("x too long".into()))?;
             let y = left_pad::<48>(unique.y().value()).ok_or_else(|| bad("y too long".into()))?;
             let point = p384::EncodedPoint::from_affine_coordinates(&x.into(), &y.into(), false);
-            let key = p384::PublicKey::from_sec1_bytes(point.as_bytes())
-                .map_err(|e| bad(e.to_string()))?;
-            Ok(key
-                .to_public_key_der()
-                .map_err(|e| bad(e.to_string()))?
-                .as_bytes()
-                .to_vec())
+            let key = p384::PublicKey::from_sec1_bytes(point.as_bytes()).map_err(|e| bad(e.to_string()))?;
+            Ok(key.to_public_key_der().map_err(|e| bad(e.to_string()))?.as_bytes().to_vec())
         }
-        (
-            KeyAlg::Rsa2048 | KeyAlg::Rsa3072,
-            Public::Rsa {
-                unique, parameters, ..
-            },
-        ) => {
+        (KeyAlg::Rsa2048 | KeyAlg::Rsa3072, Public::Rsa { unique, parameters, .. }) => {
             let n = rsa::BigUint::from_bytes_be(unique.value());
             let e = match parameters.exponent().value() {
                 0 => 65537u32,
                 e => e,
             };
-            let key =
-                rsa::RsaPublicKey::new(n, rsa::BigUint::from(e)).map_err(|e| bad(e.to_string()))?;
+            let key = rsa::RsaPublicKey::new(n, rsa::BigUint::from(e)).map_err(|e| bad(e.to_string()))?;
             Ok(rsa::pkcs8::EncodePublicKey::to_public_key_der(&key)
                 .map_err(|e| bad(e.to_string()))?
                 .as_bytes()

@@ -128,7 +128,7 @@ pub mod rc {
     /// TPM_RC_AUTH_FAIL.
     pub const AUTH_FAIL: u32 = FMT1 + 0x00E;
     /// TPM_RC_POLICY_FAIL.
-    pub const POLICY_FAIL: u32 = FMT1 + 0x019;
+    pub const POLICY_FAIL: u32 = FMT1 + 0x01D;
     /// TPM_RC_BAD_AUTH.
     pub const BAD_AUTH: u32 = FMT1 + 0x022;
     /// TPM_RC_CONTEXT_GAP.
@@ -172,11 +172,7 @@ impl ResponseCode {
             C::FormatZero(z) => z.to_string(),
             C::FormatOne(o) => o.to_string(),
         };
-        let raw = text
-            .rsplit("0x")
-            .next()
-            .and_then(|h| u32::from_str_radix(h.trim(), 16).ok())
-            .unwrap_or(u32::MAX);
+        let raw = text.rsplit("0x").next().and_then(|h| u32::from_str_radix(h.trim(), 16).ok()).unwrap_or(u32::MAX);
         Self(raw)
     }
 
@@ -192,11 +188,7 @@ impl ResponseCode {
             return None;
         }
         let code = self.0 & 0xffff;
-        Some(if code & rc::FMT1 != 0 {
-            rc::FMT1 | (code & 0x3f)
-        } else {
-            code & 0x97f
-        })
+        Some(if code & rc::FMT1 != 0 { rc::FMT1 | (code & 0x3f) } else { code & 0x97f })
     }
 
     /// Decides what the vault does about this code.
@@ -274,10 +266,7 @@ mod tests {
 
     #[test]
     fn display_names_known_codes() {
-        assert_eq!(
-            ResponseCode(0x902).to_string(),
-            "TPM_RC_OBJECT_MEMORY (0x902)"
-        );
+        assert_eq!(ResponseCode(0x902).to_string(), "TPM_RC_OBJECT_MEMORY (0x902)");
         assert_eq!(ResponseCode(0x1c4).to_string(), "TPM_RC_VALUE (0x1c4)");
         assert_eq!(ResponseCode(0x12345).to_string(), "rc 0x12345");
     }

@@ -11,6 +11,7 @@
 pub mod actor;
 pub mod convert;
 pub mod error;
+pub mod pcr;
 pub mod status;
 pub mod templates;
 
@@ -21,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
-pub use actor::{ActorConfig, KeyBlob, Tpm, TpmInfo};
+pub use actor::{ActorConfig, KeyBlob, PolicyAuth, Tpm, TpmInfo};
 pub use error::TpmError;
 pub use status::{Shared, TpmState};
 
@@ -45,10 +46,7 @@ pub struct QueueConfig {
 
 impl Default for QueueConfig {
     fn default() -> Self {
-        Self {
-            capacity: 1024,
-            timeout: Duration::from_secs(10),
-        }
+        Self { capacity: 1024, timeout: Duration::from_secs(10) }
     }
 }
 
@@ -119,9 +117,7 @@ impl TpmHandle {
                 tracing::debug!("TPM actor stopped");
             })
             .map_err(|e| TpmError::Unavailable(format!("cannot start TPM thread: {e}")))?;
-        let info = ready_rx
-            .await
-            .map_err(|_| TpmError::Unavailable("TPM thread died during open".into()))??;
+        let info = ready_rx.await.map_err(|_| TpmError::Unavailable("TPM thread died during open".into()))??;
         let handle = Self {
             tx,
             shared,
@@ -149,12 +145,7 @@ impl TpmHandle {
     ///
     /// # Errors
     /// As [`TpmHandle::call`].
-    pub async fn call_with_timeout<T, F>(
-        &self,
-        label: &'static str,
-        timeout: Duration,
-        f: F,
-    ) -> Result<T, TpmError>
+    pub async fn call_with_timeout<T, F>(&self, label: &'static str, timeout: Duration, f: F) -> Result<T, TpmError>
     where
         T: Send + 'static,
         F: FnOnce(&mut Tpm) -> Result<T, TpmError> + Send + 'static,
@@ -215,20 +206,13 @@ impl TpmHandle {
         timeout: Duration,
         run: impl FnOnce(Option<&mut Tpm>) -> bool + Send + 'static,
     ) -> Result<(), TpmError> {
-        let job = Job {
-            label,
-            stop: false,
-            deadline: Instant::now() + timeout,
-            run: Box::new(run),
-        };
+        let job = Job { label, stop: false, deadline: Instant::now() + timeout, run: Box::new(run) };
         self.shared.queued.fetch_add(1, Ordering::Relaxed);
         self.tx.try_send(job).map_err(|e| {
             self.shared.queued.fetch_sub(1, Ordering::Relaxed);
             match e {
                 mpsc::error::TrySendError::Full(_) => TpmError::QueueFull(self.capacity),
-                mpsc::error::TrySendError::Closed(_) => {
-                    TpmError::Unavailable("TPM actor stopped".into())
-                }
+                mpsc::error::TrySendError::Closed(_) => TpmError::Unavailable("TPM actor stopped".into()),
             }
         })
     }
@@ -255,12 +239,7 @@ impl TpmHandle {
     /// every object the vault loaded is flushed and the TPM connection closed. Waits for the
     /// thread up to `grace`. Safe to call from any clone, once or more.
     pub async fn shutdown(&self, grace: Duration) {
-        let job = Job {
-            label: "stop",
-            stop: true,
-            deadline: Instant::now() + grace,
-            run: Box::new(|_| true),
-        };
+        let job = Job { label: "stop", stop: true, deadline: Instant::now() + grace, run: Box::new(|_| true) };
         self.shared.queued.fetch_add(1, Ordering::Relaxed);
         if self.tx.send_timeout(job, grace).await.is_err() {
             self.shared.queued.fetch_sub(1, Ordering::Relaxed);

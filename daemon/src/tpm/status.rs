@@ -40,11 +40,7 @@ pub struct Shared {
 impl Default for Shared {
     fn default() -> Self {
         Self {
-            inner: Mutex::new(Inner {
-                state: TpmState::Down,
-                last_error: None,
-                info: TpmInfo::default(),
-            }),
+            inner: Mutex::new(Inner { state: TpmState::Down, last_error: None, info: TpmInfo::default() }),
             queued: AtomicUsize::new(0),
             loaded: AtomicUsize::new(0),
             metrics: Metrics::default(),
@@ -78,10 +74,7 @@ impl Shared {
 
     /// TPM facts from the last successful connect.
     pub fn info(&self) -> TpmInfo {
-        self.inner
-            .lock()
-            .map(|g| g.info.clone())
-            .unwrap_or_default()
+        self.inner.lock().map(|g| g.info.clone()).unwrap_or_default()
     }
 
     /// Records the loaded-object count.

@@ -10,9 +10,9 @@ use tss_esapi::interface_types::algorithm::{HashingAlgorithm, PublicAlgorithm};
 use tss_esapi::interface_types::ecc::EccCurve;
 use tss_esapi::interface_types::key_bits::RsaKeyBits;
 use tss_esapi::structures::{
-    Digest, EccParameter, EccPoint, EccScheme, KeyDerivationFunctionScheme, Public, PublicBuilder,
-    PublicEccParametersBuilder, PublicKeyRsa, PublicRsaParametersBuilder, RsaExponent, RsaScheme,
-    SymmetricDefinitionObject,
+    Digest, EccParameter, EccPoint, EccScheme, KeyDerivationFunctionScheme, KeyedHashScheme, Public, PublicBuilder,
+    PublicEccParametersBuilder, PublicKeyRsa, PublicKeyedHashParameters, PublicRsaParametersBuilder, RsaExponent,
+    RsaScheme, SymmetricDefinitionObject,
 };
 
 use super::error::TpmError;
@@ -78,11 +78,7 @@ pub fn signing_key(alg: KeyAlg, auth_policy: Option<Digest>) -> Result<Public, T
         .with_auth_policy(auth_policy.unwrap_or_default());
     let builder = match alg {
         KeyAlg::EccP256 | KeyAlg::EccP384 => {
-            let curve = if alg == KeyAlg::EccP256 {
-                EccCurve::NistP256
-            } else {
-                EccCurve::NistP384
-            };
+            let curve = if alg == KeyAlg::EccP256 { EccCurve::NistP256 } else { EccCurve::NistP384 };
             builder
                 .with_public_algorithm(PublicAlgorithm::Ecc)
                 .with_ecc_parameters(
@@ -102,11 +98,7 @@ pub fn signing_key(alg: KeyAlg, auth_policy: Option<Digest>) -> Result<Public, T
                 .with_ecc_unique_identifier(EccPoint::default())
         }
         KeyAlg::Rsa2048 | KeyAlg::Rsa3072 => {
-            let bits = if alg == KeyAlg::Rsa2048 {
-                RsaKeyBits::Rsa2048
-            } else {
-                RsaKeyBits::Rsa3072
-            };
+            let bits = if alg == KeyAlg::Rsa2048 { RsaKeyBits::Rsa2048 } else { RsaKeyBits::Rsa3072 };
             builder
                 .with_public_algorithm(PublicAlgorithm::Rsa)
                 .with_rsa_parameters(
@@ -127,4 +119,65 @@ pub fn signing_key(alg: KeyAlg, auth_policy: Option<Digest>) -> Result<Public, T
         }
     };
     builder.build().map_err(wrap("key template"))
+}
+
+/// Template for a sealed data object: the TPM stores caller-supplied data (a 256-bit key) that
+/// only a policy session satisfying `auth_policy` can unseal. No password (userWithAuth clear),
+/// so noDA is safe: there is nothing to guess and no dictionary-attack tries to burn.
+///
+/// # Errors
+/// Only if tss-esapi rejects the template (a bug).
+pub fn sealed(auth_policy: Digest) -> Result<Public, TpmError> {
+    let attributes = ObjectAttributesBuilder::new()
+        .with_fixed_tpm(true)
+        .with_fixed_parent(true)
+        .with_no_da(true)
+        .with_user_with_auth(false)
+        .with_admin_with_policy(true)
+        .build()
+        .map_err(wrap("sealed attributes"))?;
+    PublicBuilder::new()
+        .with_public_algorithm(PublicAlgorithm::KeyedHash)
+        .with_name_hashing_algorithm(HashingAlgorithm::Sha256)
+        .with_object_attributes(attributes)
+        .with_auth_policy(auth_policy)
+        .with_keyed_hash_parameters(PublicKeyedHashParameters::new(KeyedHashScheme::Null))
+        .with_keyed_hash_unique_identifier(Digest::default())
+        .build()
+        .map_err(wrap("sealed template"))
+}
+
+/// The public area of an external ECC P-256 verification key (a policy authority), as
+/// `TPM2_LoadExternal` takes it.
+///
+/// # Errors
+/// Only if tss-esapi rejects the template (a bug) or the coordinates are malformed.
+pub fn external_p256(x: &[u8], y: &[u8]) -> Result<Public, TpmError> {
+    let attributes = ObjectAttributesBuilder::new()
+        .with_user_with_auth(true)
+        .with_sign_encrypt(true)
+        .build()
+        .map_err(wrap("authority attributes"))?;
+    PublicBuilder::new()
+        .with_public_algorithm(PublicAlgorithm::Ecc)
+        .with_name_hashing_algorithm(HashingAlgorithm::Sha256)
+        .with_object_attributes(attributes)
+        .with_ecc_parameters(
+            PublicEccParametersBuilder::new()
+                .with_symmetric(SymmetricDefinitionObject::Null)
+                .with_ecc_scheme(EccScheme::EcDsa(tss_esapi::structures::HashScheme::new(HashingAlgorithm::Sha256)))
+                .with_curve(EccCurve::NistP256)
+                .with_key_derivation_function_scheme(KeyDerivationFunctionScheme::Null)
+                .with_is_signing_key(true)
+                .with_is_decryption_key(false)
+                .with_restricted(false)
+                .build()
+                .map_err(wrap("authority parameters"))?,
+        )
+        .with_ecc_unique_identifier(EccPoint::new(
+            EccParameter::try_from(x.to_vec()).map_err(wrap("authority x"))?,
+            EccParameter::try_from(y.to_vec()).map_err(wrap("authority y"))?,
+        ))
+        .build()
+        .map_err(wrap("authority template"))
 }

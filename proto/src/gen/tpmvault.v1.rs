@@ -1057,6 +1057,658 @@ pub mod key_service_server {
         const NAME: &'static str = SERVICE_NAME;
     }
 }
+/// Seal input.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct SealRequest {
+    /// Secret name, \[a-z0-9\]\[a-z0-9.\_-\]{0,63}.
+    #[prost(string, tag = "1")]
+    pub name: ::prost::alloc::string::String,
+    /// The secret (any size up to the message limit).
+    #[prost(bytes = "vec", tag = "2")]
+    pub secret: ::prost::alloc::vec::Vec<u8>,
+    /// PCRs to seal to (default sha256:9). Without values: the current values. With values: those
+    /// (e.g. the value PCR 9 will have after the next boot).
+    #[prost(message, optional, tag = "3")]
+    pub pcr_binding: ::core::option::Option<PcrBinding>,
+    /// DER or PEM SubjectPublicKeyInfo of an ECC P-256 policy authority. When set, the secret opens
+    /// for any PCR values the authority approved in a SignedPolicy (PolicyAuthorize), so a kernel
+    /// update needs a new signature, not a re-seal. pcr_binding values are then ignored.
+    #[prost(bytes = "vec", tag = "4")]
+    pub authorized_by: ::prost::alloc::vec::Vec<u8>,
+    /// Replace an existing secret of the same name.
+    #[prost(bool, tag = "5")]
+    pub overwrite: bool,
+}
+/// Seal output.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct SealResponse {
+    /// Name.
+    #[prost(string, tag = "1")]
+    pub name: ::prost::alloc::string::String,
+    /// The sealed object's policy digest, hex.
+    #[prost(string, tag = "2")]
+    pub policy_digest: ::prost::alloc::string::String,
+    /// PCRs the secret is bound to, e.g. "sha256:9".
+    #[prost(string, tag = "3")]
+    pub pcrs: ::prost::alloc::string::String,
+}
+/// Unseal input.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct UnsealRequest {
+    /// Name.
+    #[prost(string, tag = "1")]
+    pub name: ::prost::alloc::string::String,
+    /// Required for authorized-policy secrets: an encoded SignedPolicy approving the current PCRs.
+    #[prost(bytes = "vec", tag = "2")]
+    pub signed_policy: ::prost::alloc::vec::Vec<u8>,
+}
+/// Unseal output.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct UnsealResponse {
+    /// The secret.
+    #[prost(bytes = "vec", tag = "1")]
+    pub secret: ::prost::alloc::vec::Vec<u8>,
+}
+/// DeleteSealed input.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct DeleteSealedRequest {
+    /// Name.
+    #[prost(string, tag = "1")]
+    pub name: ::prost::alloc::string::String,
+}
+/// DeleteSealed output.
+#[allow(clippy::all)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct DeleteSealedResponse {}
+/// SignPolicy input.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct SignPolicyRequest {
+    /// Vault key (ecc-p256) that acts as the authority.
+    #[prost(string, tag = "1")]
+    pub key_name: ::prost::alloc::string::String,
+    /// PCR values to approve (bank, indices and values all required).
+    #[prost(message, optional, tag = "2")]
+    pub pcrs: ::core::option::Option<PcrBinding>,
+    /// Approval counter: once an approval with a higher version was used to unseal a secret, the
+    /// daemon refuses lower versions for that secret.
+    #[prost(uint64, tag = "3")]
+    pub policy_version: u64,
+    /// Expiry, Unix seconds; 0 = never.
+    #[prost(int64, tag = "4")]
+    pub expires_unix: i64,
+}
+/// An approval of PCR values by a policy authority. Encoded with protobuf, this is the
+/// `--policy` file format of the CLI.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct SignedPolicy {
+    /// 1.
+    #[prost(uint32, tag = "1")]
+    pub format_version: u32,
+    /// PCR bank ("sha256").
+    #[prost(string, tag = "2")]
+    pub pcr_bank: ::prost::alloc::string::String,
+    /// PCR indices.
+    #[prost(uint32, repeated, tag = "3")]
+    pub pcrs: ::prost::alloc::vec::Vec<u32>,
+    /// Approved values, one per index.
+    #[prost(bytes = "vec", repeated, tag = "4")]
+    pub pcr_values: ::prost::alloc::vec::Vec<::prost::alloc::vec::Vec<u8>>,
+    /// TPM2_PolicyPCR digest of those values (SHA-256 policy).
+    #[prost(bytes = "vec", tag = "5")]
+    pub approved_policy: ::prost::alloc::vec::Vec<u8>,
+    /// TPM2_PolicyAuthorize policyRef (empty).
+    #[prost(bytes = "vec", tag = "6")]
+    pub policy_ref: ::prost::alloc::vec::Vec<u8>,
+    /// DER ECDSA P-256 signature over SHA-256(approved_policy || policy_ref); checked by the TPM.
+    #[prost(bytes = "vec", tag = "7")]
+    pub signature: ::prost::alloc::vec::Vec<u8>,
+    /// Approval counter (see SignPolicyRequest).
+    #[prost(uint64, tag = "8")]
+    pub policy_version: u64,
+    /// Expiry, Unix seconds; 0 = never.
+    #[prost(int64, tag = "9")]
+    pub expires_unix: i64,
+    /// DER ECDSA P-256 signature over SHA-256("tpm-vault-policy-v1" || approved_policy ||
+    /// policy_ref || be64(policy_version) || be64(expires_unix)); checked by the daemon.
+    #[prost(bytes = "vec", tag = "10")]
+    pub envelope_signature: ::prost::alloc::vec::Vec<u8>,
+    /// The authority's DER SubjectPublicKeyInfo (informational; the daemon uses the one recorded
+    /// at seal time).
+    #[prost(bytes = "vec", tag = "11")]
+    pub authority_spki: ::prost::alloc::vec::Vec<u8>,
+}
+/// Generated client implementations.
+pub mod seal_service_client {
+    #![allow(
+        unused_variables,
+        dead_code,
+        missing_docs,
+        clippy::wildcard_imports,
+        clippy::let_unit_value,
+    )]
+    use tonic::codegen::*;
+    use tonic::codegen::http::Uri;
+    /// Seals secrets to PCR values, directly or through signed (authorized) policies.
+    #[derive(Debug, Clone)]
+    pub struct SealServiceClient<T> {
+        inner: tonic::client::Grpc<T>,
+    }
+    impl SealServiceClient<tonic::transport::Channel> {
+        /// Attempt to create a new client by connecting to a given endpoint.
+        pub async fn connect<D>(dst: D) -> Result<Self, tonic::transport::Error>
+        where
+            D: TryInto<tonic::transport::Endpoint>,
+            D::Error: Into<StdError>,
+        {
+            let conn = tonic::transport::Endpoint::new(dst)?.connect().await?;
+            Ok(Self::new(conn))
+        }
+    }
+    impl<T> SealServiceClient<T>
+    where
+        T: tonic::client::GrpcService<tonic::body::Body>,
+        T::Error: Into<StdError>,
+        T::ResponseBody: Body<Data = Bytes> + std::marker::Send + 'static,
+        <T::ResponseBody as Body>::Error: Into<StdError> + std::marker::Send,
+    {
+        pub fn new(inner: T) -> Self {
+            let inner = tonic::client::Grpc::new(inner);
+            Self { inner }
+        }
+        pub fn with_origin(inner: T, origin: Uri) -> Self {
+            let inner = tonic::client::Grpc::with_origin(inner, origin);
+            Self { inner }
+        }
+        pub fn with_interceptor<F>(
+            inner: T,
+            interceptor: F,
+        ) -> SealServiceClient<InterceptedService<T, F>>
+        where
+            F: tonic::service::Interceptor,
+            T::ResponseBody: Default,
+            T: tonic::codegen::Service<
+                http::Request<tonic::body::Body>,
+                Response = http::Response<
+                    <T as tonic::client::GrpcService<tonic::body::Body>>::ResponseBody,
+                >,
+            >,
+            <T as tonic::codegen::Service<
+                http::Request<tonic::body::Body>,
+            >>::Error: Into<StdError> + std::marker::Send + std::marker::Sync,
+        {
+            SealServiceClient::new(InterceptedService::new(inner, interceptor))
+        }
+        /// Compress requests with the given encoding.
+        ///
+        /// This requires the server to support it otherwise it might respond with an
+        /// error.
+        #[must_use]
+        pub fn send_compressed(mut self, encoding: CompressionEncoding) -> Self {
+            self.inner = self.inner.send_compressed(encoding);
+            self
+        }
+        /// Enable decompressing responses.
+        #[must_use]
+        pub fn accept_compressed(mut self, encoding: CompressionEncoding) -> Self {
+            self.inner = self.inner.accept_compressed(encoding);
+            self
+        }
+        /// Limits the maximum size of a decoded message.
+        ///
+        /// Default: `4MB`
+        #[must_use]
+        pub fn max_decoding_message_size(mut self, limit: usize) -> Self {
+            self.inner = self.inner.max_decoding_message_size(limit);
+            self
+        }
+        /// Limits the maximum size of an encoded message.
+        ///
+        /// Default: `usize::MAX`
+        #[must_use]
+        pub fn max_encoding_message_size(mut self, limit: usize) -> Self {
+            self.inner = self.inner.max_encoding_message_size(limit);
+            self
+        }
+        /// Seals a secret of any size: the TPM seals a fresh 256-bit key under a PCR policy and the
+        /// data is AES-256-GCM-encrypted in-core. ALREADY_EXISTS unless `overwrite`.
+        pub async fn seal(
+            &mut self,
+            request: impl tonic::IntoRequest<super::SealRequest>,
+        ) -> std::result::Result<tonic::Response<super::SealResponse>, tonic::Status> {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/tpmvault.v1.SealService/Seal",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("tpmvault.v1.SealService", "Seal"));
+            self.inner.unary(req, path, codec).await
+        }
+        /// Unseals a secret. FAILED_PRECONDITION naming the PCRs that differ when the policy is not
+        /// satisfied; INVALID_ARGUMENT / PERMISSION_DENIED for a bad or foreign signed policy.
+        pub async fn unseal(
+            &mut self,
+            request: impl tonic::IntoRequest<super::UnsealRequest>,
+        ) -> std::result::Result<tonic::Response<super::UnsealResponse>, tonic::Status> {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/tpmvault.v1.SealService/Unseal",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("tpmvault.v1.SealService", "Unseal"));
+            self.inner.unary(req, path, codec).await
+        }
+        /// Approves PCR values for authorized-policy secrets, signing with a vault ECC P-256 key
+        /// (for a device that is itself a policy authority). Offline authorities use
+        /// `tpm-vault policy sign --key KEY.pem`, which produces the same SignedPolicy.
+        pub async fn sign_policy(
+            &mut self,
+            request: impl tonic::IntoRequest<super::SignPolicyRequest>,
+        ) -> std::result::Result<tonic::Response<super::SignedPolicy>, tonic::Status> {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/tpmvault.v1.SealService/SignPolicy",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("tpmvault.v1.SealService", "SignPolicy"));
+            self.inner.unary(req, path, codec).await
+        }
+        /// Deletes a sealed secret. NOT_FOUND if there is none.
+        pub async fn delete_sealed(
+            &mut self,
+            request: impl tonic::IntoRequest<super::DeleteSealedRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::DeleteSealedResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/tpmvault.v1.SealService/DeleteSealed",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("tpmvault.v1.SealService", "DeleteSealed"));
+            self.inner.unary(req, path, codec).await
+        }
+    }
+}
+/// Generated server implementations.
+pub mod seal_service_server {
+    #![allow(
+        unused_variables,
+        dead_code,
+        missing_docs,
+        clippy::wildcard_imports,
+        clippy::let_unit_value,
+    )]
+    use tonic::codegen::*;
+    /// Generated trait containing gRPC methods that should be implemented for use with SealServiceServer.
+    #[async_trait]
+    pub trait SealService: std::marker::Send + std::marker::Sync + 'static {
+        /// Seals a secret of any size: the TPM seals a fresh 256-bit key under a PCR policy and the
+        /// data is AES-256-GCM-encrypted in-core. ALREADY_EXISTS unless `overwrite`.
+        async fn seal(
+            &self,
+            request: tonic::Request<super::SealRequest>,
+        ) -> std::result::Result<tonic::Response<super::SealResponse>, tonic::Status>;
+        /// Unseals a secret. FAILED_PRECONDITION naming the PCRs that differ when the policy is not
+        /// satisfied; INVALID_ARGUMENT / PERMISSION_DENIED for a bad or foreign signed policy.
+        async fn unseal(
+            &self,
+            request: tonic::Request<super::UnsealRequest>,
+        ) -> std::result::Result<tonic::Response<super::UnsealResponse>, tonic::Status>;
+        /// Approves PCR values for authorized-policy secrets, signing with a vault ECC P-256 key
+        /// (for a device that is itself a policy authority). Offline authorities use
+        /// `tpm-vault policy sign --key KEY.pem`, which produces the same SignedPolicy.
+        async fn sign_policy(
+            &self,
+            request: tonic::Request<super::SignPolicyRequest>,
+        ) -> std::result::Result<tonic::Response<super::SignedPolicy>, tonic::Status>;
+        /// Deletes a sealed secret. NOT_FOUND if there is none.
+        async fn delete_sealed(
+            &self,
+            request: tonic::Request<super::DeleteSealedRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::DeleteSealedResponse>,
+            tonic::Status,
+        >;
+    }
+    /// Seals secrets to PCR values, directly or through signed (authorized) policies.
+    #[derive(Debug)]
+    pub struct SealServiceServer<T> {
+        inner: Arc<T>,
+        accept_compression_encodings: EnabledCompressionEncodings,
+        send_compression_encodings: EnabledCompressionEncodings,
+        max_decoding_message_size: Option<usize>,
+        max_encoding_message_size: Option<usize>,
+    }
+    impl<T> SealServiceServer<T> {
+        pub fn new(inner: T) -> Self {
+            Self::from_arc(Arc::new(inner))
+        }
+        pub fn from_arc(inner: Arc<T>) -> Self {
+            Self {
+                inner,
+                accept_compression_encodings: Default::default(),
+                send_compression_encodings: Default::default(),
+                max_decoding_message_size: None,
+                max_encoding_message_size: None,
+            }
+        }
+        pub fn with_interceptor<F>(
+            inner: T,
+            interceptor: F,
+        ) -> InterceptedService<Self, F>
+        where
+            F: tonic::service::Interceptor,
+        {
+            InterceptedService::new(Self::new(inner), interceptor)
+        }
+        /// Enable decompressing requests with the given encoding.
+        #[must_use]
+        pub fn accept_compressed(mut self, encoding: CompressionEncoding) -> Self {
+            self.accept_compression_encodings.enable(encoding);
+            self
+        }
+        /// Compress responses with the given encoding, if the client supports it.
+        #[must_use]
+        pub fn send_compressed(mut self, encoding: CompressionEncoding) -> Self {
+            self.send_compression_encodings.enable(encoding);
+            self
+        }
+        /// Limits the maximum size of a decoded message.
+        ///
+        /// Default: `4MB`
+        #[must_use]
+        pub fn max_decoding_message_size(mut self, limit: usize) -> Self {
+            self.max_decoding_message_size = Some(limit);
+            self
+        }
+        /// Limits the maximum size of an encoded message.
+        ///
+        /// Default: `usize::MAX`
+        #[must_use]
+        pub fn max_encoding_message_size(mut self, limit: usize) -> Self {
+            self.max_encoding_message_size = Some(limit);
+            self
+        }
+    }
+    impl<T, B> tonic::codegen::Service<http::Request<B>> for SealServiceServer<T>
+    where
+        T: SealService,
+        B: Body + std::marker::Send + 'static,
+        B::Error: Into<StdError> + std::marker::Send + 'static,
+    {
+        type Response = http::Response<tonic::body::Body>;
+        type Error = std::convert::Infallible;
+        type Future = BoxFuture<Self::Response, Self::Error>;
+        fn poll_ready(
+            &mut self,
+            _cx: &mut Context<'_>,
+        ) -> Poll<std::result::Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+        fn call(&mut self, req: http::Request<B>) -> Self::Future {
+            match req.uri().path() {
+                "/tpmvault.v1.SealService/Seal" => {
+                    #[allow(non_camel_case_types)]
+                    struct SealSvc<T: SealService>(pub Arc<T>);
+                    impl<T: SealService> tonic::server::UnaryService<super::SealRequest>
+                    for SealSvc<T> {
+                        type Response = super::SealResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::SealRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as SealService>::seal(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = SealSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/tpmvault.v1.SealService/Unseal" => {
+                    #[allow(non_camel_case_types)]
+                    struct UnsealSvc<T: SealService>(pub Arc<T>);
+                    impl<
+                        T: SealService,
+                    > tonic::server::UnaryService<super::UnsealRequest>
+                    for UnsealSvc<T> {
+                        type Response = super::UnsealResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::UnsealRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as SealService>::unseal(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = UnsealSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/tpmvault.v1.SealService/SignPolicy" => {
+                    #[allow(non_camel_case_types)]
+                    struct SignPolicySvc<T: SealService>(pub Arc<T>);
+                    impl<
+                        T: SealService,
+                    > tonic::server::UnaryService<super::SignPolicyRequest>
+                    for SignPolicySvc<T> {
+                        type Response = super::SignedPolicy;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::SignPolicyRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as SealService>::sign_policy(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = SignPolicySvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/tpmvault.v1.SealService/DeleteSealed" => {
+                    #[allow(non_camel_case_types)]
+                    struct DeleteSealedSvc<T: SealService>(pub Arc<T>);
+                    impl<
+                        T: SealService,
+                    > tonic::server::UnaryService<super::DeleteSealedRequest>
+                    for DeleteSealedSvc<T> {
+                        type Response = super::DeleteSealedResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::DeleteSealedRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as SealService>::delete_sealed(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = DeleteSealedSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                _ => {
+                    Box::pin(async move {
+                        let mut response = http::Response::new(
+                            tonic::body::Body::default(),
+                        );
+                        let headers = response.headers_mut();
+                        headers
+                            .insert(
+                                tonic::Status::GRPC_STATUS,
+                                (tonic::Code::Unimplemented as i32).into(),
+                            );
+                        headers
+                            .insert(
+                                http::header::CONTENT_TYPE,
+                                tonic::metadata::GRPC_CONTENT_TYPE,
+                            );
+                        Ok(response)
+                    })
+                }
+            }
+        }
+    }
+    impl<T> Clone for SealServiceServer<T> {
+        fn clone(&self) -> Self {
+            let inner = self.inner.clone();
+            Self {
+                inner,
+                accept_compression_encodings: self.accept_compression_encodings,
+                send_compression_encodings: self.send_compression_encodings,
+                max_decoding_message_size: self.max_decoding_message_size,
+                max_encoding_message_size: self.max_encoding_message_size,
+            }
+        }
+    }
+    /// Generated gRPC service name
+    pub const SERVICE_NAME: &str = "tpmvault.v1.SealService";
+    impl<T> tonic::server::NamedService for SealServiceServer<T> {
+        const NAME: &'static str = SERVICE_NAME;
+    }
+}
 /// GetStatus input.
 #[allow(clippy::all)]
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]

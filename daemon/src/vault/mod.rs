@@ -15,12 +15,16 @@ use tss_esapi::structures::{Auth, Digest, Private, Public, PublicBuffer};
 use tss_esapi::traits::{Marshall, UnMarshall};
 use zeroize::Zeroizing;
 
+pub mod seal;
+
+pub use seal::{SealInfo, SealTarget};
+
 use crate::crypto::verify;
 use crate::error::Error;
-use crate::model::{HashAlg, KeyAlg, KeyName, Scheme, SignInput};
-use crate::store::{KeyRecord, Store, StoreError};
+use crate::model::{HashAlg, KeyAlg, KeyName, PcrSelection, Scheme, SignInput};
+use crate::store::{KeyRecord, SealPolicy, Store, StoreError};
 use crate::tpm::actor::ActorConfig;
-use crate::tpm::{convert, templates, KeyBlob, QueueConfig, TpmError, TpmHandle, TpmInfo};
+use crate::tpm::{convert, templates, KeyBlob, PolicyAuth, QueueConfig, TpmError, TpmHandle, TpmInfo};
 
 /// Key generation can take seconds on a TPM (RSA-3072 especially).
 const CREATE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -59,6 +63,8 @@ pub struct KeyInfo {
     pub owner_uid: u32,
     /// Password-protected.
     pub has_auth: bool,
+    /// PCR binding, if any.
+    pub pcr_policy: Option<crate::store::PcrPolicy>,
 }
 
 impl From<&KeyRecord> for KeyInfo {
@@ -70,6 +76,7 @@ impl From<&KeyRecord> for KeyInfo {
             created_unix: r.created_unix,
             owner_uid: r.owner_uid,
             has_auth: r.has_auth,
+            pcr_policy: r.pcr_policy.clone(),
         }
     }
 }
@@ -126,9 +133,7 @@ pub struct Vault {
 
 impl std::fmt::Debug for Vault {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Vault")
-            .field("tcti", &self.inner.tcti)
-            .finish_non_exhaustive()
+        f.debug_struct("Vault").field("tcti", &self.inner.tcti).finish_non_exhaustive()
     }
 }
 
@@ -205,31 +210,40 @@ impl Vault {
         alg: KeyAlg,
         owner_uid: u32,
         auth: Option<Zeroizing<Vec<u8>>>,
+        pcr: Option<(PcrSelection, Option<Vec<Vec<u8>>>)>,
     ) -> Result<KeyInfo, Error> {
         if let Some(a) = &auth {
             if a.len() > MAX_AUTH {
-                return Err(Error::InvalidArgument(format!(
-                    "key password longer than {MAX_AUTH} bytes"
-                )));
+                return Err(Error::InvalidArgument(format!("key password longer than {MAX_AUTH} bytes")));
+            }
+            if pcr.is_some() && !a.is_empty() {
+                return Err(Error::InvalidArgument("a key is either PCR-bound or password-protected, not both".into()));
             }
         }
         if self.load(&name).await.is_ok() {
             return Err(Error::KeyExists(name.to_string()));
         }
-        let template = templates::signing_key(alg, None)?;
+        let pcr_policy = match pcr {
+            Some((selection, values)) => Some(self.pcr_policy(&selection, values).await?),
+            None => None,
+        };
+        let auth_policy = match &pcr_policy {
+            Some(p) => Some(
+                Digest::try_from(crate::tpm::pcr::policy_pcr_digest(&p.selection, &p.values)?)
+                    .map_err(|e| TpmError::from_tss("policy digest", e))?,
+            ),
+            None => None,
+        };
+        let template = templates::signing_key(alg, auth_policy)?;
         let tpm_auth = match &auth {
-            Some(a) if !a.is_empty() => {
-                Some(Auth::try_from(a.to_vec()).map_err(|e| TpmError::from_tss("auth", e))?)
-            }
+            Some(a) if !a.is_empty() => Some(Auth::try_from(a.to_vec()).map_err(|e| TpmError::from_tss("auth", e))?),
             _ => None,
         };
         let has_auth = tpm_auth.is_some();
         let (public, private) = self
             .inner
             .tpm
-            .call_with_timeout("create", CREATE_TIMEOUT, move |tpm| {
-                tpm.create(template, tpm_auth, None)
-            })
+            .call_with_timeout("create", CREATE_TIMEOUT, move |tpm| tpm.create(template, tpm_auth, None))
             .await?;
         let record = KeyRecord {
             version: crate::store::record::RECORD_VERSION,
@@ -243,17 +257,15 @@ impl Vault {
                 .map_err(|e| TpmError::from_tss("marshal public", e))?,
             private: marshal_private(&private),
             has_auth,
-            pcr_policy: None,
+            pcr_policy,
             cert_chain_pem: None,
         };
         let info = KeyInfo::from(&record);
         let store = self.inner.store.clone();
-        blocking(move || store.insert_new(&record))
-            .await
-            .map_err(|e| match e {
-                Error::Store(StoreError::Exists(n)) => Error::KeyExists(n.to_string()),
-                other => other,
-            })?;
+        blocking(move || store.insert_new(&record)).await.map_err(|e| match e {
+            Error::Store(StoreError::Exists(n)) => Error::KeyExists(n.to_string()),
+            other => other,
+        })?;
         tracing::info!(key = %name, alg = %alg, "key created");
         Ok(info)
     }
@@ -346,7 +358,16 @@ impl Vault {
     ) -> Result<SignOutput, Error> {
         let loaded = self.load(name).await?;
         let (job, out) = self.prepare_sign(&loaded, req, auth)?;
-        let sig = self.inner.tpm.call("sign", job).await?;
+        let sig = match self.inner.tpm.call("sign", job).await {
+            Err(TpmError::PolicyFailed) => {
+                let policy = loaded.record.pcr_policy.clone().map(|pcr| SealPolicy::Pcr { pcr });
+                return Err(match policy {
+                    Some(p) => self.pcr_mismatch_error(&p).await,
+                    None => TpmError::PolicyFailed.into(),
+                });
+            }
+            other => other?,
+        };
         self.finish_sign(&loaded, out, &sig)
     }
 
@@ -370,9 +391,7 @@ impl Vault {
         auth: Option<Zeroizing<Vec<u8>>>,
     ) -> Result<
         (
-            impl FnOnce(&mut crate::tpm::Tpm) -> Result<tss_esapi::structures::Signature, TpmError>
-                + Send
-                + 'static,
+            impl FnOnce(&mut crate::tpm::Tpm) -> Result<tss_esapi::structures::Signature, TpmError> + Send + 'static,
             (Scheme, HashAlg, Vec<u8>),
         ),
         Error,
@@ -385,16 +404,10 @@ impl Vault {
             return Err(TpmError::PssSaltUnsupported.into());
         }
         let auth = match (loaded.record.has_auth, auth) {
-            (true, Some(a)) if !a.is_empty() => Some(
-                Auth::try_from(a.to_vec())
-                    .map_err(|_| Error::InvalidArgument("key password too long".into()))?,
-            ),
-            (true, _) => {
-                return Err(Error::PermissionDenied(format!(
-                    "key {} needs its password",
-                    loaded.record.name
-                )))
+            (true, Some(a)) if !a.is_empty() => {
+                Some(Auth::try_from(a.to_vec()).map_err(|_| Error::InvalidArgument("key password too long".into()))?)
             }
+            (true, _) => return Err(Error::PermissionDenied(format!("key {} needs its password", loaded.record.name))),
             (false, _) => None,
         };
         let digest = req.input.into_digest(hash)?;
@@ -402,7 +415,8 @@ impl Vault {
             .map_err(|_| Error::InvalidArgument("digest too long for the TPM".into()))?;
         let blob = loaded.blob.clone();
         let tpm_scheme = convert::signature_scheme(scheme, hash);
-        let job = move |tpm: &mut crate::tpm::Tpm| tpm.sign(&blob, tpm_digest, tpm_scheme, auth);
+        let policy = loaded.record.pcr_policy.as_ref().map(|p| PolicyAuth::Pcr(p.selection.clone()));
+        let job = move |tpm: &mut crate::tpm::Tpm| tpm.sign(&blob, tpm_digest, tpm_scheme, auth, policy.as_ref());
         Ok((job, (scheme, hash, digest)))
     }
 
@@ -416,27 +430,14 @@ impl Vault {
         if scheme == Scheme::RsaPss && self.inner.pss.load(Ordering::Relaxed) != PSS_OK {
             // Some hardware TPMs use the maximum salt length, which TLS 1.3 rejects: check the
             // first PSS signature of this TPM in software and refuse if it is not hash-length.
-            let ok = verify::verify_digest(
-                loaded.record.alg,
-                &loaded.spki,
-                scheme,
-                hash,
-                &digest,
-                &signature,
-            )?;
-            self.inner
-                .pss
-                .store(if ok { PSS_OK } else { PSS_BAD }, Ordering::Relaxed);
+            let ok = verify::verify_digest(loaded.record.alg, &loaded.spki, scheme, hash, &digest, &signature)?;
+            self.inner.pss.store(if ok { PSS_OK } else { PSS_BAD }, Ordering::Relaxed);
             if !ok {
                 tracing::error!("TPM RSA-PSS salt length is not the hash length; refusing PSS");
                 return Err(TpmError::PssSaltUnsupported.into());
             }
         }
-        Ok(SignOutput {
-            signature,
-            scheme,
-            hash,
-        })
+        Ok(SignOutput { signature, scheme, hash })
     }
 
     /// Verifies a signature in-core with the key's public part.
@@ -472,11 +473,7 @@ impl Vault {
     /// # Errors
     /// TPM errors.
     pub async fn transient_handles(&self) -> Result<usize, Error> {
-        Ok(self
-            .inner
-            .tpm
-            .call("handles", |tpm| tpm.transient_handles())
-            .await?)
+        Ok(self.inner.tpm.call("handles", |tpm| tpm.transient_handles()).await?)
     }
 
     /// Flushes every loaded object (keys, sessions, transient SRK).
@@ -494,20 +491,17 @@ impl Vault {
         self.inner.tpm.shutdown(grace).await;
     }
 
+    /// The state directory.
+    pub(crate) fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
     fn cached(&self, name: &KeyName) -> Option<Arc<Loaded>> {
-        self.inner
-            .cache
-            .lock()
-            .ok()
-            .and_then(|c| c.get(name).cloned())
+        self.inner.cache.lock().ok().and_then(|c| c.get(name).cloned())
     }
 
     fn cache_remove(&self, name: &KeyName) -> Option<Arc<Loaded>> {
-        self.inner
-            .cache
-            .lock()
-            .ok()
-            .and_then(|mut c| c.remove(name))
+        self.inner.cache.lock().ok().and_then(|mut c| c.remove(name))
     }
 
     async fn load(&self, name: &KeyName) -> Result<Arc<Loaded>, Error> {
@@ -516,9 +510,7 @@ impl Vault {
         }
         let store = self.inner.store.clone();
         let n = name.clone();
-        let record = blocking(move || store.get(&n))
-            .await?
-            .ok_or_else(|| Error::not_found(name))?;
+        let record = blocking(move || store.get(&n)).await?.ok_or_else(|| Error::not_found(name))?;
         let loaded = Arc::new(parse_record(record)?);
         if let Ok(mut cache) = self.inner.cache.lock() {
             if cache.len() >= CACHE_MAX {
@@ -533,38 +525,27 @@ impl Vault {
 }
 
 fn parse_record(record: KeyRecord) -> Result<Loaded, Error> {
-    let corrupt = |why: String| {
-        Error::Store(StoreError::Corrupt {
-            path: PathBuf::from(record.name.as_str()),
-            reason: why,
-        })
-    };
+    let corrupt =
+        |why: String| Error::Store(StoreError::Corrupt { path: PathBuf::from(record.name.as_str()), reason: why });
     let public = PublicBuffer::unmarshall(&record.public)
         .and_then(Public::try_from)
         .map_err(|e| corrupt(format!("public blob: {e}")))?;
-    let private =
-        unmarshal_private(&record.private).ok_or_else(|| corrupt("private blob".into()))?;
+    let private = unmarshal_private(&record.private).ok_or_else(|| corrupt("private blob".into()))?;
     let spki = convert::public_key_der(record.alg, &public)?;
-    let blob = KeyBlob {
-        name: record.tpm_name.clone(),
-        public,
-        private,
-    };
+    let blob = KeyBlob { name: record.tpm_name.clone(), public, private };
     Ok(Loaded { record, blob, spki })
 }
 
 /// TPM object name: nameAlg (SHA-256, 0x000b) || SHA-256(TPMT_PUBLIC).
-fn object_name(public: &Public) -> Result<Vec<u8>, Error> {
-    let tpmt = public
-        .marshall()
-        .map_err(|e| TpmError::from_tss("marshal public", e))?;
+pub(crate) fn object_name(public: &Public) -> Result<Vec<u8>, Error> {
+    let tpmt = public.marshall().map_err(|e| TpmError::from_tss("marshal public", e))?;
     let mut name = vec![0x00, 0x0b];
     name.extend_from_slice(&HashAlg::Sha256.digest(&tpmt));
     Ok(name)
 }
 
 /// TPM2B_PRIVATE: 2-byte big-endian size, then the wrapped bytes (what tpm2-tools writes).
-fn marshal_private(p: &Private) -> Vec<u8> {
+pub(crate) fn marshal_private(p: &Private) -> Vec<u8> {
     let v = p.value();
     let mut out = Vec::with_capacity(v.len() + 2);
     out.extend_from_slice(&(v.len() as u16).to_be_bytes());
@@ -572,7 +553,7 @@ fn marshal_private(p: &Private) -> Vec<u8> {
     out
 }
 
-fn unmarshal_private(b: &[u8]) -> Option<Private> {
+pub(crate) fn unmarshal_private(b: &[u8]) -> Option<Private> {
     let (len, rest) = b.split_first_chunk::<2>()?;
     if usize::from(u16::from_be_bytes(*len)) != rest.len() {
         return None;
@@ -580,14 +561,12 @@ fn unmarshal_private(b: &[u8]) -> Option<Private> {
     Private::try_from(rest.to_vec()).ok()
 }
 
-fn unix_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
+pub(crate) fn unix_now() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
 }
 
 /// Runs blocking (file) work off the async workers.
-async fn blocking<T, E>(f: impl FnOnce() -> Result<T, E> + Send + 'static) -> Result<T, Error>
+pub(crate) async fn blocking<T, E>(f: impl FnOnce() -> Result<T, E> + Send + 'static) -> Result<T, Error>
 where
     T: Send + 'static,
     E: Into<Error> + Send + 'static,

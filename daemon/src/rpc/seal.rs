@@ -1,0 +1,110 @@
+//! `tpmvault.v1.SealService`: sealing secrets to PCR values and signed PCR policies.
+
+use std::time::Instant;
+
+use prost::Message;
+use tonic::{Request, Response, Status};
+use tpm_vault_proto::v1 as pb;
+use tpm_vault_proto::v1::seal_service_server::SealService;
+use zeroize::Zeroizing;
+
+use super::{observe, pcr_binding, Ctx};
+use crate::auth::Peer;
+use crate::error::Error;
+use crate::model::{KeyName, PcrBank, PcrSelection};
+use crate::vault::seal::{authority_der, SealTarget};
+
+/// Largest sealed secret (the message limit of this service).
+pub const MAX_SECRET: usize = 64 * 1024 * 1024;
+
+/// The SealService implementation.
+#[derive(Debug, Clone)]
+pub struct SealRpc {
+    ctx: Ctx,
+}
+
+impl SealRpc {
+    /// A service over `ctx`.
+    pub fn new(ctx: Ctx) -> Self {
+        Self { ctx }
+    }
+}
+
+fn default_selection() -> Result<PcrSelection, Error> {
+    PcrSelection::new(PcrBank::Sha256, &[9])
+}
+
+#[tonic::async_trait]
+impl SealService for SealRpc {
+    async fn seal(&self, req: Request<pb::SealRequest>) -> Result<Response<pb::SealResponse>, Status> {
+        let start = Instant::now();
+        let uid = Peer::of(&req).map_or(0, |p| p.uid);
+        let r = req.into_inner();
+        let secret = Zeroizing::new(r.secret);
+        let result = async {
+            let name = KeyName::try_from(r.name.as_str())?;
+            let (selection, values) = match r.pcr_binding {
+                Some(b) => pcr_binding(b)?,
+                None => (default_selection()?, None),
+            };
+            let target = if r.authorized_by.is_empty() {
+                SealTarget::Pcr { selection, values }
+            } else {
+                SealTarget::Authorized { selection, authority_spki: authority_der(&r.authorized_by)? }
+            };
+            let info = self.ctx.vault.seal(name.clone(), secret, target, uid, r.overwrite).await?;
+            Ok(pb::SealResponse {
+                name: name.to_string(),
+                policy_digest: hex::encode(info.policy_digest),
+                pcrs: info.selection.to_string(),
+            })
+        }
+        .await;
+        observe(&self.ctx, "Seal", start, result)
+    }
+
+    async fn unseal(&self, req: Request<pb::UnsealRequest>) -> Result<Response<pb::UnsealResponse>, Status> {
+        let start = Instant::now();
+        let r = req.into_inner();
+        let result = async {
+            let name = KeyName::try_from(r.name.as_str())?;
+            let approval = if r.signed_policy.is_empty() {
+                None
+            } else {
+                Some(
+                    pb::SignedPolicy::decode(r.signed_policy.as_slice())
+                        .map_err(|e| Error::InvalidArgument(format!("signed policy does not decode: {e}")))?,
+                )
+            };
+            let secret = self.ctx.vault.unseal(&name, approval.as_ref()).await?;
+            // The response owns a copy; the zeroizing buffer is wiped when it drops here.
+            Ok(pb::UnsealResponse { secret: secret.to_vec() })
+        }
+        .await;
+        observe(&self.ctx, "Unseal", start, result)
+    }
+
+    async fn sign_policy(&self, req: Request<pb::SignPolicyRequest>) -> Result<Response<pb::SignedPolicy>, Status> {
+        let start = Instant::now();
+        let r = req.into_inner();
+        let result = async {
+            let key = KeyName::try_from(r.key_name.as_str())?;
+            let binding = r.pcrs.ok_or_else(|| Error::InvalidArgument("pcrs with values are required".into()))?;
+            let (selection, values) = pcr_binding(binding)?;
+            let values = values.ok_or_else(|| Error::InvalidArgument("PCR values to approve are required".into()))?;
+            self.ctx.vault.sign_policy(&key, selection, values, r.policy_version, r.expires_unix).await
+        }
+        .await;
+        observe(&self.ctx, "SignPolicy", start, result)
+    }
+
+    async fn delete_sealed(
+        &self,
+        req: Request<pb::DeleteSealedRequest>,
+    ) -> Result<Response<pb::DeleteSealedResponse>, Status> {
+        let start = Instant::now();
+        let r = req.into_inner();
+        let result = async { self.ctx.vault.delete_sealed(&KeyName::try_from(r.name.as_str())?).await }.await;
+        observe(&self.ctx, "DeleteSealed", start, result.map(|()| pb::DeleteSealedResponse {}))
+    }
+}

@@ -1,0 +1,422 @@
+//! Sealing: secrets that open only while PCRs hold approved values, and PCR reads.
+//!
+//! A sealed secret is a TPM sealed-data object holding a fresh 256-bit key, under a PolicyPCR
+//! (or PolicyPCR + PolicyAuthorize) policy, plus the secret AES-256-GCM-encrypted in-core with
+//! that key; both live in one record written atomically. Policy digests are computed in
+//! software, so a secret can be sealed to PCR values the device only has after the next boot.
+//! Create and unseal run in encrypted sessions: the key never crosses the TPM bus in clear.
+
+use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
+use p256::pkcs8::DecodePublicKey;
+use tpm_vault_proto::signed_policy;
+use tpm_vault_proto::v1 as pb;
+use tss_esapi::structures::{Digest, Public, PublicBuffer, SensitiveData};
+use tss_esapi::traits::{Marshall, UnMarshall};
+use zeroize::Zeroizing;
+
+use super::{blocking, marshal_private, object_name, unix_now, unmarshal_private, Vault};
+use crate::error::Error;
+use crate::model::{HashAlg, KeyAlg, KeyName, PcrBank, PcrSelection, Scheme, SignInput};
+use crate::store::record::RECORD_VERSION;
+use crate::store::{PcrPolicy, SealPolicy, SealedRecord, StoreError};
+use crate::tpm::{pcr, templates, KeyBlob, PolicyAuth, TpmError};
+
+/// What a secret is sealed to.
+#[derive(Debug, Clone)]
+pub enum SealTarget {
+    /// These PCRs, at the given values or (None) their current values.
+    Pcr {
+        /// PCRs.
+        selection: PcrSelection,
+        /// Values to seal to, in selection order; `None` = current.
+        values: Option<Vec<Vec<u8>>>,
+    },
+    /// Any values of these PCRs that the authority (ECC P-256 SPKI, DER) approves.
+    Authorized {
+        /// PCRs.
+        selection: PcrSelection,
+        /// Authority public key, DER SubjectPublicKeyInfo.
+        authority_spki: Vec<u8>,
+    },
+}
+
+/// What sealing produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SealInfo {
+    /// The sealed object's policy digest.
+    pub policy_digest: Vec<u8>,
+    /// PCRs it is bound to.
+    pub selection: PcrSelection,
+}
+
+impl Vault {
+    /// Reads PCR values (selection order).
+    ///
+    /// # Errors
+    /// TPM errors.
+    pub async fn pcr_read(&self, selection: &PcrSelection) -> Result<Vec<Vec<u8>>, Error> {
+        let sel = selection.clone();
+        let (_, values) = self.tpm().call("pcr_read", move |tpm| tpm.pcr_read(&sel)).await?;
+        Ok(values)
+    }
+
+    /// Extends a PCR (what a boot loader does with its kernel measurement). For tools and tests;
+    /// not exposed over gRPC.
+    ///
+    /// # Errors
+    /// TPM errors.
+    pub async fn pcr_extend(&self, bank: PcrBank, index: u8, digest: Vec<u8>) -> Result<(), Error> {
+        self.tpm()
+            .call("pcr_extend", move |tpm| tpm.with_context(|ctx, _| pcr::extend(ctx, bank, index, &digest)))
+            .await?;
+        Ok(())
+    }
+
+    /// Computes the PolicyPCR digest for `target`, reading current values when none are given.
+    pub(super) async fn pcr_policy(
+        &self,
+        selection: &PcrSelection,
+        values: Option<Vec<Vec<u8>>>,
+    ) -> Result<PcrPolicy, Error> {
+        let values = match values {
+            Some(v) => v,
+            None => self.pcr_read(selection).await?,
+        };
+        pcr::policy_pcr_digest(selection, &values).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        Ok(PcrPolicy { selection: selection.clone(), values })
+    }
+
+    /// Seals `secret` (any size) to `target`.
+    ///
+    /// # Errors
+    /// [`Error::KeyExists`] unless `overwrite`; [`Error::InvalidArgument`] for bad PCR values or
+    /// authority keys; TPM and store errors.
+    pub async fn seal(
+        &self,
+        name: KeyName,
+        secret: Zeroizing<Vec<u8>>,
+        target: SealTarget,
+        owner_uid: u32,
+        overwrite: bool,
+    ) -> Result<SealInfo, Error> {
+        let (policy, policy_digest, selection) = match target {
+            SealTarget::Pcr { selection, values } => {
+                let p = self.pcr_policy(&selection, values).await?;
+                let digest = pcr::policy_pcr_digest(&p.selection, &p.values)?;
+                (SealPolicy::Pcr { pcr: p }, digest, selection)
+            }
+            SealTarget::Authorized { selection, authority_spki } => {
+                let authority = authority_public(&authority_spki)?;
+                let key_name = self.tpm().call("load_external", move |tpm| tpm.external_name(&authority)).await?;
+                let digest = pcr::policy_authorize_digest(&key_name, &[]);
+                let policy =
+                    SealPolicy::Authorized { selection: selection.clone(), authority_spki, min_policy_version: 0 };
+                (policy, digest, selection)
+            }
+        };
+        let mut data_key = Zeroizing::new([0u8; 32]);
+        aws_lc_rs::rand::fill(data_key.as_mut()).map_err(|_| Error::Internal("RNG failure".into()))?;
+        let template = templates::sealed(
+            Digest::try_from(policy_digest.clone()).map_err(|e| TpmError::from_tss("policy digest", e))?,
+        )?;
+        let sensitive = SensitiveData::try_from(data_key.to_vec()).map_err(|e| TpmError::from_tss("sensitive", e))?;
+        let (public, private) =
+            self.tpm().call("seal_create", move |tpm| tpm.create(template, None, Some(sensitive))).await?;
+        let mut nonce = [0u8; 12];
+        aws_lc_rs::rand::fill(&mut nonce).map_err(|_| Error::Internal("RNG failure".into()))?;
+        let ciphertext = aead_seal(&data_key, nonce, name.as_str(), secret)?;
+        let record = SealedRecord {
+            version: RECORD_VERSION,
+            name: name.clone(),
+            created_unix: unix_now(),
+            owner_uid,
+            policy,
+            policy_digest: policy_digest.clone(),
+            tpm_name: object_name(&public)?,
+            public: PublicBuffer::try_from(public)
+                .and_then(|b| b.marshall())
+                .map_err(|e| TpmError::from_tss("marshal public", e))?,
+            private: marshal_private(&private),
+            nonce: nonce.to_vec(),
+            ciphertext,
+        };
+        let store = self.store().clone();
+        blocking(move || store.put_sealed(&record, overwrite)).await.map_err(|e| match e {
+            Error::Store(StoreError::Exists(n)) => Error::KeyExists(n.to_string()),
+            other => other,
+        })?;
+        tracing::info!(secret = %name, pcrs = %selection, "secret sealed");
+        Ok(SealInfo { policy_digest, selection })
+    }
+
+    /// Unseals a secret. Authorized-policy secrets need a [`pb::SignedPolicy`] approving the
+    /// current PCR values.
+    ///
+    /// # Errors
+    /// [`Error::KeyNotFound`]; [`Error::PcrMismatch`] naming the PCRs that differ;
+    /// [`Error::InvalidArgument`] / [`Error::PermissionDenied`] for a missing, malformed,
+    /// expired, revoked or foreign approval; TPM errors.
+    pub async fn unseal(
+        &self,
+        name: &KeyName,
+        approval: Option<&pb::SignedPolicy>,
+    ) -> Result<Zeroizing<Vec<u8>>, Error> {
+        let store = self.store().clone();
+        let n = name.clone();
+        let mut record = blocking(move || store.get_sealed(&n)).await?.ok_or_else(|| Error::not_found(name))?;
+        let blob = sealed_blob(&record)?;
+        let (auth, raise_to) = match &record.policy {
+            SealPolicy::Pcr { pcr } => (PolicyAuth::Pcr(pcr.selection.clone()), None),
+            SealPolicy::Authorized { selection, authority_spki, min_policy_version } => {
+                let approval = approval.ok_or_else(|| {
+                    Error::InvalidArgument(format!(
+                        "{name} is sealed to an authorized policy: a signed policy is required"
+                    ))
+                })?;
+                let auth = check_approval(approval, selection, authority_spki, *min_policy_version)?;
+                // Name the mismatch before the TPM refuses without saying why.
+                let current = self.pcr_read(selection).await?;
+                if let Some(diff) = describe_mismatch(selection, &current, &approval.pcr_values) {
+                    return Err(Error::PcrMismatch(format!(
+                        "the signed policy does not approve the current PCRs: {diff}"
+                    )));
+                }
+                let raise = (approval.policy_version > *min_policy_version).then_some(approval.policy_version);
+                (auth, raise)
+            }
+        };
+        let result = self.tpm().call("unseal", move |tpm| tpm.unseal(&blob, &auth)).await;
+        let data_key = match result {
+            Ok(k) => k,
+            Err(TpmError::PolicyFailed) | Err(TpmError::Command { .. })
+                if matches!(record.policy, SealPolicy::Pcr { .. }) =>
+            {
+                return Err(self.pcr_mismatch_error(&record.policy).await);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let plain = aead_open(&data_key, &record.nonce, name.as_str(), &record.ciphertext)?;
+        if let (Some(v), SealPolicy::Authorized { min_policy_version, .. }) = (raise_to, &mut record.policy) {
+            // Once a newer approval has been used, older ones are revoked for this secret.
+            *min_policy_version = v;
+            let store = self.store().clone();
+            blocking(move || store.put_sealed(&record, true)).await?;
+        }
+        Ok(plain)
+    }
+
+    /// Deletes a sealed secret.
+    ///
+    /// # Errors
+    /// [`Error::KeyNotFound`], store errors.
+    pub async fn delete_sealed(&self, name: &KeyName) -> Result<(), Error> {
+        let store = self.store().clone();
+        let n = name.clone();
+        if blocking(move || store.remove_sealed(&n)).await? {
+            Ok(())
+        } else {
+            Err(Error::not_found(name))
+        }
+    }
+
+    /// Approves PCR values, signing with a vault ECC P-256 key.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a non-P-256 key or missing values; sign errors.
+    pub async fn sign_policy(
+        &self,
+        key: &KeyName,
+        selection: PcrSelection,
+        values: Vec<Vec<u8>>,
+        policy_version: u64,
+        expires_unix: i64,
+    ) -> Result<pb::SignedPolicy, Error> {
+        let (alg, spki) = self.public_key(key).await?;
+        if alg != KeyAlg::EccP256 {
+            return Err(Error::InvalidArgument(format!("policy authority {key} must be an ecc-p256 key")));
+        }
+        let approved =
+            pcr::policy_pcr_digest(&selection, &values).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        let sign = |msg: Vec<u8>| crate::vault::SignRequest {
+            input: SignInput::Message(msg),
+            hash: Some(HashAlg::Sha256),
+            scheme: Some(Scheme::Ecdsa),
+        };
+        let signature = self.sign(key, sign(signed_policy::approval_message(&approved, &[])), None).await?.signature;
+        let envelope = signed_policy::envelope_message(&approved, &[], policy_version, expires_unix);
+        let envelope_signature = self.sign(key, sign(envelope), None).await?.signature;
+        Ok(pb::SignedPolicy {
+            format_version: 1,
+            pcr_bank: selection.bank.as_str().into(),
+            pcrs: selection.pcrs.iter().map(|&p| u32::from(p)).collect(),
+            pcr_values: values,
+            approved_policy: approved,
+            policy_ref: vec![],
+            signature,
+            policy_version,
+            expires_unix,
+            envelope_signature,
+            authority_spki: spki,
+        })
+    }
+
+    /// Builds the FAILED_PRECONDITION error for a PCR policy that did not hold, naming the PCRs
+    /// that differ (current vs sealed values).
+    pub(super) async fn pcr_mismatch_error(&self, policy: &SealPolicy) -> Error {
+        let SealPolicy::Pcr { pcr } = policy else {
+            return Error::PcrMismatch("the PCR policy is not satisfied".into());
+        };
+        match self.pcr_read(&pcr.selection).await {
+            Ok(current) => match describe_mismatch(&pcr.selection, &current, &pcr.values) {
+                Some(diff) => Error::PcrMismatch(format!("PCR values differ from the sealed ones: {diff}")),
+                // Same values now: a PCR changed and changed back, or the TPM refused for another
+                // reason; either way the caller may retry.
+                None => Error::PcrMismatch(format!("the PCR policy over {} was not satisfied; retry", pcr.selection)),
+            },
+            Err(e) => e,
+        }
+    }
+}
+
+/// "sha256:9 is ab…, expected cd…" for each PCR whose value differs; None if all match.
+pub(super) fn describe_mismatch(sel: &PcrSelection, current: &[Vec<u8>], expected: &[Vec<u8>]) -> Option<String> {
+    let diffs: Vec<String> = sel
+        .pcrs
+        .iter()
+        .zip(current.iter().zip(expected))
+        .filter(|(_, (c, e))| c != e)
+        .map(|(p, (c, e))| format!("{}:{p} is {}, expected {}", sel.bank.as_str(), hex::encode(c), hex::encode(e)))
+        .collect();
+    (!diffs.is_empty()).then(|| diffs.join("; "))
+}
+
+/// Checks an approval against the recorded authority in software (so a foreign, expired or
+/// revoked approval gets a clear error) and converts it for the TPM, which checks it again.
+fn check_approval(
+    approval: &pb::SignedPolicy,
+    selection: &PcrSelection,
+    authority_spki: &[u8],
+    min_version: u64,
+) -> Result<PolicyAuth, Error> {
+    use p256::ecdsa::signature::Verifier;
+    let bad = |m: &str| Error::InvalidArgument(format!("signed policy: {m}"));
+    if approval.format_version != 1 {
+        return Err(bad("unsupported format version"));
+    }
+    let bank: PcrBank = approval.pcr_bank.parse()?;
+    let approved_sel = PcrSelection::new(bank, &approval.pcrs)?;
+    if &approved_sel != selection {
+        return Err(bad(&format!("approves {approved_sel}, but the secret is sealed to {selection}")));
+    }
+    let digest = pcr::policy_pcr_digest(&approved_sel, &approval.pcr_values).map_err(|e| bad(&e.to_string()))?;
+    if digest != approval.approved_policy {
+        return Err(bad("approved_policy does not match the approved PCR values"));
+    }
+    let vk = p256::ecdsa::VerifyingKey::from_public_key_der(authority_spki)
+        .map_err(|e| Error::Internal(format!("recorded authority key: {e}")))?;
+    let sig = p256::ecdsa::Signature::from_der(&approval.signature).map_err(|_| bad("malformed signature"))?;
+    let env = p256::ecdsa::Signature::from_der(&approval.envelope_signature).map_err(|_| bad("malformed signature"))?;
+    let approval_msg = signed_policy::approval_message(&approval.approved_policy, &approval.policy_ref);
+    let envelope_msg = signed_policy::envelope_message(
+        &approval.approved_policy,
+        &approval.policy_ref,
+        approval.policy_version,
+        approval.expires_unix,
+    );
+    if vk.verify(&approval_msg, &sig).is_err() || vk.verify(&envelope_msg, &env).is_err() {
+        return Err(Error::PermissionDenied("signed policy is not signed by this secret's policy authority".into()));
+    }
+    if approval.expires_unix != 0 && approval.expires_unix < unix_now() {
+        return Err(Error::PermissionDenied(format!("signed policy expired at {}", approval.expires_unix)));
+    }
+    if approval.policy_version < min_version {
+        return Err(Error::PermissionDenied(format!(
+            "signed policy version {} was revoked (minimum is {min_version})",
+            approval.policy_version
+        )));
+    }
+    let (r, s) = sig.split_bytes();
+    let tpm_sig = tss_esapi::structures::Signature::EcDsa(
+        tss_esapi::structures::EccSignature::create(
+            tss_esapi::interface_types::algorithm::HashingAlgorithm::Sha256,
+            tss_esapi::structures::EccParameter::try_from(r.to_vec()).map_err(|e| TpmError::from_tss("sig r", e))?,
+            tss_esapi::structures::EccParameter::try_from(s.to_vec()).map_err(|e| TpmError::from_tss("sig s", e))?,
+        )
+        .map_err(|e| TpmError::from_tss("signature", e))?,
+    );
+    Ok(PolicyAuth::Authorized {
+        selection: selection.clone(),
+        authority: authority_public(authority_spki)?,
+        approved_policy: approval.approved_policy.clone(),
+        policy_ref: approval.policy_ref.clone(),
+        signature: tpm_sig,
+    })
+}
+
+/// The TPM public area of an ECC P-256 authority key given as DER (or PEM) SPKI.
+pub(super) fn authority_public(spki: &[u8]) -> Result<Public, Error> {
+    let key = p256::PublicKey::from_public_key_der(spki)
+        .or_else(|_| {
+            std::str::from_utf8(spki)
+                .map_err(|_| ())
+                .and_then(|pem| p256::PublicKey::from_public_key_pem(pem).map_err(|_| ()))
+        })
+        .map_err(|()| {
+            Error::InvalidArgument("policy authority must be an ECC P-256 public key (SPKI DER or PEM)".into())
+        })?;
+    use p256::elliptic_curve::sec1::ToEncodedPoint;
+    let point = key.to_encoded_point(false);
+    let (Some(x), Some(y)) = (point.x(), point.y()) else {
+        return Err(Error::InvalidArgument("policy authority key is the identity point".into()));
+    };
+    Ok(templates::external_p256(x, y)?)
+}
+
+/// Normalises an authority key to DER SPKI.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] if it is not an ECC P-256 key.
+pub fn authority_der(spki_der_or_pem: &[u8]) -> Result<Vec<u8>, Error> {
+    use p256::pkcs8::EncodePublicKey;
+    let key = p256::PublicKey::from_public_key_der(spki_der_or_pem)
+        .or_else(|_| {
+            std::str::from_utf8(spki_der_or_pem)
+                .map_err(|_| ())
+                .and_then(|pem| p256::PublicKey::from_public_key_pem(pem).map_err(|_| ()))
+        })
+        .map_err(|()| {
+            Error::InvalidArgument("policy authority must be an ECC P-256 public key (SPKI DER or PEM)".into())
+        })?;
+    key.to_public_key_der()
+        .map(|d| d.as_bytes().to_vec())
+        .map_err(|e| Error::Internal(format!("encode authority key: {e}")))
+}
+
+fn sealed_blob(record: &SealedRecord) -> Result<KeyBlob, Error> {
+    let corrupt =
+        |why: &str| Error::Store(StoreError::Corrupt { path: record.name.as_str().into(), reason: why.into() });
+    let public = PublicBuffer::unmarshall(&record.public)
+        .and_then(Public::try_from)
+        .map_err(|_| corrupt("sealed public blob"))?;
+    let private = unmarshal_private(&record.private).ok_or_else(|| corrupt("sealed private blob"))?;
+    Ok(KeyBlob { name: record.tpm_name.clone(), public, private })
+}
+
+fn aead_seal(key: &[u8; 32], nonce: [u8; 12], aad: &str, plain: Zeroizing<Vec<u8>>) -> Result<Vec<u8>, Error> {
+    let key = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, key).map_err(|_| Error::Internal("AES key".into()))?);
+    let mut buf = plain.to_vec();
+    key.seal_in_place_append_tag(Nonce::assume_unique_for_key(nonce), Aad::from(aad.as_bytes()), &mut buf)
+        .map_err(|_| Error::Internal("AES-GCM seal".into()))?;
+    Ok(buf)
+}
+
+fn aead_open(key: &[u8], nonce: &[u8], aad: &str, ciphertext: &[u8]) -> Result<Zeroizing<Vec<u8>>, Error> {
+    let corrupt = || Error::Internal("sealed ciphertext does not authenticate (state file damaged?)".into());
+    let key = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, key).map_err(|_| corrupt())?);
+    let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| corrupt())?;
+    let mut buf = Zeroizing::new(ciphertext.to_vec());
+    let plain_len =
+        key.open_in_place(nonce, Aad::from(aad.as_bytes()), buf.as_mut_slice()).map_err(|_| corrupt())?.len();
+    buf.truncate(plain_len);
+    Ok(buf)
+}
