@@ -22,6 +22,11 @@ impl KeyName {
     /// Longest accepted name, in bytes.
     pub const MAX_LEN: usize = 64;
 
+    /// The attestation key's record name (kept apart from user keys in the store).
+    pub(crate) fn attestation_key() -> Self {
+        Self("ak".to_owned())
+    }
+
     /// The name as a string slice.
     pub fn as_str(&self) -> &str {
         &self.0

@@ -71,7 +71,10 @@ async fn sealed_to_pcr9_opens_only_in_the_measured_state() {
     // Boot: the boot loader measures the kernel into PCR 9 (= A).
     vault.pcr_extend(PcrBank::Sha256, 9, measurement("kernel-1")).await.expect("extend");
     let name = key("disk-key");
-    vault.seal(name.clone(), secret(b"hunter2"), SealTarget::Pcr { selection: pcr9(), values: None }, 0, false).await.expect("seal");
+    vault
+        .seal(name.clone(), secret(b"hunter2"), SealTarget::Pcr { selection: pcr9(), values: None }, 0, false)
+        .await
+        .expect("seal");
     assert_eq!(vault.unseal(&name, None).await.expect("unseal").as_slice(), b"hunter2");
     // Something else gets measured: PCR 9 moves away from A.
     vault.pcr_extend(PcrBank::Sha256, 9, measurement("evil")).await.expect("extend");
@@ -155,7 +158,10 @@ async fn pcr9_bound_signing_key_signs_only_in_the_bound_state() {
     vault.create_key(name.clone(), KeyAlg::EccP256, 0, None, Some((pcr9(), None))).await.expect("create");
     let req = || SignRequest { input: SignInput::Message(b"firmware".to_vec()), hash: None, scheme: None };
     let sig = vault.sign(&name, req(), None).await.expect("sign in bound state");
-    assert!(vault.verify(&name, SignInput::Message(b"firmware".to_vec()), &sig.signature, None, None).await.expect("verify"));
+    assert!(vault
+        .verify(&name, SignInput::Message(b"firmware".to_vec()), &sig.signature, None, None)
+        .await
+        .expect("verify"));
     vault.pcr_extend(PcrBank::Sha256, 9, measurement("evil")).await.expect("extend");
     assert_pcr9_mismatch(vault.sign(&name, req(), None).await);
     vault.shutdown(Duration::from_secs(5)).await;
@@ -172,12 +178,19 @@ async fn ten_mebibyte_secret_round_trips() {
     let mut big = vec![0u8; 10 << 20];
     aws_lc_rs::rand::fill(&mut big).expect("rng");
     let name = key("big");
-    vault.seal(name.clone(), Zeroizing::new(big.clone()), SealTarget::Pcr { selection: pcr9(), values: None }, 0, false).await.expect("seal");
+    vault
+        .seal(name.clone(), Zeroizing::new(big.clone()), SealTarget::Pcr { selection: pcr9(), values: None }, 0, false)
+        .await
+        .expect("seal");
     assert!(vault.unseal(&name, None).await.expect("unseal").as_slice() == big.as_slice());
     // Sealing again without overwrite is refused; with overwrite it replaces.
-    let again = vault.seal(name.clone(), secret(b"x"), SealTarget::Pcr { selection: pcr9(), values: None }, 0, false).await;
+    let again =
+        vault.seal(name.clone(), secret(b"x"), SealTarget::Pcr { selection: pcr9(), values: None }, 0, false).await;
     assert!(matches!(again, Err(Error::KeyExists(_))), "{again:?}");
-    vault.seal(name.clone(), secret(b"x"), SealTarget::Pcr { selection: pcr9(), values: None }, 0, true).await.expect("overwrite");
+    vault
+        .seal(name.clone(), secret(b"x"), SealTarget::Pcr { selection: pcr9(), values: None }, 0, true)
+        .await
+        .expect("overwrite");
     assert_eq!(vault.unseal(&name, None).await.expect("unseal").as_slice(), b"x");
     vault.delete_sealed(&name).await.expect("delete");
     assert!(matches!(vault.unseal(&name, None).await, Err(Error::KeyNotFound(_))));

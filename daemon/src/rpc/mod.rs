@@ -2,6 +2,7 @@
 //! errors become `tonic::Status`. Handlers parse proto input into `model` types, call the
 //! [`Vault`], and never block (no TPM or file I/O on the async workers).
 
+pub mod attest;
 pub mod info;
 pub mod key;
 pub mod seal;
@@ -12,6 +13,7 @@ use std::time::Instant;
 
 use tonic::service::Routes;
 use tonic::{Response, Status};
+use tpm_vault_proto::v1::attestation_service_server::AttestationServiceServer;
 use tpm_vault_proto::v1::key_service_server::KeyServiceServer;
 use tpm_vault_proto::v1::seal_service_server::SealServiceServer;
 use tpm_vault_proto::v1::status_service_server::StatusServiceServer;
@@ -82,11 +84,17 @@ pub fn routes(ctx: Ctx) -> Result<Routes, Error> {
         .max_decoding_message_size(MAX_MESSAGE_SIZE)
         .max_encoding_message_size(MAX_MESSAGE_SIZE);
     let status = StatusServiceServer::new(info::StatusRpc::new(ctx.clone()));
+    let attestation = AttestationServiceServer::new(attest::AttestRpc::new(ctx.clone()));
     let sealing = SealServiceServer::new(seal::SealRpc::new(ctx.clone()))
         .max_decoding_message_size(seal::MAX_SECRET + 4096)
         .max_encoding_message_size(seal::MAX_SECRET + 4096);
     health::spawn_reporter(health_reporter, ctx.vault.clone());
-    Ok(Routes::new(health).add_service(reflection).add_service(keys).add_service(status).add_service(sealing))
+    Ok(Routes::new(health)
+        .add_service(reflection)
+        .add_service(keys)
+        .add_service(status)
+        .add_service(sealing)
+        .add_service(attestation))
 }
 
 mod health {

@@ -3,6 +3,7 @@
 //! Layout under the state dir:
 //! - `srk.name`: the SRK's TPM name (hex), recorded at first start, checked at every start.
 //! - `keys/<name>.key`: one JSON [`KeyRecord`] per key (TPM-wrapped blobs plus metadata).
+//! - `ak.key`: the attestation key's record (restricted ECC P-256 signing key).
 //! - `sealed/<name>.sealed`: one JSON [`SealedRecord`] per sealed secret (sealed-object blobs
 //!   and the AES-256-GCM ciphertext, stored together so they change atomically).
 //! - `*/.tmp-*`: in-flight writes; removed at open (a crash leaves at most these behind).
@@ -169,6 +170,22 @@ impl Store {
         Ok(self.names(&self.keys, KEY_SUFFIX)?.len())
     }
 
+    /// The attestation key's record, if one was created.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`], [`StoreError::Corrupt`].
+    pub fn attestation_key(&self) -> Result<Option<KeyRecord>, StoreError> {
+        self.read(&self.root, KEY_SUFFIX, &ak_name(), KeyRecord::from_bytes)
+    }
+
+    /// Records the attestation key; fails if one exists (it is created once).
+    ///
+    /// # Errors
+    /// [`StoreError::Exists`], [`StoreError::Io`].
+    pub fn insert_attestation_key(&self, record: &KeyRecord) -> Result<(), StoreError> {
+        self.put(&self.root, KEY_SUFFIX, &ak_name(), &record.to_bytes(), atomic::Mode::NoClobber)
+    }
+
     /// Stores a sealed secret, replacing an existing one only if `overwrite`.
     ///
     /// # Errors
@@ -252,4 +269,9 @@ impl Store {
         }
         Ok(names)
     }
+}
+
+/// Name of the attestation key record (`<state-dir>/ak.key`).
+pub fn ak_name() -> KeyName {
+    KeyName::attestation_key()
 }

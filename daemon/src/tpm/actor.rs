@@ -421,6 +421,59 @@ impl Tpm {
         })
     }
 
+    /// Quotes `sel` with the attestation key over `nonce` and reads the PCR values in the same
+    /// job, re-reading and re-quoting (up to 3 times) until the values hash to the quoted digest,
+    /// so the returned values are exactly the quoted ones.
+    ///
+    /// # Errors
+    /// TPM errors; [`TpmError::Busy`] if the PCRs kept changing.
+    pub fn quote(
+        &mut self,
+        ak: &KeyBlob,
+        nonce: &[u8],
+        sel: &PcrSelection,
+    ) -> Result<(super::attest::Quote, Vec<Vec<u8>>), TpmError> {
+        self.with_conn(|conn| {
+            let handle = conn.load(ak)?;
+            for _ in 0..3 {
+                let (_, values) = pcr::read(&mut conn.ctx, sel)?;
+                let quote = super::attest::quote(&mut conn.ctx, handle, nonce, sel)?;
+                let digest = crate::model::HashAlg::Sha256.digest(&values.concat());
+                if digest == quote.pcr_digest {
+                    return Ok((quote, values));
+                }
+                tracing::debug!("PCRs changed during the quote; quoting again");
+            }
+            Err(TpmError::Busy("PCRs kept changing during the quote".into()))
+        })
+    }
+
+    /// The EK public area and certificate (if the TPM has one). Needs a free object slot for
+    /// the EK, so loaded keys are flushed first (this is a rare call).
+    ///
+    /// # Errors
+    /// TPM errors.
+    pub fn endorsement(&mut self) -> Result<(Public, Option<Vec<u8>>), TpmError> {
+        self.with_conn(|conn| {
+            while conn.evict_oldest() {}
+            let public = super::attest::ek_public(&mut conn.ctx)?;
+            let cert = super::attest::ek_certificate(&mut conn.ctx)?;
+            Ok((public, cert))
+        })
+    }
+
+    /// TPM2_ActivateCredential with the AK and the EK.
+    ///
+    /// # Errors
+    /// TPM errors.
+    pub fn activate_credential(&mut self, ak: &KeyBlob, blob: &[u8], secret: &[u8]) -> Result<Vec<u8>, TpmError> {
+        self.with_conn(|conn| {
+            while conn.evict_oldest() {}
+            let handle = conn.load(ak)?;
+            super::attest::activate_credential(&mut conn.ctx, handle, blob, secret)
+        })
+    }
+
     /// Reads PCR values (selection order) and the PCR update counter.
     ///
     /// # Errors

@@ -9,6 +9,7 @@
 //! encoding. It knows nothing of files or gRPC.
 
 pub mod actor;
+pub mod attest;
 pub mod convert;
 pub mod error;
 pub mod pcr;

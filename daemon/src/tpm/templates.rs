@@ -181,3 +181,40 @@ pub fn external_p256(x: &[u8], y: &[u8]) -> Result<Public, TpmError> {
         .build()
         .map_err(wrap("authority template"))
 }
+
+/// Template for the attestation key: a restricted ECC P-256 signing key with the ECDSA-SHA256
+/// scheme fixed (a restricted key only signs TPM-generated structures such as quotes, or
+/// digests the TPM itself hashed).
+///
+/// # Errors
+/// Only if tss-esapi rejects the template (a bug).
+pub fn attestation_key() -> Result<Public, TpmError> {
+    let attributes = ObjectAttributesBuilder::new()
+        .with_fixed_tpm(true)
+        .with_fixed_parent(true)
+        .with_sensitive_data_origin(true)
+        .with_user_with_auth(true)
+        .with_restricted(true)
+        .with_sign_encrypt(true)
+        .build()
+        .map_err(wrap("AK attributes"))?;
+    PublicBuilder::new()
+        .with_public_algorithm(PublicAlgorithm::Ecc)
+        .with_name_hashing_algorithm(HashingAlgorithm::Sha256)
+        .with_object_attributes(attributes)
+        .with_ecc_parameters(
+            PublicEccParametersBuilder::new()
+                .with_symmetric(SymmetricDefinitionObject::Null)
+                .with_ecc_scheme(EccScheme::EcDsa(tss_esapi::structures::HashScheme::new(HashingAlgorithm::Sha256)))
+                .with_curve(EccCurve::NistP256)
+                .with_key_derivation_function_scheme(KeyDerivationFunctionScheme::Null)
+                .with_is_signing_key(true)
+                .with_is_decryption_key(false)
+                .with_restricted(true)
+                .build()
+                .map_err(wrap("AK parameters"))?,
+        )
+        .with_ecc_unique_identifier(EccPoint::default())
+        .build()
+        .map_err(wrap("AK template"))
+}

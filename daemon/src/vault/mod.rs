@@ -15,6 +15,7 @@ use tss_esapi::structures::{Auth, Digest, Private, Public, PublicBuffer};
 use tss_esapi::traits::{Marshall, UnMarshall};
 use zeroize::Zeroizing;
 
+pub mod attest;
 pub mod seal;
 
 pub use seal::{SealInfo, SealTarget};
@@ -104,7 +105,7 @@ pub struct SignRequest {
 }
 
 /// A record parsed into what the TPM needs, plus the public key, cached per name.
-struct Loaded {
+pub(crate) struct Loaded {
     record: KeyRecord,
     blob: KeyBlob,
     spki: Vec<u8>,
@@ -524,7 +525,7 @@ impl Vault {
     }
 }
 
-fn parse_record(record: KeyRecord) -> Result<Loaded, Error> {
+pub(crate) fn parse_record(record: KeyRecord) -> Result<Loaded, Error> {
     let corrupt =
         |why: String| Error::Store(StoreError::Corrupt { path: PathBuf::from(record.name.as_str()), reason: why });
     let public = PublicBuffer::unmarshall(&record.public)

@@ -1057,6 +1057,655 @@ pub mod key_service_server {
         const NAME: &'static str = SERVICE_NAME;
     }
 }
+/// GetAttestationKey input.
+#[allow(clippy::all)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct GetAttestationKeyRequest {}
+/// The attestation and endorsement keys.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct AttestationKey {
+    /// AK public key, DER SubjectPublicKeyInfo (ECC P-256, ECDSA-SHA256).
+    #[prost(bytes = "vec", tag = "1")]
+    pub ak_public_der: ::prost::alloc::vec::Vec<u8>,
+    /// AK public key, PEM.
+    #[prost(string, tag = "2")]
+    pub ak_public_pem: ::prost::alloc::string::String,
+    /// AK TPM name (what MakeCredential binds to), raw bytes.
+    #[prost(bytes = "vec", tag = "3")]
+    pub ak_name: ::prost::alloc::vec::Vec<u8>,
+    /// EK public key (RSA 2048, TCG default template), DER SubjectPublicKeyInfo.
+    #[prost(bytes = "vec", tag = "4")]
+    pub ek_public_der: ::prost::alloc::vec::Vec<u8>,
+    /// EK public key, PEM.
+    #[prost(string, tag = "5")]
+    pub ek_public_pem: ::prost::alloc::string::String,
+    /// EK certificate (DER) from the TPM's NV index, empty if the TPM has none.
+    #[prost(bytes = "vec", tag = "6")]
+    pub ek_certificate: ::prost::alloc::vec::Vec<u8>,
+    /// Human-readable note, e.g. why there is no EK certificate.
+    #[prost(string, tag = "7")]
+    pub note: ::prost::alloc::string::String,
+}
+/// Quote input.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct QuoteRequest {
+    /// PCRs to quote (default sha256 0-9).
+    #[prost(message, optional, tag = "1")]
+    pub pcrs: ::core::option::Option<PcrBinding>,
+    /// Caller nonce (qualifying data), 1 to 64 bytes.
+    #[prost(bytes = "vec", tag = "2")]
+    pub nonce: ::prost::alloc::vec::Vec<u8>,
+}
+/// A quote.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct QuoteResponse {
+    /// TPMS_ATTEST as signed by the TPM ("quote.msg").
+    #[prost(bytes = "vec", tag = "1")]
+    pub attest: ::prost::alloc::vec::Vec<u8>,
+    /// TPMT_SIGNATURE ("quote.sig").
+    #[prost(bytes = "vec", tag = "2")]
+    pub signature: ::prost::alloc::vec::Vec<u8>,
+    /// PCR bank.
+    #[prost(string, tag = "3")]
+    pub pcr_bank: ::prost::alloc::string::String,
+    /// Quoted PCR indices, ascending.
+    #[prost(uint32, repeated, tag = "4")]
+    pub pcrs: ::prost::alloc::vec::Vec<u32>,
+    /// PCR values read in the same operation, consistent with the quote's PCR digest.
+    #[prost(bytes = "vec", repeated, tag = "5")]
+    pub pcr_values: ::prost::alloc::vec::Vec<::prost::alloc::vec::Vec<u8>>,
+    /// AK public key, DER SubjectPublicKeyInfo.
+    #[prost(bytes = "vec", tag = "6")]
+    pub ak_public_der: ::prost::alloc::vec::Vec<u8>,
+}
+/// ReadPcrs input.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ReadPcrsRequest {
+    /// PCRs to read (default sha256 0-23).
+    #[prost(message, optional, tag = "1")]
+    pub pcrs: ::core::option::Option<PcrBinding>,
+}
+/// ReadPcrs output.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ReadPcrsResponse {
+    /// Bank.
+    #[prost(string, tag = "1")]
+    pub pcr_bank: ::prost::alloc::string::String,
+    /// Indices, ascending.
+    #[prost(uint32, repeated, tag = "2")]
+    pub pcrs: ::prost::alloc::vec::Vec<u32>,
+    /// Values, one per index.
+    #[prost(bytes = "vec", repeated, tag = "3")]
+    pub pcr_values: ::prost::alloc::vec::Vec<::prost::alloc::vec::Vec<u8>>,
+}
+/// ActivateCredential input.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ActivateCredentialRequest {
+    /// TPM2B_ID_OBJECT from TPM2_MakeCredential (with its size prefix).
+    #[prost(bytes = "vec", tag = "1")]
+    pub credential_blob: ::prost::alloc::vec::Vec<u8>,
+    /// TPM2B_ENCRYPTED_SECRET from TPM2_MakeCredential (with its size prefix).
+    #[prost(bytes = "vec", tag = "2")]
+    pub encrypted_secret: ::prost::alloc::vec::Vec<u8>,
+}
+/// ActivateCredential output.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ActivateCredentialResponse {
+    /// The recovered credential.
+    #[prost(bytes = "vec", tag = "1")]
+    pub secret: ::prost::alloc::vec::Vec<u8>,
+}
+/// Generated client implementations.
+pub mod attestation_service_client {
+    #![allow(
+        unused_variables,
+        dead_code,
+        missing_docs,
+        clippy::wildcard_imports,
+        clippy::let_unit_value,
+    )]
+    use tonic::codegen::*;
+    use tonic::codegen::http::Uri;
+    /// Quotes PCRs with the device's attestation key.
+    #[derive(Debug, Clone)]
+    pub struct AttestationServiceClient<T> {
+        inner: tonic::client::Grpc<T>,
+    }
+    impl AttestationServiceClient<tonic::transport::Channel> {
+        /// Attempt to create a new client by connecting to a given endpoint.
+        pub async fn connect<D>(dst: D) -> Result<Self, tonic::transport::Error>
+        where
+            D: TryInto<tonic::transport::Endpoint>,
+            D::Error: Into<StdError>,
+        {
+            let conn = tonic::transport::Endpoint::new(dst)?.connect().await?;
+            Ok(Self::new(conn))
+        }
+    }
+    impl<T> AttestationServiceClient<T>
+    where
+        T: tonic::client::GrpcService<tonic::body::Body>,
+        T::Error: Into<StdError>,
+        T::ResponseBody: Body<Data = Bytes> + std::marker::Send + 'static,
+        <T::ResponseBody as Body>::Error: Into<StdError> + std::marker::Send,
+    {
+        pub fn new(inner: T) -> Self {
+            let inner = tonic::client::Grpc::new(inner);
+            Self { inner }
+        }
+        pub fn with_origin(inner: T, origin: Uri) -> Self {
+            let inner = tonic::client::Grpc::with_origin(inner, origin);
+            Self { inner }
+        }
+        pub fn with_interceptor<F>(
+            inner: T,
+            interceptor: F,
+        ) -> AttestationServiceClient<InterceptedService<T, F>>
+        where
+            F: tonic::service::Interceptor,
+            T::ResponseBody: Default,
+            T: tonic::codegen::Service<
+                http::Request<tonic::body::Body>,
+                Response = http::Response<
+                    <T as tonic::client::GrpcService<tonic::body::Body>>::ResponseBody,
+                >,
+            >,
+            <T as tonic::codegen::Service<
+                http::Request<tonic::body::Body>,
+            >>::Error: Into<StdError> + std::marker::Send + std::marker::Sync,
+        {
+            AttestationServiceClient::new(InterceptedService::new(inner, interceptor))
+        }
+        /// Compress requests with the given encoding.
+        ///
+        /// This requires the server to support it otherwise it might respond with an
+        /// error.
+        #[must_use]
+        pub fn send_compressed(mut self, encoding: CompressionEncoding) -> Self {
+            self.inner = self.inner.send_compressed(encoding);
+            self
+        }
+        /// Enable decompressing responses.
+        #[must_use]
+        pub fn accept_compressed(mut self, encoding: CompressionEncoding) -> Self {
+            self.inner = self.inner.accept_compressed(encoding);
+            self
+        }
+        /// Limits the maximum size of a decoded message.
+        ///
+        /// Default: `4MB`
+        #[must_use]
+        pub fn max_decoding_message_size(mut self, limit: usize) -> Self {
+            self.inner = self.inner.max_decoding_message_size(limit);
+            self
+        }
+        /// Limits the maximum size of an encoded message.
+        ///
+        /// Default: `usize::MAX`
+        #[must_use]
+        pub fn max_encoding_message_size(mut self, limit: usize) -> Self {
+            self.inner = self.inner.max_encoding_message_size(limit);
+            self
+        }
+        /// Returns the attestation key (created on first use) and the endorsement key.
+        pub async fn get_attestation_key(
+            &mut self,
+            request: impl tonic::IntoRequest<super::GetAttestationKeyRequest>,
+        ) -> std::result::Result<tonic::Response<super::AttestationKey>, tonic::Status> {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/tpmvault.v1.AttestationService/GetAttestationKey",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(
+                    GrpcMethod::new(
+                        "tpmvault.v1.AttestationService",
+                        "GetAttestationKey",
+                    ),
+                );
+            self.inner.unary(req, path, codec).await
+        }
+        /// Signs a quote of the selected PCRs over the caller's nonce.
+        pub async fn quote(
+            &mut self,
+            request: impl tonic::IntoRequest<super::QuoteRequest>,
+        ) -> std::result::Result<tonic::Response<super::QuoteResponse>, tonic::Status> {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/tpmvault.v1.AttestationService/Quote",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("tpmvault.v1.AttestationService", "Quote"));
+            self.inner.unary(req, path, codec).await
+        }
+        /// Reads PCR values.
+        pub async fn read_pcrs(
+            &mut self,
+            request: impl tonic::IntoRequest<super::ReadPcrsRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::ReadPcrsResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/tpmvault.v1.AttestationService/ReadPcrs",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("tpmvault.v1.AttestationService", "ReadPcrs"));
+            self.inner.unary(req, path, codec).await
+        }
+        /// TPM2_ActivateCredential: recovers a secret a verifier bound to the AK name and encrypted to
+        /// the EK, proving AK and EK live in the same TPM.
+        pub async fn activate_credential(
+            &mut self,
+            request: impl tonic::IntoRequest<super::ActivateCredentialRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::ActivateCredentialResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/tpmvault.v1.AttestationService/ActivateCredential",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(
+                    GrpcMethod::new(
+                        "tpmvault.v1.AttestationService",
+                        "ActivateCredential",
+                    ),
+                );
+            self.inner.unary(req, path, codec).await
+        }
+    }
+}
+/// Generated server implementations.
+pub mod attestation_service_server {
+    #![allow(
+        unused_variables,
+        dead_code,
+        missing_docs,
+        clippy::wildcard_imports,
+        clippy::let_unit_value,
+    )]
+    use tonic::codegen::*;
+    /// Generated trait containing gRPC methods that should be implemented for use with AttestationServiceServer.
+    #[async_trait]
+    pub trait AttestationService: std::marker::Send + std::marker::Sync + 'static {
+        /// Returns the attestation key (created on first use) and the endorsement key.
+        async fn get_attestation_key(
+            &self,
+            request: tonic::Request<super::GetAttestationKeyRequest>,
+        ) -> std::result::Result<tonic::Response<super::AttestationKey>, tonic::Status>;
+        /// Signs a quote of the selected PCRs over the caller's nonce.
+        async fn quote(
+            &self,
+            request: tonic::Request<super::QuoteRequest>,
+        ) -> std::result::Result<tonic::Response<super::QuoteResponse>, tonic::Status>;
+        /// Reads PCR values.
+        async fn read_pcrs(
+            &self,
+            request: tonic::Request<super::ReadPcrsRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::ReadPcrsResponse>,
+            tonic::Status,
+        >;
+        /// TPM2_ActivateCredential: recovers a secret a verifier bound to the AK name and encrypted to
+        /// the EK, proving AK and EK live in the same TPM.
+        async fn activate_credential(
+            &self,
+            request: tonic::Request<super::ActivateCredentialRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::ActivateCredentialResponse>,
+            tonic::Status,
+        >;
+    }
+    /// Quotes PCRs with the device's attestation key.
+    #[derive(Debug)]
+    pub struct AttestationServiceServer<T> {
+        inner: Arc<T>,
+        accept_compression_encodings: EnabledCompressionEncodings,
+        send_compression_encodings: EnabledCompressionEncodings,
+        max_decoding_message_size: Option<usize>,
+        max_encoding_message_size: Option<usize>,
+    }
+    impl<T> AttestationServiceServer<T> {
+        pub fn new(inner: T) -> Self {
+            Self::from_arc(Arc::new(inner))
+        }
+        pub fn from_arc(inner: Arc<T>) -> Self {
+            Self {
+                inner,
+                accept_compression_encodings: Default::default(),
+                send_compression_encodings: Default::default(),
+                max_decoding_message_size: None,
+                max_encoding_message_size: None,
+            }
+        }
+        pub fn with_interceptor<F>(
+            inner: T,
+            interceptor: F,
+        ) -> InterceptedService<Self, F>
+        where
+            F: tonic::service::Interceptor,
+        {
+            InterceptedService::new(Self::new(inner), interceptor)
+        }
+        /// Enable decompressing requests with the given encoding.
+        #[must_use]
+        pub fn accept_compressed(mut self, encoding: CompressionEncoding) -> Self {
+            self.accept_compression_encodings.enable(encoding);
+            self
+        }
+        /// Compress responses with the given encoding, if the client supports it.
+        #[must_use]
+        pub fn send_compressed(mut self, encoding: CompressionEncoding) -> Self {
+            self.send_compression_encodings.enable(encoding);
+            self
+        }
+        /// Limits the maximum size of a decoded message.
+        ///
+        /// Default: `4MB`
+        #[must_use]
+        pub fn max_decoding_message_size(mut self, limit: usize) -> Self {
+            self.max_decoding_message_size = Some(limit);
+            self
+        }
+        /// Limits the maximum size of an encoded message.
+        ///
+        /// Default: `usize::MAX`
+        #[must_use]
+        pub fn max_encoding_message_size(mut self, limit: usize) -> Self {
+            self.max_encoding_message_size = Some(limit);
+            self
+        }
+    }
+    impl<T, B> tonic::codegen::Service<http::Request<B>> for AttestationServiceServer<T>
+    where
+        T: AttestationService,
+        B: Body + std::marker::Send + 'static,
+        B::Error: Into<StdError> + std::marker::Send + 'static,
+    {
+        type Response = http::Response<tonic::body::Body>;
+        type Error = std::convert::Infallible;
+        type Future = BoxFuture<Self::Response, Self::Error>;
+        fn poll_ready(
+            &mut self,
+            _cx: &mut Context<'_>,
+        ) -> Poll<std::result::Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+        fn call(&mut self, req: http::Request<B>) -> Self::Future {
+            match req.uri().path() {
+                "/tpmvault.v1.AttestationService/GetAttestationKey" => {
+                    #[allow(non_camel_case_types)]
+                    struct GetAttestationKeySvc<T: AttestationService>(pub Arc<T>);
+                    impl<
+                        T: AttestationService,
+                    > tonic::server::UnaryService<super::GetAttestationKeyRequest>
+                    for GetAttestationKeySvc<T> {
+                        type Response = super::AttestationKey;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::GetAttestationKeyRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as AttestationService>::get_attestation_key(
+                                        &inner,
+                                        request,
+                                    )
+                                    .await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = GetAttestationKeySvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/tpmvault.v1.AttestationService/Quote" => {
+                    #[allow(non_camel_case_types)]
+                    struct QuoteSvc<T: AttestationService>(pub Arc<T>);
+                    impl<
+                        T: AttestationService,
+                    > tonic::server::UnaryService<super::QuoteRequest> for QuoteSvc<T> {
+                        type Response = super::QuoteResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::QuoteRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as AttestationService>::quote(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = QuoteSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/tpmvault.v1.AttestationService/ReadPcrs" => {
+                    #[allow(non_camel_case_types)]
+                    struct ReadPcrsSvc<T: AttestationService>(pub Arc<T>);
+                    impl<
+                        T: AttestationService,
+                    > tonic::server::UnaryService<super::ReadPcrsRequest>
+                    for ReadPcrsSvc<T> {
+                        type Response = super::ReadPcrsResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::ReadPcrsRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as AttestationService>::read_pcrs(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = ReadPcrsSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/tpmvault.v1.AttestationService/ActivateCredential" => {
+                    #[allow(non_camel_case_types)]
+                    struct ActivateCredentialSvc<T: AttestationService>(pub Arc<T>);
+                    impl<
+                        T: AttestationService,
+                    > tonic::server::UnaryService<super::ActivateCredentialRequest>
+                    for ActivateCredentialSvc<T> {
+                        type Response = super::ActivateCredentialResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::ActivateCredentialRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as AttestationService>::activate_credential(
+                                        &inner,
+                                        request,
+                                    )
+                                    .await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = ActivateCredentialSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                _ => {
+                    Box::pin(async move {
+                        let mut response = http::Response::new(
+                            tonic::body::Body::default(),
+                        );
+                        let headers = response.headers_mut();
+                        headers
+                            .insert(
+                                tonic::Status::GRPC_STATUS,
+                                (tonic::Code::Unimplemented as i32).into(),
+                            );
+                        headers
+                            .insert(
+                                http::header::CONTENT_TYPE,
+                                tonic::metadata::GRPC_CONTENT_TYPE,
+                            );
+                        Ok(response)
+                    })
+                }
+            }
+        }
+    }
+    impl<T> Clone for AttestationServiceServer<T> {
+        fn clone(&self) -> Self {
+            let inner = self.inner.clone();
+            Self {
+                inner,
+                accept_compression_encodings: self.accept_compression_encodings,
+                send_compression_encodings: self.send_compression_encodings,
+                max_decoding_message_size: self.max_decoding_message_size,
+                max_encoding_message_size: self.max_encoding_message_size,
+            }
+        }
+    }
+    /// Generated gRPC service name
+    pub const SERVICE_NAME: &str = "tpmvault.v1.AttestationService";
+    impl<T> tonic::server::NamedService for AttestationServiceServer<T> {
+        const NAME: &'static str = SERVICE_NAME;
+    }
+}
 /// Seal input.
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]

@@ -1,0 +1,146 @@
+//! Attestation: the attestation key (created once, kept like other keys), quotes over caller
+//! nonces with the PCR values that match them, the endorsement key, and credential activation.
+
+use tss_esapi::structures::PublicBuffer;
+use tss_esapi::traits::Marshall;
+
+use super::{blocking, marshal_private, object_name, parse_record, unix_now, Vault};
+use crate::error::Error;
+use crate::model::{KeyAlg, PcrSelection};
+use crate::store::record::RECORD_VERSION;
+use crate::store::{ak_name, KeyRecord, StoreError};
+use crate::tpm::{convert, templates, TpmError};
+
+/// Largest nonce accepted (TPM2B_DATA holds at most a digest of the largest hash, 64 bytes).
+pub const MAX_NONCE: usize = 64;
+
+/// The attestation key's public facts.
+#[derive(Debug, Clone)]
+pub struct AkInfo {
+    /// DER SubjectPublicKeyInfo.
+    pub spki: Vec<u8>,
+    /// TPM name.
+    pub name: Vec<u8>,
+}
+
+/// A quote with the PCR values it covers.
+#[derive(Debug, Clone)]
+pub struct QuoteOutput {
+    /// Marshalled TPMS_ATTEST.
+    pub attest: Vec<u8>,
+    /// Marshalled TPMT_SIGNATURE.
+    pub signature: Vec<u8>,
+    /// PCR values in selection order.
+    pub values: Vec<Vec<u8>>,
+    /// The AK.
+    pub ak: AkInfo,
+}
+
+impl Vault {
+    /// The attestation key, created under the SRK on first use and stored in `ak.key`.
+    ///
+    /// # Errors
+    /// TPM and store errors.
+    pub async fn attestation_key(&self) -> Result<AkInfo, Error> {
+        let record = self.ak_record().await?;
+        let loaded = parse_record(record)?;
+        Ok(AkInfo { spki: loaded.spki, name: loaded.record.tpm_name })
+    }
+
+    async fn ak_record(&self) -> Result<KeyRecord, Error> {
+        let store = self.store().clone();
+        if let Some(r) = blocking(move || store.attestation_key()).await? {
+            return Ok(r);
+        }
+        let template = templates::attestation_key()?;
+        let (public, private) = self.tpm().call("create_ak", move |tpm| tpm.create(template, None, None)).await?;
+        let record = KeyRecord {
+            version: RECORD_VERSION,
+            name: ak_name(),
+            alg: KeyAlg::EccP256,
+            created_unix: unix_now(),
+            owner_uid: 0,
+            tpm_name: object_name(&public)?,
+            public: PublicBuffer::try_from(public)
+                .and_then(|b| b.marshall())
+                .map_err(|e| TpmError::from_tss("marshal public", e))?,
+            private: marshal_private(&private),
+            has_auth: false,
+            pcr_policy: None,
+            cert_chain_pem: None,
+        };
+        let store = self.store().clone();
+        let r = record.clone();
+        match blocking(move || store.insert_attestation_key(&r)).await {
+            Ok(()) => {
+                tracing::info!(name = %hex::encode(&record.tpm_name), "attestation key created");
+                Ok(record)
+            }
+            // A concurrent first use created it: use that one.
+            Err(Error::Store(StoreError::Exists(_))) => {
+                let store = self.store().clone();
+                blocking(move || store.attestation_key()).await?.ok_or_else(|| Error::Internal("AK vanished".into()))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Quotes `selection` over `nonce` and returns the PCR values the quote covers.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty or oversize nonce; TPM errors.
+    pub async fn quote(&self, selection: PcrSelection, nonce: Vec<u8>) -> Result<QuoteOutput, Error> {
+        if nonce.is_empty() || nonce.len() > MAX_NONCE {
+            return Err(Error::InvalidArgument(format!("nonce must be 1 to {MAX_NONCE} bytes, got {}", nonce.len())));
+        }
+        let loaded = parse_record(self.ak_record().await?)?;
+        let blob = loaded.blob.clone();
+        let (quote, values) = self.tpm().call("quote", move |tpm| tpm.quote(&blob, &nonce, &selection)).await?;
+        Ok(QuoteOutput {
+            attest: quote.attest,
+            signature: quote.signature,
+            values,
+            ak: AkInfo { spki: loaded.spki, name: loaded.record.tpm_name },
+        })
+    }
+
+    /// The EK's DER SubjectPublicKeyInfo and its certificate, if the TPM has one.
+    ///
+    /// # Errors
+    /// TPM errors.
+    pub async fn endorsement_key(&self) -> Result<(Vec<u8>, Option<Vec<u8>>), Error> {
+        let (public, cert) = self.tpm().call("endorsement", |tpm| tpm.endorsement()).await?;
+        Ok((convert::public_key_der(KeyAlg::Rsa2048, &public)?, cert))
+    }
+
+    /// TPM2_ActivateCredential with the AK and EK. Inputs are the marshalled TPM2B_ID_OBJECT
+    /// and TPM2B_ENCRYPTED_SECRET (with their size prefixes) from TPM2_MakeCredential.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for malformed blobs; [`Error::PermissionDenied`] when the
+    /// credential was not made for this TPM's AK and EK; TPM errors.
+    pub async fn activate_credential(&self, blob: &[u8], secret: &[u8]) -> Result<Vec<u8>, Error> {
+        let blob = strip_tpm2b(blob, "credential blob")?;
+        let secret = strip_tpm2b(secret, "encrypted secret")?;
+        let loaded = parse_record(self.ak_record().await?)?;
+        let ak = loaded.blob.clone();
+        match self.tpm().call("activate", move |tpm| tpm.activate_credential(&ak, &blob, &secret)).await {
+            Ok(v) => Ok(v),
+            Err(TpmError::Command { rc, .. }) => {
+                tracing::info!(%rc, "credential activation refused by the TPM");
+                Err(Error::PermissionDenied("the credential was not made for this TPM's AK and EK".into()))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// Strips and checks the 2-byte size prefix of a marshalled TPM2B.
+fn strip_tpm2b(b: &[u8], what: &str) -> Result<Vec<u8>, Error> {
+    match b.split_first_chunk::<2>() {
+        Some((len, rest)) if usize::from(u16::from_be_bytes(*len)) == rest.len() && !rest.is_empty() => {
+            Ok(rest.to_vec())
+        }
+        _ => Err(Error::InvalidArgument(format!("{what} is not a size-prefixed TPM2B"))),
+    }
+}
