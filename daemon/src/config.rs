@@ -2,7 +2,9 @@
 //!
 //! [`Args`] is what clap parses (flags and their environment variables); [`FileConfig`] is the
 //! TOML file, where unknown fields are errors; [`Config`] is the validated result the rest of
-//! the daemon uses. Nothing here touches the TPM or binds a socket.
+//! the daemon uses. Nothing here touches the TPM or binds a socket. [`check_policies`] is what
+//! `tpm-vaultd --check-config` runs on top of [`Config::load`]. Every setting is documented
+//! field by field in `docs/CONFIG.md`; `systemd/config.toml` is the commented example.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -20,11 +22,7 @@ pub const TPM_DEVICE: &str = "/dev/tpmrm0";
 
 /// `tpm-vaultd` command line. Every setting is also a config-file key and most an env var.
 #[derive(Debug, Parser)]
-#[command(
-    name = "tpm-vaultd",
-    version,
-    about = "TPM 2.0 key vault daemon: non-extractable keys over gRPC"
-)]
+#[command(name = "tpm-vaultd", version, about = "TPM 2.0 key vault daemon: non-extractable keys over gRPC")]
 pub struct Args {
     /// Config file (TOML). A missing default file is fine; a missing explicit one is an error.
     #[arg(long, env = "TPM_VAULT_CONFIG")]
@@ -60,7 +58,16 @@ pub struct Args {
     /// Log format: `plain` (journald-friendly) or `json`.
     #[arg(long, env = "TPM_VAULT_LOG_FORMAT")]
     pub log_format: Option<LogFormat>,
-    /// Validate the configuration and exit.
+    /// Serve Prometheus metrics over plain HTTP on this loopback ADDR:PORT (`GET /metrics`).
+    #[arg(long, env = "TPM_VAULT_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Seconds an unsealed data key stays in memory after its last use.
+    #[arg(long)]
+    pub datakey_idle_secs: Option<u64>,
+    /// Also append every access decision as a JSON line to this file (mode 0600).
+    #[arg(long, env = "TPM_VAULT_AUDIT_LOG")]
+    pub audit_log: Option<PathBuf>,
+    /// Validate the configuration and the policy directory, then exit (0 when valid, 64 when not).
     #[arg(long)]
     pub check_config: bool,
 }
@@ -99,6 +106,12 @@ pub struct FileConfig {
     pub shutdown_grace_ms: Option<u64>,
     /// See [`Args::log_format`].
     pub log_format: Option<LogFormat>,
+    /// See [`Args::metrics_listen`].
+    pub metrics_listen: Option<SocketAddr>,
+    /// See [`Args::audit_log`].
+    pub audit_log: Option<PathBuf>,
+    /// See [`Args::datakey_idle_secs`].
+    pub datakey_idle_secs: Option<u64>,
 }
 
 /// Validated configuration.
@@ -124,6 +137,14 @@ pub struct Config {
     pub shutdown_grace: Duration,
     /// Log format.
     pub log_format: LogFormat,
+    /// Optional Prometheus endpoint; always a loopback address (see [`Config::load`]).
+    pub metrics_listen: Option<SocketAddr>,
+    /// Optional JSON-lines audit file.
+    pub audit_log: Option<PathBuf>,
+    /// Idle time after which an unsealed data key is dropped from memory.
+    pub datakey_idle: Duration,
+    /// The config file that was read, if any (for `--check-config` and the startup log).
+    pub file: Option<PathBuf>,
 }
 
 /// Why the configuration is unusable.
@@ -139,12 +160,22 @@ pub enum ConfigError {
         source: std::io::Error,
     },
     /// The config file is not valid TOML or has unknown/invalid fields.
-    #[error("config file {path}: {message}")]
+    #[error("config file {}{}: {message}", path.display(), at.map(|(l, c)| format!(", line {l}, column {c}")).unwrap_or_default())]
     Parse {
         /// File.
         path: PathBuf,
-        /// Parser message (with line and column).
+        /// Line and column (1-based) of the offending text, when the parser knows it.
+        at: Option<(usize, usize)>,
+        /// Parser message (names the field for unknown or invalid fields).
         message: String,
+    },
+    /// The policy directory exists but cannot be read, or a policy file does not parse.
+    #[error("policy {}: {reason}", path.display())]
+    Policy {
+        /// Directory or file at fault.
+        path: PathBuf,
+        /// Why (with the line when a file does not parse).
+        reason: String,
     },
     /// A value is out of range.
     #[error("invalid setting {field}: {reason}")]
@@ -162,78 +193,97 @@ impl Config {
     /// # Errors
     /// [`ConfigError`] naming the file, line or setting at fault.
     pub fn load(args: &Args) -> Result<Self, ConfigError> {
-        let file = match &args.config {
-            Some(path) => read_file(path)?,
-            None if Path::new(DEFAULT_CONFIG).exists() => read_file(Path::new(DEFAULT_CONFIG))?,
-            None => FileConfig::default(),
+        let (file, file_path) = match &args.config {
+            Some(path) => (read_file(path)?, Some(path.clone())),
+            None if Path::new(DEFAULT_CONFIG).exists() => {
+                (read_file(Path::new(DEFAULT_CONFIG))?, Some(PathBuf::from(DEFAULT_CONFIG)))
+            }
+            None => (FileConfig::default(), None),
         };
         let tcti = args.tcti.clone().or(file.tcti);
-        let simulator = args.simulator
-            || file.simulator.unwrap_or(false)
-            || (tcti.is_none() && !Path::new(TPM_DEVICE).exists());
-        let max_loaded_objects = args
-            .max_loaded_objects
-            .or(file.max_loaded_objects)
-            .unwrap_or(3);
+        let simulator =
+            args.simulator || file.simulator.unwrap_or(false) || (tcti.is_none() && !Path::new(TPM_DEVICE).exists());
+        let max_loaded_objects = args.max_loaded_objects.or(file.max_loaded_objects).unwrap_or(3);
         if max_loaded_objects < 2 {
             return Err(ConfigError::Invalid {
                 field: "max_loaded_objects",
                 reason: "must be at least 2 (the SRK and one key)".into(),
             });
         }
-        let tpm_timeout_ms = args
-            .tpm_timeout_ms
-            .or(file.tpm_timeout_ms)
-            .unwrap_or(10_000);
+        let tpm_timeout_ms = args.tpm_timeout_ms.or(file.tpm_timeout_ms).unwrap_or(10_000);
         if tpm_timeout_ms == 0 {
-            return Err(ConfigError::Invalid {
-                field: "tpm_timeout_ms",
-                reason: "must be positive".into(),
-            });
+            return Err(ConfigError::Invalid { field: "tpm_timeout_ms", reason: "must be positive".into() });
+        }
+        let metrics_listen = args.metrics_listen.or(file.metrics_listen);
+        if let Some(addr) = metrics_listen {
+            if !addr.ip().is_loopback() {
+                return Err(ConfigError::Invalid {
+                    field: "metrics_listen",
+                    reason: format!(
+                        "{addr} is not a loopback address: the endpoint has no authentication and \
+                         reveals key usage; scrape it locally or through a proxy"
+                    ),
+                });
+            }
+        }
+        if tcti.as_deref().is_some_and(str::is_empty) {
+            return Err(ConfigError::Invalid { field: "tcti", reason: "must not be empty".into() });
         }
         Ok(Self {
             tcti: tcti.unwrap_or_else(|| DEFAULT_TCTI.into()),
             simulator,
-            state_dir: args
-                .state_dir
-                .clone()
-                .or(file.state_dir)
-                .unwrap_or_else(|| "/var/lib/tpm-vault".into()),
-            socket: args
-                .socket
-                .clone()
-                .or(file.socket)
-                .unwrap_or_else(|| "/run/tpm-vault/vault.sock".into()),
-            policies: args
-                .policies
-                .clone()
-                .or(file.policies)
-                .unwrap_or_else(|| "/etc/tpm-vault/policies".into()),
+            state_dir: args.state_dir.clone().or(file.state_dir).unwrap_or_else(|| "/var/lib/tpm-vault".into()),
+            socket: args.socket.clone().or(file.socket).unwrap_or_else(|| "/run/tpm-vault/vault.sock".into()),
+            policies: args.policies.clone().or(file.policies).unwrap_or_else(|| "/etc/tpm-vault/policies".into()),
             listen: args.listen.or(file.listen),
             max_loaded_objects,
             tpm_timeout: Duration::from_millis(tpm_timeout_ms),
-            shutdown_grace: Duration::from_millis(
-                args.shutdown_grace_ms
-                    .or(file.shutdown_grace_ms)
-                    .unwrap_or(10_000),
-            ),
-            log_format: args
-                .log_format
-                .or(file.log_format)
-                .unwrap_or(LogFormat::Plain),
+            shutdown_grace: Duration::from_millis(args.shutdown_grace_ms.or(file.shutdown_grace_ms).unwrap_or(10_000)),
+            log_format: args.log_format.or(file.log_format).unwrap_or(LogFormat::Plain),
+            metrics_listen,
+            audit_log: args.audit_log.clone().or(file.audit_log),
+            datakey_idle: Duration::from_secs(args.datakey_idle_secs.or(file.datakey_idle_secs).unwrap_or(300)),
+            file: file_path,
         })
     }
 }
 
+/// What [`check_policies`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PolicyCheck {
+    /// Policy files read.
+    pub files: usize,
+    /// Rules they hold (0: every request will be denied).
+    pub rules: usize,
+}
+
+/// Checks the policy directory for `--check-config` with the same loader the daemon uses at
+/// start ([`crate::auth::Policy::load_dir`]), so the two can never disagree: the directory
+/// must be readable and every `*.toml` file in it a valid policy.
+///
+/// # Errors
+/// [`ConfigError::Policy`] naming the directory or the file, line and reason.
+pub fn check_policies(dir: &Path) -> Result<PolicyCheck, ConfigError> {
+    let policy =
+        crate::auth::Policy::load_dir(dir).map_err(|e| ConfigError::Policy { path: e.path, reason: e.reason })?;
+    Ok(PolicyCheck { files: policy.files().len(), rules: policy.len() })
+}
+
 fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-        path: path.to_owned(),
-        source,
-    })?;
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
     toml::from_str(&text).map_err(|e| ConfigError::Parse {
         path: path.to_owned(),
-        message: e.to_string(),
+        at: e.span().map(|s| line_col(&text, s.start)),
+        message: e.message().trim().replace('\n', "; "),
     })
+}
+
+/// 1-based line and column of byte `offset` in `text`.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = text.get(..offset).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
 }
 
 #[cfg(test)]
@@ -250,24 +300,59 @@ mod tests {
     fn flags_override_file_and_unknown_fields_fail() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let path = dir.path().join("c.toml");
-        std::fs::write(
-            &path,
-            "tcti = \"swtpm:host=127.0.0.1,port=1\"\nmax_loaded_objects = 5\n",
-        )
-        .ok();
+        std::fs::write(&path, "tcti = \"swtpm:host=127.0.0.1,port=1\"\nmax_loaded_objects = 5\n").ok();
         let p = path.to_string_lossy().to_string();
-        let c = Config::load(&args(&["--config", &p, "--max-loaded-objects", "4"]))
-            .unwrap_or_else(|e| panic!("{e}"));
+        let c = Config::load(&args(&["--config", &p, "--max-loaded-objects", "4"])).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(c.max_loaded_objects, 4);
         assert_eq!(c.tcti, "swtpm:host=127.0.0.1,port=1");
         assert!(!c.simulator);
         std::fs::write(&path, "tcti = \"x\"\nbogus = 1\n").ok();
-        let err = Config::load(&args(&["--config", &p]))
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
+        let err = Config::load(&args(&["--config", &p])).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains("bogus") && err.contains("line 2"), "{err}");
         let missing = Config::load(&args(&["--config", "/nonexistent/c.toml"]));
         assert!(matches!(missing, Err(ConfigError::Read { .. })));
+    }
+
+    #[test]
+    fn parse_errors_are_one_line_with_line_and_column() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "# comment\n\nsocket = \"/tmp/s\"\n  bogus_key = 1\n").ok();
+        let p = path.to_string_lossy().to_string();
+        let err = Config::load(&args(&["--config", &p])).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(!err.contains('\n'), "{err}");
+        assert!(err.contains("line 4, column 3"), "{err}");
+        assert!(err.contains("unknown field `bogus_key`"), "{err}");
+        std::fs::write(&path, "max_loaded_objects = \"many\"\n").ok();
+        let err = Config::load(&args(&["--config", &p])).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("line 1") && !err.contains('\n'), "{err}");
+    }
+
+    #[test]
+    fn metrics_listen_must_be_loopback() {
+        let ok = Config::load(&args(&["--metrics-listen", "127.0.0.1:9464"])).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(ok.metrics_listen.map(|a| a.port()), Some(9464));
+        assert!(Config::load(&args(&["--metrics-listen", "[::1]:9464"])).is_ok());
+        let err = Config::load(&args(&["--metrics-listen", "0.0.0.0:9464"]));
+        assert!(matches!(err, Err(ConfigError::Invalid { field: "metrics_listen", .. })), "{err:?}");
+    }
+
+    #[test]
+    fn policy_dir_checks() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let missing = dir.path().join("none");
+        let err = check_policies(&missing).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("none"), "{err}");
+        std::fs::write(
+            dir.path().join("a.toml"),
+            "[[rule]]\nname = \"r\"\nclients = [\"uid:0\"]\nkeys = [\"*\"]\noperations = [\"sign\"]\n",
+        )
+        .ok();
+        std::fs::write(dir.path().join("README.md"), "not a policy").ok();
+        assert_eq!(check_policies(dir.path()).ok(), Some(PolicyCheck { files: 1, rules: 1 }));
+        std::fs::write(dir.path().join("b.toml"), "# nothing yet\n\n[[rule]\n").ok();
+        let err = check_policies(dir.path()).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("b.toml") && err.contains("line 3"), "{err}");
+        assert!(!err.contains('\n'), "{err}");
     }
 }

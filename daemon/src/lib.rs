@@ -11,6 +11,8 @@
 //! - [`model`]: validated domain types; [`error`]: the error type; [`metrics`]: counters.
 //! - [`config`], [`server`], [`simulator`]: configuration, the listener/lifecycle, and the
 //!   private swtpm used when the machine has no TPM.
+//! - [`systemd`], [`telemetry`]: readiness, stopping and watchdog messages to systemd, and the
+//!   optional Prometheus endpoint.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![deny(missing_docs, missing_debug_implementations)]
 #![forbid(unsafe_code)]
@@ -25,6 +27,8 @@ pub mod rpc;
 pub mod server;
 pub mod simulator;
 pub mod store;
+pub mod systemd;
+pub mod telemetry;
 pub mod tpm;
 pub mod vault;
 

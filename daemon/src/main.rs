@@ -1,16 +1,36 @@
 //! `tpm-vaultd`: parses configuration, sets up logging, builds the runtime and runs the
 //! daemon until SIGTERM or SIGINT. All logic lives in the library.
+//!
+//! Exit codes: 0 after a clean shutdown (or a valid `--check-config`), 64 (EX_USAGE) for a bad
+//! command line, environment, config file or policy directory (one line on stderr naming the
+//! setting, file and line), 1 when the daemon cannot start or fails while serving.
 
 use std::process::ExitCode;
 
 use clap::Parser;
-use tpm_vault_daemon::config::{Args, Config, LogFormat};
+use tpm_vault_daemon::config::{self, Args, Config, LogFormat, PolicyCheck};
+use tpm_vault_daemon::server::ServerError;
 
 /// Exit code for configuration errors (EX_USAGE).
 const EXIT_CONFIG: u8 = 64;
 
+/// Log filter without `RUST_LOG`. tss-esapi's own log lines (context open/close, every handle
+/// flushed, raw response codes) duplicate what the daemon reports with context, as `TSS2_LOG`
+/// does for the C library; `RUST_LOG=info,tss_esapi=debug` brings them back.
+const DEFAULT_LOG_FILTER: &str = "info,tss_esapi=off";
+
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args = match Args::try_parse() {
+        Ok(args) => args,
+        // --help and --version print to stdout and exit 0.
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            let msg = e.to_string();
+            let first = msg.lines().next().unwrap_or("invalid arguments");
+            eprintln!("tpm-vaultd: {}", first.trim_start_matches("error: "));
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
     let config = match Config::load(&args) {
         Ok(c) => c,
         Err(e) => {
@@ -19,32 +39,49 @@ fn main() -> ExitCode {
         }
     };
     if args.check_config {
-        println!("configuration OK");
-        return ExitCode::SUCCESS;
+        return check_config(&config);
     }
-    init_logging(config.log_format);
+    // Before any thread exists: these read (and unset) process environment variables.
+    let activated = match tpm_vault_daemon::server::activated_listener() {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("tpm-vaultd: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     // The TSS C library logs every TPM error response to stderr; the daemon reports errors itself.
     if std::env::var_os("TSS2_LOG").is_none() {
         std::env::set_var("TSS2_LOG", "all+NONE");
     }
-    if nix::unistd::Uid::effective().is_root() && !config.simulator {
-        tracing::warn!(
-            "running as root: prefer the tpm-vault user (see systemd/tpm-vaultd.service)"
-        );
+    init_logging(config.log_format);
+    let tpm = if config.simulator { "private swtpm" } else { config.tcti.as_str() };
+    match &config.file {
+        Some(file) => tracing::info!(config = %file.display(), tpm, "starting"),
+        None => tracing::info!(tpm, "starting (no config file)"),
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("tpm-vaultd")
-        .build()
-    {
+    if nix::unistd::Uid::effective().is_root() && !config.simulator {
+        tracing::warn!("running as root: prefer the tpm-vault user (see systemd/tpm-vaultd.service)");
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("tpm-vaultd").build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("tpm-vaultd: cannot start runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(tpm_vault_daemon::server::run(config, shutdown_signal())) {
+    let served = runtime.block_on(async {
+        // Installed now, so a signal during start-up still gets the orderly shutdown.
+        let shutdown = shutdown_signal().map_err(ServerError::Signals)?;
+        tpm_vault_daemon::server::run(config, activated, shutdown).await
+    });
+    match served {
         Ok(()) => ExitCode::SUCCESS,
+        // A policy that does not load is a configuration error, as with --check-config.
+        Err(e @ ServerError::Policy(_)) => {
+            tracing::error!(error = %e, "tpm-vaultd cannot start");
+            eprintln!("tpm-vaultd: {e}");
+            ExitCode::from(EXIT_CONFIG)
+        }
         Err(e) => {
             tracing::error!(error = %e, "tpm-vaultd failed");
             eprintln!("tpm-vaultd: {e}");
@@ -53,29 +90,58 @@ fn main() -> ExitCode {
     }
 }
 
+/// `--check-config`: the config already parsed; load the policy directory as the daemon would,
+/// report, exit.
+fn check_config(config: &Config) -> ExitCode {
+    let file = config.file.as_ref().map_or_else(|| "defaults (no config file)".into(), |f| f.display().to_string());
+    match config::check_policies(&config.policies) {
+        Ok(PolicyCheck { files, rules }) => {
+            let dir = config.policies.display();
+            let policies = if rules == 0 {
+                format!("no rules in {dir} ({files} file(s)): every request will be denied")
+            } else {
+                format!("{rules} rule(s) in {files} file(s) in {dir}")
+            };
+            println!("configuration OK: {file}; policies: {policies}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("tpm-vaultd: {e}");
+            ExitCode::from(EXIT_CONFIG)
+        }
+    }
+}
+
+/// Logs go to stderr (journald picks them up under systemd). `RUST_LOG` filters them
+/// (e.g. `RUST_LOG=debug` or `RUST_LOG=info,audit=warn`); without it, [`DEFAULT_LOG_FILTER`].
 fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let default = || tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER);
+    let (filter, bad_filter) = match std::env::var("RUST_LOG") {
+        Ok(spec) if !spec.is_empty() => match tracing_subscriber::EnvFilter::try_new(&spec) {
+            Ok(f) => (f, None),
+            Err(e) => (default(), Some(format!("{spec:?}: {e}"))),
+        },
+        _ => (default(), None),
+    };
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Plain => builder.with_ansi(false).without_time().init(),
     }
+    if let Some(why) = bad_filter {
+        tracing::warn!("ignoring invalid RUST_LOG {why}; using {DEFAULT_LOG_FILTER}");
+    }
 }
 
-async fn shutdown_signal() {
+/// Installs the SIGTERM and SIGINT handlers; the future resolves at the first of either.
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot install signal handlers");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received"),
-        _ = int.recv() => tracing::info!("SIGINT received"),
-    }
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM received"),
+            _ = int.recv() => tracing::info!("SIGINT received"),
+        }
+    })
 }

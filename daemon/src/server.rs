@@ -1,25 +1,49 @@
 //! The daemon's lifecycle: start the simulator if needed, open the vault, bind the Unix socket
 //! (or take it from systemd), announce readiness, serve until shutdown, drain, flush the TPM.
+//!
+//! [`run`] owns the whole sequence and the pieces that live as long as the daemon: the per-RPC
+//! [`Metrics`], the optional Prometheus endpoint ([`crate::telemetry`]) and the systemd
+//! watchdog ([`crate::systemd`]). [`serve`] / [`serve_ctx`] are the part tests drive directly:
+//! serve one listener until a shutdown future resolves, then drain with a bound.
+//!
+//! Order at start: access policy loaded (a bad policy stops the daemon before anything else) →
+//! vault open (SRK loaded and its name checked) → metrics endpoint bound → Unix socket bound (or
+//! taken from systemd) → server accepting → `READY=1`. At shutdown:
+//! `STOPPING=1` → stop accepting → wait up to the grace period for in-flight requests (then
+//! answer the rest `UNAVAILABLE`) → stop the TPM actor, which flushes every transient object it
+//! loaded → remove our socket file.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener as StdUnixListener;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use tokio::net::UnixListener;
 use tokio_stream::wrappers::UnixListenerStream;
+use tonic::codegen::{http, Service};
+use tonic::service::{AxumBody, AxumRouter, Routes};
 
+use crate::auth::audit::AuditLog;
+use crate::auth::{Access, PolicyError};
 use crate::config::Config;
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::rpc::{self, Ctx};
 use crate::simulator::Swtpm;
+use crate::telemetry::{self, MetricsSource};
 use crate::tpm::QueueConfig;
 use crate::vault::{Vault, VaultConfig};
 
 /// Socket file mode: owner and group (`tpm-vault`) may connect, nobody else.
 pub const SOCKET_MODE: u32 = 0o660;
+
+/// Added to `tpm_timeout` for stopping the TPM actor at shutdown (the command in progress plus
+/// the flushes).
+const TPM_STOP_MARGIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Why the daemon could not start or serve.
 #[derive(Debug, thiserror::Error)]
@@ -36,12 +60,27 @@ pub enum ServerError {
         #[source]
         source: std::io::Error,
     },
+    /// The access policy does not load (file, line and reason).
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
     /// The embedded simulator could not start.
     #[error(transparent)]
     Simulator(#[from] crate::simulator::SimulatorError),
     /// Opening the vault failed.
     #[error(transparent)]
     Vault(#[from] Error),
+    /// The Prometheus endpoint could not be bound.
+    #[error("metrics endpoint {addr}: {source}")]
+    Metrics {
+        /// Configured address.
+        addr: std::net::SocketAddr,
+        /// Bind error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The SIGTERM/SIGINT handlers could not be installed.
+    #[error("cannot install signal handlers: {0}")]
+    Signals(#[source] std::io::Error),
     /// The gRPC server failed.
     #[error("gRPC server: {0}")]
     Transport(#[from] tonic::transport::Error),
@@ -53,10 +92,7 @@ pub enum ServerError {
 /// # Errors
 /// [`ServerError::SocketInUse`] if a daemon answers on it; [`ServerError::Socket`] otherwise.
 pub fn bind_unix(path: &Path) -> Result<StdUnixListener, ServerError> {
-    let err = |source| ServerError::Socket {
-        path: path.to_owned(),
-        source,
-    };
+    let err = |source| ServerError::Socket { path: path.to_owned(), source };
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(err)?;
     }
@@ -73,7 +109,12 @@ pub fn bind_unix(path: &Path) -> Result<StdUnixListener, ServerError> {
     Ok(listener)
 }
 
-/// A socket passed by systemd socket activation (`LISTEN_FDS`), if any.
+/// A socket passed by systemd socket activation (`LISTEN_FDS`/`LISTEN_PID`), if any.
+///
+/// Call it once, before the runtime starts: it unsets `LISTEN_FDS` and `LISTEN_PID` so that
+/// child processes (the embedded swtpm) do not inherit them. Peer credentials work on such a
+/// socket exactly as on one we bind: tonic's `UdsConnectInfo` comes from each accepted
+/// `tokio::net::UnixStream` (`SO_PEERCRED`), whoever created the listener.
 ///
 /// # Errors
 /// [`ServerError::Socket`] if the passed fd is not a Unix listener.
@@ -81,27 +122,34 @@ pub fn activated_listener() -> Result<Option<StdUnixListener>, ServerError> {
     let mut fds = listenfd::ListenFd::from_env();
     match fds.take_unix_listener(0) {
         Ok(Some(l)) => {
-            l.set_nonblocking(true)
-                .map_err(|source| ServerError::Socket {
-                    path: "LISTEN_FDS".into(),
-                    source,
-                })?;
+            l.set_nonblocking(true).map_err(|source| ServerError::Socket { path: "LISTEN_FDS".into(), source })?;
             Ok(Some(l))
         }
         Ok(None) => Ok(None),
-        Err(source) => Err(ServerError::Socket {
-            path: "LISTEN_FDS".into(),
-            source,
-        }),
+        Err(source) => Err(ServerError::Socket { path: "LISTEN_FDS".into(), source }),
     }
 }
 
 /// Runs the daemon until `shutdown` resolves: the whole lifecycle behind `tpm-vaultd`.
 ///
+/// `activated` is the socket systemd passed ([`activated_listener`], taken before the runtime
+/// started); without one the daemon binds `config.socket` itself and removes it on exit.
+///
 /// # Errors
 /// [`ServerError`] for anything that prevents starting; serving errors after start.
-pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
+pub async fn run(
+    config: Config,
+    activated: Option<StdUnixListener>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServerError> {
     let mut config = config;
+    // Policies first: a policy that does not load stops the daemon before it touches anything.
+    let audit = match &config.audit_log {
+        Some(path) => AuditLog::with_file(path).map_err(|source| ServerError::Socket { path: path.clone(), source })?,
+        None => AuditLog::tracing_only(),
+    };
+    let access = Arc::new(Access::load(&config.policies, audit)?);
+    spawn_policy_reload(access.clone());
     let _simulator = if config.simulator {
         let sim = start_simulator(&config.state_dir).await?;
         config.tcti = sim.tcti();
@@ -109,75 +157,182 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     } else {
         None
     };
+    crate::systemd::notify_status("opening the TPM");
     let vault = Vault::open(VaultConfig {
         state_dir: config.state_dir.clone(),
         tcti: config.tcti.clone(),
         max_loaded_objects: config.max_loaded_objects,
-        queue: QueueConfig {
-            timeout: config.tpm_timeout,
-            ..QueueConfig::default()
-        },
+        queue: QueueConfig { timeout: config.tpm_timeout, ..QueueConfig::default() },
         simulator: config.simulator,
+        datakey_idle: config.datakey_idle,
     })
     .await?;
-    let (listener, owned_socket) = match activated_listener()? {
-        Some(l) => (l, None),
-        None => (bind_unix(&config.socket)?, Some(config.socket.clone())),
-    };
-    let listener = UnixListener::from_std(listener).map_err(|source| ServerError::Socket {
-        path: config.socket.clone(),
-        source,
-    })?;
-    let result = serve(vault.clone(), listener, shutdown, config.shutdown_grace).await;
-    let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
-    vault.shutdown(config.shutdown_grace).await;
-    if let Some(path) = owned_socket {
-        let _ = std::fs::remove_file(path);
-    }
+    let metrics = Arc::new(Metrics::default());
+    let result = serve_vault(&config, vault.clone(), metrics, access, activated, shutdown).await;
+    // Requests are answered by now, but jobs they queued may still be waiting for the TPM;
+    // each has a deadline of at most `tpm_timeout`, after which the actor skips it. So this
+    // bound lets the actor reach the stop job and flush every transient object it loaded.
+    crate::systemd::notify_status("flushing TPM objects");
+    vault.shutdown(config.tpm_timeout + TPM_STOP_MARGIN).await;
     tracing::info!("stopped");
     result
 }
 
+/// Everything between an open vault and its shutdown; the vault is shut down by the caller
+/// whatever happens here.
+async fn serve_vault(
+    config: &Config,
+    vault: Vault,
+    metrics: Arc<Metrics>,
+    access: Arc<Access>,
+    activated: Option<StdUnixListener>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServerError> {
+    let metrics_task = match config.metrics_listen {
+        Some(addr) => {
+            let listener = telemetry::bind(addr).await.map_err(|source| ServerError::Metrics { addr, source })?;
+            let source = MetricsSource { rpc: metrics.clone(), vault: vault.clone() };
+            Some(AbortOnDrop(telemetry::spawn(listener, source)))
+        }
+        None => None,
+    };
+    let (listener, owned_socket) = match activated {
+        Some(l) => {
+            tracing::info!("using the socket passed by systemd (socket activation)");
+            (l, None)
+        }
+        None => (bind_unix(&config.socket)?, Some(config.socket.clone())),
+    };
+    let listener = UnixListener::from_std(listener)
+        .map_err(|source| ServerError::Socket { path: config.socket.clone(), source })?;
+    let _watchdog = crate::systemd::spawn_watchdog(vault.tpm().clone()).map(AbortOnDrop);
+    let ctx = Ctx::new(vault, metrics, access);
+    let result = serve_ctx(ctx, listener, shutdown, config.shutdown_grace).await;
+    drop(metrics_task);
+    if let Some(path) = owned_socket {
+        let _ = std::fs::remove_file(path);
+    }
+    result
+}
+
 /// Serves the API on `listener` until `shutdown`, then stops accepting and waits up to `grace`
-/// for in-flight requests. Sends `READY=1` to systemd once accepting.
+/// for in-flight requests. Sends `READY=1` to systemd once accepting. Per-RPC metrics go to a
+/// fresh registry; use [`serve_ctx`] to supply one.
 ///
 /// # Errors
 /// [`ServerError::Transport`] if the server fails.
 pub async fn serve(
     vault: Vault,
+    access: Arc<Access>,
     listener: UnixListener,
     shutdown: impl Future<Output = ()>,
     grace: std::time::Duration,
 ) -> Result<(), ServerError> {
-    let ctx = Ctx {
-        vault,
-        metrics: Arc::new(Metrics::default()),
-    };
-    let routes = rpc::routes(ctx)?;
+    let ctx = Ctx::new(vault, Arc::new(Metrics::default()), access);
+    serve_ctx(ctx, listener, shutdown, grace).await
+}
+
+/// [`serve`] with the handlers' context given by the caller (so the caller can share the
+/// metrics registry with the Prometheus endpoint). Sends `READY=1` once accepting and
+/// `STOPPING=1` as soon as `shutdown` resolves.
+///
+/// # Errors
+/// [`ServerError::Transport`] if the server fails.
+pub async fn serve_ctx(
+    ctx: Ctx,
+    listener: UnixListener,
+    shutdown: impl Future<Output = ()>,
+    grace: std::time::Duration,
+) -> Result<(), ServerError> {
+    let (expire_tx, expire_rx) = tokio::sync::watch::channel(false);
+    let routes =
+        Routes::from(AxumRouter::new().fallback_service(Draining { inner: rpc::routes(ctx)?, expired: expire_rx }));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tonic::transport::Server::builder()
-        .add_routes(routes)
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
+    let server = tonic::transport::Server::builder().add_routes(routes).serve_with_incoming_shutdown(
+        UnixListenerStream::new(listener),
+        async {
             let _ = stop_rx.await;
-        });
+        },
+    );
     tokio::pin!(server);
-    let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
+    crate::systemd::notify_ready("serving");
     tracing::info!("ready");
     tokio::select! {
         r = &mut server => return r.map_err(ServerError::from),
         () = shutdown => {}
     }
+    crate::systemd::notify_stopping("draining in-flight requests");
     tracing::info!(
-        grace_ms = grace.as_millis() as u64,
+        grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
         "shutting down: draining in-flight requests"
     );
     let _ = stop_tx.send(());
-    match tokio::time::timeout(grace, &mut server).await {
+    if let Ok(r) = tokio::time::timeout(grace, &mut server).await {
+        return r.map_err(ServerError::from);
+    }
+    tracing::warn!("requests still running after the grace period; answering them UNAVAILABLE");
+    let _ = expire_tx.send(true);
+    match tokio::time::timeout(CLOSE_TIMEOUT, &mut server).await {
         Ok(r) => r.map_err(ServerError::from),
         Err(_) => {
-            tracing::warn!("requests still running after the grace period; stopping anyway");
+            tracing::warn!("connections still open; closing them");
             Ok(())
         }
+    }
+}
+
+/// After the grace period: how long answered connections get to close before they are dropped.
+const CLOSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Wraps every route so that, once the grace period is over, requests still running are
+/// answered `UNAVAILABLE` (retryable) instead of having their connection cut, which clients see
+/// as an opaque transport error. Their TPM jobs, if any, still finish or fail inside the actor.
+#[derive(Debug, Clone)]
+struct Draining {
+    inner: Routes,
+    /// Becomes `true` when the grace period is over.
+    expired: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Service<http::Request<AxumBody>> for Draining {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Service::<http::Request<AxumBody>>::poll_ready(&mut self.inner, cx)
+    }
+
+    fn call(&mut self, req: http::Request<AxumBody>) -> Self::Future {
+        let response = self.inner.call(req);
+        let mut expired = self.expired.clone();
+        Box::pin(async move {
+            let expiry = async move {
+                if expired.wait_for(|e| *e).await.is_err() {
+                    // The server is gone without expiring: let the request finish.
+                    std::future::pending::<()>().await;
+                }
+            };
+            tokio::select! {
+                r = response => r,
+                () = expiry => {
+                    // Not an `Error`: the request never failed, the daemon is leaving.
+                    let status = tonic::Status::unavailable("tpm-vaultd is shutting down; retry");
+                    let (parts, ()) = status.into_http::<()>().into_parts();
+                    Ok(http::Response::from_parts(parts, tonic::body::Body::empty()))
+                }
+            }
+        })
+    }
+}
+
+/// Aborts a background task when dropped (metrics endpoint, watchdog).
+#[derive(Debug)]
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -191,4 +346,21 @@ async fn start_simulator(state_dir: &Path) -> Result<Swtpm, ServerError> {
         .await
         .map_err(|e| Error::Internal(format!("simulator task: {e}")))??;
     Ok(sim)
+}
+
+/// Reloads the access policy on SIGHUP. A policy that does not load is logged and the old one
+/// stays in force.
+fn spawn_policy_reload(access: Arc<Access>) {
+    tokio::spawn(async move {
+        let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
+            tracing::warn!("cannot watch SIGHUP; policy reload disabled");
+            return;
+        };
+        while hup.recv().await.is_some() {
+            match access.reload() {
+                Ok(rules) => tracing::info!(rules, "access policy reloaded"),
+                Err(e) => tracing::error!(error = %e, "access policy NOT reloaded; the previous policy stays in force"),
+            }
+        }
+    });
 }

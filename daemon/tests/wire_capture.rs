@@ -96,7 +96,7 @@ async fn sealed_bytes_never_cross_the_tpm_interface_in_clear() {
         .expect("create sealed object");
     let blob = KeyBlob { name: b"wire-test".to_vec(), public, private };
     let auth = PolicyAuth::Pcr(sel.clone());
-    let opened = vault.tpm().call("unseal", move |tpm| tpm.unseal(&blob, &auth)).await.expect("unseal");
+    let opened = vault.tpm().call("unseal", move |tpm| tpm.unseal(&blob, Some(&auth))).await.expect("unseal");
     assert_eq!(opened.as_slice(), secret.as_slice(), "round trip through the TPM");
     assert!(!proxy.contains(&secret), "the sealed secret crossed the wire in clear");
 

@@ -1,7 +1,110 @@
-//! Who is calling: the client identity attached to every request. On the Unix socket it comes
-//! from SO_PEERCRED (uid, gid, pid), which the kernel vouches for. Access policies (deny by
-//! default) build on it.
+//! Who is calling and what they may do: client identity from the transport (SO_PEERCRED on the
+//! Unix socket, the client certificate on the TLS listener), the access policy (deny by
+//! default, reloaded atomically), and the audit trail (one event per decision on the `audit`
+//! tracing target, optionally also as JSON lines in a file). Handlers call
+//! [`Access::authorize`] before doing anything.
 
+pub mod audit;
 pub mod peer;
+pub mod policy;
 
-pub use peer::Peer;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+pub use peer::{identity, Identity, Peer, UnixIdentity};
+pub use policy::{Decision, Operation, Policy, PolicyError};
+
+use crate::error::Error;
+use crate::model::KeyName;
+
+/// The access-control state shared by every handler.
+#[derive(Debug)]
+pub struct Access {
+    dir: Option<PathBuf>,
+    policy: RwLock<Arc<Policy>>,
+    audit: audit::AuditLog,
+}
+
+/// A granted request, carried to the audit event once the operation finished.
+#[derive(Debug, Clone)]
+pub struct Grant {
+    /// Who.
+    pub who: Identity,
+    /// What.
+    pub op: Operation,
+    /// On which key, if any.
+    pub key: Option<String>,
+    /// The rule that allowed it.
+    pub rule: String,
+}
+
+impl Access {
+    /// Loads every policy file in `dir`.
+    ///
+    /// # Errors
+    /// [`PolicyError`] naming the file, line and reason.
+    pub fn load(dir: &Path, audit: audit::AuditLog) -> Result<Self, PolicyError> {
+        let policy = Policy::load_dir(dir)?;
+        if policy.is_empty() {
+            tracing::warn!(dir = %dir.display(), "no access rules: every request will be denied");
+        }
+        Ok(Self { dir: Some(dir.to_owned()), policy: RwLock::new(Arc::new(policy)), audit })
+    }
+
+    /// A fixed policy (tests, embedding).
+    pub fn with_policy(policy: Policy, audit: audit::AuditLog) -> Self {
+        Self { dir: None, policy: RwLock::new(Arc::new(policy)), audit }
+    }
+
+    /// Re-reads the policy directory. A bad new policy leaves the old one in force.
+    ///
+    /// # Errors
+    /// [`PolicyError`] when the new files do not load (the old policy stays).
+    pub fn reload(&self) -> Result<usize, PolicyError> {
+        let Some(dir) = &self.dir else { return Ok(self.current().len()) };
+        let fresh = Policy::load_dir(dir)?;
+        let n = fresh.len();
+        if let Ok(mut p) = self.policy.write() {
+            *p = Arc::new(fresh);
+        }
+        Ok(n)
+    }
+
+    /// The policy in force.
+    pub fn current(&self) -> Arc<Policy> {
+        self.policy.read().map(|p| p.clone()).unwrap_or_default()
+    }
+
+    /// Checks `op` on `key` (owned by `owner`) for `who`; denies (and audits the denial) with
+    /// a message naming the operation.
+    ///
+    /// # Errors
+    /// [`Error::PermissionDenied`].
+    pub fn authorize(
+        &self,
+        who: Option<Identity>,
+        op: Operation,
+        key: Option<&KeyName>,
+        owner: Option<u32>,
+    ) -> Result<Grant, Error> {
+        let Some(who) = who else {
+            self.audit.record(&Identity::Unknown, op, key.map(KeyName::as_str), "deny", None, "no client identity");
+            return Err(Error::PermissionDenied(format!("{} denied: client identity unknown", op.as_str())));
+        };
+        match self.current().decide(&who, op, key, owner) {
+            Decision::Allow(rule) => Ok(Grant { who, op, key: key.map(|k| k.to_string()), rule }),
+            Decision::Deny => {
+                self.audit.record(&who, op, key.map(KeyName::as_str), "deny", None, "denied");
+                Err(Error::PermissionDenied(match key {
+                    Some(k) => format!("{} on key {k} denied for {who} by the access policy", op.as_str()),
+                    None => format!("{} denied for {who} by the access policy", op.as_str()),
+                }))
+            }
+        }
+    }
+
+    /// Records the outcome of a granted request.
+    pub fn finish(&self, grant: &Grant, outcome: &str) {
+        self.audit.record(&grant.who, grant.op, grant.key.as_deref(), "allow", Some(&grant.rule), outcome);
+    }
+}

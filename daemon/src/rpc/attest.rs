@@ -8,6 +8,7 @@ use tpm_vault_proto::v1::attestation_service_server::AttestationService;
 
 use super::key::pem_public_key;
 use super::{observe, pcr_binding, Ctx};
+use crate::auth::{identity, Operation};
 use crate::error::Error;
 use crate::model::{PcrBank, PcrSelection};
 
@@ -45,10 +46,13 @@ fn indices(sel: &PcrSelection) -> Vec<u32> {
 impl AttestationService for AttestRpc {
     async fn get_attestation_key(
         &self,
-        _req: Request<pb::GetAttestationKeyRequest>,
+        req: Request<pb::GetAttestationKeyRequest>,
     ) -> Result<Response<pb::AttestationKey>, Status> {
         let start = Instant::now();
+        let who = identity(&req);
+        let mut grant = None;
         let result = async {
+            grant = Some(self.ctx.authorize(who, Operation::Quote, None).await?);
             let ak = self.ctx.vault.attestation_key().await?;
             let (ek, cert) = self.ctx.vault.endorsement_key().await?;
             let note = if cert.is_none() {
@@ -69,13 +73,16 @@ impl AttestationService for AttestRpc {
             })
         }
         .await;
-        observe(&self.ctx, "GetAttestationKey", start, result)
+        observe(&self.ctx, "GetAttestationKey", start, grant, result)
     }
 
     async fn quote(&self, req: Request<pb::QuoteRequest>) -> Result<Response<pb::QuoteResponse>, Status> {
         let start = Instant::now();
+        let who = identity(&req);
         let r = req.into_inner();
+        let mut grant = None;
         let result = async {
+            grant = Some(self.ctx.authorize(who, Operation::Quote, None).await?);
             let sel = selection(r.pcrs, &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9])?;
             let q = self.ctx.vault.quote(sel.clone(), r.nonce).await?;
             Ok(pb::QuoteResponse {
@@ -88,20 +95,23 @@ impl AttestationService for AttestRpc {
             })
         }
         .await;
-        observe(&self.ctx, "Quote", start, result)
+        observe(&self.ctx, "Quote", start, grant, result)
     }
 
     async fn read_pcrs(&self, req: Request<pb::ReadPcrsRequest>) -> Result<Response<pb::ReadPcrsResponse>, Status> {
         let start = Instant::now();
+        let who = identity(&req);
         let r = req.into_inner();
+        let mut grant = None;
         let result = async {
+            grant = Some(self.ctx.authorize(who, Operation::Quote, None).await?);
             let all: Vec<u32> = (0..24).collect();
             let sel = selection(r.pcrs, &all)?;
             let values = self.ctx.vault.pcr_read(&sel).await?;
             Ok(pb::ReadPcrsResponse { pcr_bank: sel.bank.as_str().into(), pcrs: indices(&sel), pcr_values: values })
         }
         .await;
-        observe(&self.ctx, "ReadPcrs", start, result)
+        observe(&self.ctx, "ReadPcrs", start, grant, result)
     }
 
     async fn activate_credential(
@@ -109,12 +119,15 @@ impl AttestationService for AttestRpc {
         req: Request<pb::ActivateCredentialRequest>,
     ) -> Result<Response<pb::ActivateCredentialResponse>, Status> {
         let start = Instant::now();
+        let who = identity(&req);
         let r = req.into_inner();
+        let mut grant = None;
         let result = async {
+            grant = Some(self.ctx.authorize(who, Operation::Quote, None).await?);
             let secret = self.ctx.vault.activate_credential(&r.credential_blob, &r.encrypted_secret).await?;
             Ok(pb::ActivateCredentialResponse { secret })
         }
         .await;
-        observe(&self.ctx, "ActivateCredential", start, result)
+        observe(&self.ctx, "ActivateCredential", start, grant, result)
     }
 }

@@ -7,6 +7,9 @@ use tpm_vault_proto::v1 as pb;
 use tpm_vault_proto::v1::status_service_server::StatusService;
 
 use super::Ctx;
+use crate::auth::{identity, Decision, Identity, Operation, UnixIdentity};
+use crate::error::Error;
+use crate::model::KeyName;
 use crate::tpm::TpmState;
 
 /// The StatusService implementation.
@@ -24,7 +27,9 @@ impl StatusRpc {
 
 #[tonic::async_trait]
 impl StatusService for StatusRpc {
-    async fn get_status(&self, _req: Request<pb::GetStatusRequest>) -> Result<Response<pb::Status>, Status> {
+    async fn get_status(&self, req: Request<pb::GetStatusRequest>) -> Result<Response<pb::Status>, Status> {
+        let grant = self.ctx.access.authorize(identity(&req), Operation::Admin, None, None).map_err(Status::from)?;
+        self.ctx.access.finish(&grant, "ok");
         let vault = &self.ctx.vault;
         let shared = vault.tpm().shared();
         let info = vault.tpm_info();
@@ -61,5 +66,41 @@ impl StatusService for StatusRpc {
             metrics,
             last_tpm_error: shared.last_error().unwrap_or_default(),
         }))
+    }
+
+    async fn check_access(
+        &self,
+        req: Request<pb::CheckAccessRequest>,
+    ) -> Result<Response<pb::CheckAccessResponse>, Status> {
+        let grant = self.ctx.access.authorize(identity(&req), Operation::Admin, None, None).map_err(Status::from)?;
+        let r = req.into_inner();
+        let result = (|| {
+            let op: Operation = r.operation.parse().map_err(Error::InvalidArgument)?;
+            let key = if r.key.is_empty() { None } else { Some(KeyName::try_from(r.key.as_str())?) };
+            Ok::<_, Error>((op, key))
+        })();
+        let (op, key) = match result {
+            Ok(v) => v,
+            Err(e) => {
+                self.ctx.access.finish(&grant, "InvalidArgument");
+                return Err(Status::from(&e));
+            }
+        };
+        let owner = match &key {
+            Some(k) => self.ctx.vault.key(k).await.ok().map(|i| i.owner_uid),
+            None => None,
+        };
+        let gid = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(r.uid))
+            .ok()
+            .flatten()
+            .map_or(r.uid, |u| u.gid.as_raw());
+        let who = Identity::Unix(UnixIdentity::resolve(r.uid, gid, None));
+        let decision = self.ctx.access.current().decide(&who, op, key.as_ref(), owner);
+        self.ctx.access.finish(&grant, "ok");
+        let (allowed, rule) = match decision {
+            Decision::Allow(rule) => (true, rule),
+            Decision::Deny => (false, String::new()),
+        };
+        Ok(Response::new(pb::CheckAccessResponse { allowed, rule, identity: who.to_string() }))
     }
 }

@@ -9,7 +9,7 @@ use tpm_vault_proto::v1::key_service_server::KeyService;
 use zeroize::Zeroizing;
 
 use super::{observe, Ctx};
-use crate::auth::Peer;
+use crate::auth::{identity, Operation, Peer};
 use crate::error::Error;
 use crate::model::{HashAlg, KeyAlg, KeyName, Scheme, SignInput};
 use crate::vault::{KeyInfo, SignRequest};
@@ -128,27 +128,38 @@ impl KeyService for KeyRpc {
     async fn create_key(&self, req: Request<pb::CreateKeyRequest>) -> Result<Response<pb::Key>, Status> {
         let start = Instant::now();
         let peer = Peer::of(&req);
+        let who = identity(&req);
         let r = req.into_inner();
+        let mut grant = None;
         let result = async {
             let n = name(&r.name)?;
+            grant = Some(self.ctx.authorize(who, Operation::Create, Some(&n)).await?);
             let alg = key_alg(r.algorithm)?;
             let pcr = r.pcr_binding.map(super::pcr_binding).transpose()?;
             let uid = peer.map_or(0, |p| p.uid);
             self.ctx.vault.create_key(n, alg, uid, auth(r.auth), pcr).await
         }
         .await;
-        observe(&self.ctx, "CreateKey", start, result.map(key_to_pb))
+        observe(&self.ctx, "CreateKey", start, grant, result.map(key_to_pb))
     }
 
     async fn get_key(&self, req: Request<pb::GetKeyRequest>) -> Result<Response<pb::Key>, Status> {
         let start = Instant::now();
+        let who = identity(&req);
         let r = req.into_inner();
-        let result = async { self.ctx.vault.key(&name(&r.name)?).await }.await;
-        observe(&self.ctx, "GetKey", start, result.map(key_to_pb))
+        let mut grant = None;
+        let result = async {
+            let n = name(&r.name)?;
+            grant = Some(self.ctx.authorize(who, Operation::Public, Some(&n)).await?);
+            self.ctx.vault.key(&n).await
+        }
+        .await;
+        observe(&self.ctx, "GetKey", start, grant, result.map(key_to_pb))
     }
 
     async fn list_keys(&self, req: Request<pb::ListKeysRequest>) -> Result<Response<pb::ListKeysResponse>, Status> {
         let start = Instant::now();
+        let who = identity(&req);
         let r = req.into_inner();
         let result = async {
             let limit = match r.page_size as usize {
@@ -158,38 +169,66 @@ impl KeyService for KeyRpc {
             let after = if r.page_token.is_empty() { None } else { Some(name(&r.page_token)?) };
             let keys = self.ctx.vault.list(after, limit + 1).await?;
             let more = keys.len() > limit;
+            // Only the keys this client may see; others' names are not disclosed.
+            let policy = self.ctx.access.current();
+            let keys: Vec<_> = match &who {
+                Some(w) => keys
+                    .into_iter()
+                    .filter(|k| {
+                        matches!(
+                            policy.decide(w, Operation::Public, Some(&k.name), Some(k.owner_uid)),
+                            crate::auth::Decision::Allow(_)
+                        )
+                    })
+                    .collect(),
+                None => Vec::new(),
+            };
             let keys: Vec<_> = keys.into_iter().take(limit).collect();
             let next_page_token =
                 if more { keys.last().map(|k| k.name.to_string()).unwrap_or_default() } else { String::new() };
             Ok(pb::ListKeysResponse { keys: keys.into_iter().map(key_to_pb).collect(), next_page_token })
         }
         .await;
-        observe(&self.ctx, "ListKeys", start, result)
+        observe(&self.ctx, "ListKeys", start, None, result)
     }
 
     async fn delete_key(&self, req: Request<pb::DeleteKeyRequest>) -> Result<Response<pb::DeleteKeyResponse>, Status> {
         let start = Instant::now();
+        let who = identity(&req);
         let r = req.into_inner();
-        let result = async { self.ctx.vault.delete(&name(&r.name)?).await }.await;
-        observe(&self.ctx, "DeleteKey", start, result.map(|()| pb::DeleteKeyResponse {}))
+        let mut grant = None;
+        let result = async {
+            let n = name(&r.name)?;
+            grant = Some(self.ctx.authorize(who, Operation::Delete, Some(&n)).await?);
+            self.ctx.vault.delete(&n).await
+        }
+        .await;
+        observe(&self.ctx, "DeleteKey", start, grant, result.map(|()| pb::DeleteKeyResponse {}))
     }
 
     async fn get_public_key(&self, req: Request<pb::GetPublicKeyRequest>) -> Result<Response<pb::PublicKey>, Status> {
         let start = Instant::now();
+        let who = identity(&req);
         let r = req.into_inner();
+        let mut grant = None;
         let result = async {
-            let (alg, der) = self.ctx.vault.public_key(&name(&r.name)?).await?;
+            let n = name(&r.name)?;
+            grant = Some(self.ctx.authorize(who, Operation::Public, Some(&n)).await?);
+            let (alg, der) = self.ctx.vault.public_key(&n).await?;
             Ok(pb::PublicKey { pem: pem_public_key(&der), der, algorithm: alg_to_pb(alg) as i32 })
         }
         .await;
-        observe(&self.ctx, "GetPublicKey", start, result)
+        observe(&self.ctx, "GetPublicKey", start, grant, result)
     }
 
     async fn sign(&self, req: Request<pb::SignRequest>) -> Result<Response<pb::SignResponse>, Status> {
         let start = Instant::now();
+        let who = identity(&req);
         let r = req.into_inner();
+        let mut grant = None;
         let result = async {
             let n = name(&r.name)?;
+            grant = Some(self.ctx.authorize(who, Operation::Sign, Some(&n)).await?);
             let request = SignRequest { input: sign_input(r.input)?, hash: hash(r.hash)?, scheme: scheme(r.scheme)? };
             let out = self.ctx.vault.sign(&n, request, auth(r.auth)).await?;
             Ok(pb::SignResponse {
@@ -199,14 +238,17 @@ impl KeyService for KeyRpc {
             })
         }
         .await;
-        observe(&self.ctx, "Sign", start, result)
+        observe(&self.ctx, "Sign", start, grant, result)
     }
 
     async fn verify(&self, req: Request<pb::VerifyRequest>) -> Result<Response<pb::VerifyResponse>, Status> {
         let start = Instant::now();
+        let who = identity(&req);
         let r = req.into_inner();
+        let mut grant = None;
         let result = async {
             let n = name(&r.name)?;
+            grant = Some(self.ctx.authorize(who, Operation::Public, Some(&n)).await?);
             let valid = self
                 .ctx
                 .vault
@@ -215,7 +257,7 @@ impl KeyService for KeyRpc {
             Ok(pb::VerifyResponse { valid })
         }
         .await;
-        observe(&self.ctx, "Verify", start, result)
+        observe(&self.ctx, "Verify", start, grant, result)
     }
 }
 

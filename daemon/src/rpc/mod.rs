@@ -3,6 +3,7 @@
 //! [`Vault`], and never block (no TPM or file I/O on the async workers).
 
 pub mod attest;
+pub mod crypto;
 pub mod info;
 pub mod key;
 pub mod seal;
@@ -14,13 +15,15 @@ use std::time::Instant;
 use tonic::service::Routes;
 use tonic::{Response, Status};
 use tpm_vault_proto::v1::attestation_service_server::AttestationServiceServer;
+use tpm_vault_proto::v1::crypto_service_server::CryptoServiceServer;
 use tpm_vault_proto::v1::key_service_server::KeyServiceServer;
 use tpm_vault_proto::v1::seal_service_server::SealServiceServer;
 use tpm_vault_proto::v1::status_service_server::StatusServiceServer;
 
+use crate::auth::{Access, Grant, Identity, Operation};
 use crate::error::Error;
 use crate::metrics::Metrics;
-use crate::model::{PcrBank, PcrSelection};
+use crate::model::{KeyName, PcrBank, PcrSelection};
 use crate::vault::Vault;
 
 /// Largest request or response message (a message to sign is at most 4 MiB).
@@ -33,17 +36,52 @@ pub struct Ctx {
     pub vault: Vault,
     /// Per-RPC metrics.
     pub metrics: Arc<Metrics>,
+    /// Access policy and audit.
+    pub access: Arc<Access>,
 }
 
-/// Records an RPC's latency and outcome and converts its result into a response.
-fn observe<T>(ctx: &Ctx, rpc: &'static str, start: Instant, result: Result<T, Error>) -> Result<Response<T>, Status> {
+impl Ctx {
+    /// A context over `vault` with the given metrics registry and access policy.
+    pub fn new(vault: Vault, metrics: Arc<Metrics>, access: Arc<Access>) -> Self {
+        Self { vault, metrics, access }
+    }
+
+    /// Checks the access policy for `op` on `key` (looking up the key's owner for owner-only
+    /// rules). Denials are audited here; grants when the request finishes.
+    async fn authorize(&self, who: Option<Identity>, op: Operation, key: Option<&KeyName>) -> Result<Grant, Error> {
+        let owner = match key {
+            Some(k) if op != Operation::Create => self.vault.key(k).await.ok().map(|i| i.owner_uid),
+            _ => None,
+        };
+        self.access.authorize(who, op, key, owner)
+    }
+}
+
+/// Records an RPC's latency, audits the outcome of a granted request, and converts its result
+/// into a response.
+fn observe<T>(
+    ctx: &Ctx,
+    rpc: &'static str,
+    start: Instant,
+    grant: Option<Grant>,
+    result: Result<T, Error>,
+) -> Result<Response<T>, Status> {
     ctx.metrics.observe(rpc, start.elapsed(), result.is_ok());
-    match result {
-        Ok(v) => Ok(Response::new(v)),
-        Err(e) => {
+    let status = result.as_ref().err().map(Status::from);
+    if let Some(g) = &grant {
+        let outcome = match &status {
+            None => "ok".to_owned(),
+            Some(s) => format!("{:?}", s.code()),
+        };
+        ctx.access.finish(g, &outcome);
+    }
+    match (result, status) {
+        (Ok(v), _) => Ok(Response::new(v)),
+        (Err(e), Some(s)) => {
             tracing::debug!(rpc, error = %e, "request failed");
-            Err(Status::from(&e))
+            Err(s)
         }
+        (Err(e), None) => Err(Status::from(&e)),
     }
 }
 
@@ -85,6 +123,9 @@ pub fn routes(ctx: Ctx) -> Result<Routes, Error> {
         .max_encoding_message_size(MAX_MESSAGE_SIZE);
     let status = StatusServiceServer::new(info::StatusRpc::new(ctx.clone()));
     let attestation = AttestationServiceServer::new(attest::AttestRpc::new(ctx.clone()));
+    let crypto = CryptoServiceServer::new(crypto::CryptoRpc::new(ctx.clone()))
+        .max_decoding_message_size(MAX_MESSAGE_SIZE)
+        .max_encoding_message_size(crate::crypto::drbg::MAX_REQUEST + 4096);
     let sealing = SealServiceServer::new(seal::SealRpc::new(ctx.clone()))
         .max_decoding_message_size(seal::MAX_SECRET + 4096)
         .max_encoding_message_size(seal::MAX_SECRET + 4096);
@@ -94,7 +135,8 @@ pub fn routes(ctx: Ctx) -> Result<Routes, Error> {
         .add_service(keys)
         .add_service(status)
         .add_service(sealing)
-        .add_service(attestation))
+        .add_service(attestation)
+        .add_service(crypto))
 }
 
 mod health {

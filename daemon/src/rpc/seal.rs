@@ -9,7 +9,7 @@ use tpm_vault_proto::v1::seal_service_server::SealService;
 use zeroize::Zeroizing;
 
 use super::{observe, pcr_binding, Ctx};
-use crate::auth::Peer;
+use crate::auth::{identity, Operation, Peer};
 use crate::error::Error;
 use crate::model::{KeyName, PcrBank, PcrSelection};
 use crate::vault::seal::{authority_der, SealTarget};
@@ -39,10 +39,13 @@ impl SealService for SealRpc {
     async fn seal(&self, req: Request<pb::SealRequest>) -> Result<Response<pb::SealResponse>, Status> {
         let start = Instant::now();
         let uid = Peer::of(&req).map_or(0, |p| p.uid);
+        let who = identity(&req);
         let r = req.into_inner();
         let secret = Zeroizing::new(r.secret);
+        let mut grant = None;
         let result = async {
             let name = KeyName::try_from(r.name.as_str())?;
+            grant = Some(self.ctx.authorize(who, Operation::Seal, Some(&name)).await?);
             let (selection, values) = match r.pcr_binding {
                 Some(b) => pcr_binding(b)?,
                 None => (default_selection()?, None),
@@ -60,14 +63,17 @@ impl SealService for SealRpc {
             })
         }
         .await;
-        observe(&self.ctx, "Seal", start, result)
+        observe(&self.ctx, "Seal", start, grant, result)
     }
 
     async fn unseal(&self, req: Request<pb::UnsealRequest>) -> Result<Response<pb::UnsealResponse>, Status> {
         let start = Instant::now();
+        let who = identity(&req);
         let r = req.into_inner();
+        let mut grant = None;
         let result = async {
             let name = KeyName::try_from(r.name.as_str())?;
+            grant = Some(self.ctx.authorize(who, Operation::Unseal, Some(&name)).await?);
             let approval = if r.signed_policy.is_empty() {
                 None
             } else {
@@ -81,21 +87,24 @@ impl SealService for SealRpc {
             Ok(pb::UnsealResponse { secret: secret.to_vec() })
         }
         .await;
-        observe(&self.ctx, "Unseal", start, result)
+        observe(&self.ctx, "Unseal", start, grant, result)
     }
 
     async fn sign_policy(&self, req: Request<pb::SignPolicyRequest>) -> Result<Response<pb::SignedPolicy>, Status> {
         let start = Instant::now();
+        let who = identity(&req);
         let r = req.into_inner();
+        let mut grant = None;
         let result = async {
             let key = KeyName::try_from(r.key_name.as_str())?;
+            grant = Some(self.ctx.authorize(who, Operation::Sign, Some(&key)).await?);
             let binding = r.pcrs.ok_or_else(|| Error::InvalidArgument("pcrs with values are required".into()))?;
             let (selection, values) = pcr_binding(binding)?;
             let values = values.ok_or_else(|| Error::InvalidArgument("PCR values to approve are required".into()))?;
             self.ctx.vault.sign_policy(&key, selection, values, r.policy_version, r.expires_unix).await
         }
         .await;
-        observe(&self.ctx, "SignPolicy", start, result)
+        observe(&self.ctx, "SignPolicy", start, grant, result)
     }
 
     async fn delete_sealed(
@@ -103,8 +112,15 @@ impl SealService for SealRpc {
         req: Request<pb::DeleteSealedRequest>,
     ) -> Result<Response<pb::DeleteSealedResponse>, Status> {
         let start = Instant::now();
+        let who = identity(&req);
         let r = req.into_inner();
-        let result = async { self.ctx.vault.delete_sealed(&KeyName::try_from(r.name.as_str())?).await }.await;
-        observe(&self.ctx, "DeleteSealed", start, result.map(|()| pb::DeleteSealedResponse {}))
+        let mut grant = None;
+        let result = async {
+            let name = KeyName::try_from(r.name.as_str())?;
+            grant = Some(self.ctx.authorize(who, Operation::Seal, Some(&name)).await?);
+            self.ctx.vault.delete_sealed(&name).await
+        }
+        .await;
+        observe(&self.ctx, "DeleteSealed", start, grant, result.map(|()| pb::DeleteSealedResponse {}))
     }
 }

@@ -6,6 +6,8 @@
 //! - `ak.key`: the attestation key's record (restricted ECC P-256 signing key).
 //! - `sealed/<name>.sealed`: one JSON [`SealedRecord`] per sealed secret (sealed-object blobs
 //!   and the AES-256-GCM ciphertext, stored together so they change atomically).
+//! - `datakeys/<name>.datakey`: one JSON [`DataKeyRecord`] per data key (a TPM-sealed 256-bit
+//!   AES key for in-core bulk encryption).
 //! - `*/.tmp-*`: in-flight writes; removed at open (a crash leaves at most these behind).
 //!
 //! Every write is atomic and durable (temp file, fsync, rename or link, fsync dir): after a
@@ -18,7 +20,7 @@ pub mod record;
 use std::io;
 use std::path::{Path, PathBuf};
 
-pub use record::{KeyRecord, PcrPolicy, SealPolicy, SealedRecord};
+pub use record::{DataKeyRecord, KeyRecord, PcrPolicy, SealPolicy, SealedRecord};
 
 use crate::model::KeyName;
 
@@ -59,10 +61,12 @@ pub struct Store {
     root: PathBuf,
     keys: PathBuf,
     sealed: PathBuf,
+    datakeys: PathBuf,
 }
 
 const KEY_SUFFIX: &str = ".key";
 const SEALED_SUFFIX: &str = ".sealed";
+const DATAKEY_SUFFIX: &str = ".datakey";
 const SRK_FILE: &str = "srk.name";
 
 impl Store {
@@ -75,15 +79,16 @@ impl Store {
         let root = root.into();
         let keys = root.join("keys");
         let sealed = root.join("sealed");
+        let datakeys = root.join("datakeys");
         atomic::create_private_dir(&root).map_err(StoreError::io(&root))?;
-        for dir in [&root, &keys, &sealed] {
+        for dir in [&root, &keys, &sealed, &datakeys] {
             atomic::create_private_dir(dir).map_err(StoreError::io(dir))?;
             let removed = atomic::remove_temp_files(dir).map_err(StoreError::io(dir))?;
             if removed > 0 {
                 tracing::info!(removed, dir = %dir.display(), "removed leftovers of interrupted writes");
             }
         }
-        Ok(Self { root, keys, sealed })
+        Ok(Self { root, keys, sealed, datakeys })
     }
 
     /// The state directory.
@@ -209,6 +214,30 @@ impl Store {
     /// [`StoreError::Io`].
     pub fn remove_sealed(&self, name: &KeyName) -> Result<bool, StoreError> {
         self.delete(&self.sealed, SEALED_SUFFIX, name)
+    }
+
+    /// Stores a new data key; fails if one with the same name exists.
+    ///
+    /// # Errors
+    /// [`StoreError::Exists`], [`StoreError::Io`].
+    pub fn insert_datakey(&self, record: &DataKeyRecord) -> Result<(), StoreError> {
+        self.put(&self.datakeys, DATAKEY_SUFFIX, &record.name, &record.to_bytes(), atomic::Mode::NoClobber)
+    }
+
+    /// Reads a data key; `None` if there is none.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`], [`StoreError::Corrupt`].
+    pub fn get_datakey(&self, name: &KeyName) -> Result<Option<DataKeyRecord>, StoreError> {
+        self.read(&self.datakeys, DATAKEY_SUFFIX, name, DataKeyRecord::from_bytes)
+    }
+
+    /// Deletes a data key durably. Returns false if there was none.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`].
+    pub fn remove_datakey(&self, name: &KeyName) -> Result<bool, StoreError> {
+        self.delete(&self.datakeys, DATAKEY_SUFFIX, name)
     }
 
     fn path(dir: &Path, suffix: &str, name: &KeyName) -> PathBuf {

@@ -229,3 +229,61 @@ impl SealedRecord {
         Ok(record)
     }
 }
+
+/// A data key: a random 256-bit AES key sealed by the TPM (optionally PCR-bound). It never
+/// leaves the daemon; the daemon unseals it once into memory and does the AES-GCM work in-core.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataKeyRecord {
+    /// Format version, [`RECORD_VERSION`].
+    pub version: u32,
+    /// Name (also the file name).
+    pub name: KeyName,
+    /// Creation time, Unix seconds.
+    pub created_unix: i64,
+    /// Uid of the creating client.
+    pub owner_uid: u32,
+    /// Random id written into every stream header, so a stream names the key generation that
+    /// encrypted it.
+    #[serde(with = "hex_bytes")]
+    pub key_id: Vec<u8>,
+    /// PCR binding of the sealed object, if any.
+    pub pcr_policy: Option<PcrPolicy>,
+    /// TPM object name of the sealed object.
+    #[serde(with = "hex_bytes")]
+    pub tpm_name: Vec<u8>,
+    /// TPM2B_PUBLIC of the sealed object.
+    #[serde(with = "hex_bytes")]
+    pub public: Vec<u8>,
+    /// TPM2B_PRIVATE of the sealed object.
+    #[serde(with = "hex_bytes")]
+    pub private: Vec<u8>,
+}
+
+impl DataKeyRecord {
+    /// Serialises the record.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        // invariant: serialising strings, numbers and hex strings cannot fail.
+        let mut v = serde_json::to_vec_pretty(self).unwrap_or_default();
+        v.push(b'\n');
+        v
+    }
+
+    /// Parses and checks a record read from the file for `expected`.
+    ///
+    /// # Errors
+    /// A description of what is wrong.
+    pub fn from_bytes(bytes: &[u8], expected: &KeyName) -> Result<Self, String> {
+        let record: DataKeyRecord = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+        if record.version != RECORD_VERSION {
+            return Err(format!("unsupported record version {}", record.version));
+        }
+        if &record.name != expected {
+            return Err(format!("record names {:?}, file is for {:?}", record.name, expected));
+        }
+        if record.key_id.len() != 16 {
+            return Err("bad key id".into());
+        }
+        Ok(record)
+    }
+}

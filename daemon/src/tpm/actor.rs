@@ -408,12 +408,31 @@ impl Tpm {
     /// # Errors
     /// [`TpmError::PolicyFailed`] when the PCRs (or the approval) do not satisfy the object's
     /// policy; other TPM errors, classified.
-    pub fn unseal(&mut self, blob: &KeyBlob, policy: &PolicyAuth) -> Result<zeroize::Zeroizing<Vec<u8>>, TpmError> {
+    pub fn unseal(
+        &mut self,
+        blob: &KeyBlob,
+        policy: Option<&PolicyAuth>,
+    ) -> Result<zeroize::Zeroizing<Vec<u8>>, TpmError> {
         self.with_conn(|conn| {
             let handle = conn.load(blob)?;
-            let session = conn.policy_session(policy, true)?;
-            let result = conn.ctx.execute_with_session(Some(session), |c| c.unseal(handle.into()));
-            conn.flush_session(session);
+            let result = match policy {
+                Some(policy) => {
+                    let session = conn.policy_session(policy, true)?;
+                    let r = conn.ctx.execute_with_session(Some(session), |c| c.unseal(handle.into()));
+                    conn.flush_session(session);
+                    r
+                }
+                None => {
+                    // No policy: the object's empty auth value, through the salted HMAC session
+                    // whose response encryption hides the data.
+                    let session = conn.hmac_session()?;
+                    let r = conn.ctx.execute_with_session(Some(session), |c| c.unseal(handle.into()));
+                    if r.is_err() {
+                        let _ = conn.check_session::<()>(Err(TpmError::AuthFailed));
+                    }
+                    r
+                }
+            };
             // Sealed objects are used once per unseal: do not keep them in the key LRU.
             conn.evict(&blob.name);
             let data = result.map_err(wrap("TPM2_Unseal"))?;
@@ -471,6 +490,26 @@ impl Tpm {
             while conn.evict_oldest() {}
             let handle = conn.load(ak)?;
             super::attest::activate_credential(&mut conn.ctx, handle, blob, secret)
+        })
+    }
+
+    /// `n` bytes from the TPM's RNG (for seeding only: a firmware TPM gives ~2 KB/s).
+    ///
+    /// # Errors
+    /// TPM errors.
+    pub fn get_random(&mut self, n: usize) -> Result<Vec<u8>, TpmError> {
+        self.with_conn(|conn| {
+            let mut out = Vec::with_capacity(n);
+            while out.len() < n {
+                let want = (n - out.len()).min(32);
+                let d = conn.ctx.execute_without_session(|c| c.get_random(want)).map_err(wrap("TPM2_GetRandom"))?;
+                if d.value().is_empty() {
+                    return Err(TpmError::Malformed("TPM2_GetRandom returned nothing".into()));
+                }
+                out.extend_from_slice(d.value());
+            }
+            out.truncate(n);
+            Ok(out)
         })
     }
 

@@ -128,12 +128,25 @@ pub fn signing_key(alg: KeyAlg, auth_policy: Option<Digest>) -> Result<Public, T
 /// # Errors
 /// Only if tss-esapi rejects the template (a bug).
 pub fn sealed(auth_policy: Digest) -> Result<Public, TpmError> {
+    sealed_object(auth_policy, false)
+}
+
+/// Template for a sealed data object with no policy: opens with its (empty) auth value through
+/// an encrypted HMAC session. noDA: there is no password to guess.
+///
+/// # Errors
+/// Only if tss-esapi rejects the template (a bug).
+pub fn sealed_unbound() -> Result<Public, TpmError> {
+    sealed_object(Digest::default(), true)
+}
+
+fn sealed_object(auth_policy: Digest, user_with_auth: bool) -> Result<Public, TpmError> {
     let attributes = ObjectAttributesBuilder::new()
         .with_fixed_tpm(true)
         .with_fixed_parent(true)
         .with_no_da(true)
-        .with_user_with_auth(false)
-        .with_admin_with_policy(true)
+        .with_user_with_auth(user_with_auth)
+        .with_admin_with_policy(!user_with_auth)
         .build()
         .map_err(wrap("sealed attributes"))?;
     PublicBuilder::new()

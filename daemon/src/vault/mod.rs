@@ -16,6 +16,7 @@ use tss_esapi::traits::{Marshall, UnMarshall};
 use zeroize::Zeroizing;
 
 pub mod attest;
+pub mod datakey;
 pub mod seal;
 
 pub use seal::{SealInfo, SealTarget};
@@ -47,6 +48,8 @@ pub struct VaultConfig {
     pub queue: QueueConfig,
     /// True when the TPM is the daemon's own swtpm (reported in status).
     pub simulator: bool,
+    /// How long an unsealed data key stays in memory after its last use.
+    pub datakey_idle: Duration,
 }
 
 /// A key as clients see it.
@@ -116,8 +119,10 @@ const PSS_UNKNOWN: u8 = 0;
 const PSS_OK: u8 = 1;
 const PSS_BAD: u8 = 2;
 
-struct Inner {
+pub(crate) struct Inner {
     tpm: TpmHandle,
+    datakeys: datakey::KeyCache,
+    drbg: crate::crypto::drbg::Drbg,
     store: Store,
     cache: Mutex<HashMap<KeyName, Arc<Loaded>>>,
     pss: AtomicU8,
@@ -162,9 +167,12 @@ impl Vault {
             blocking(move || s.set_srk_name(&name)).await?;
             tracing::info!(srk = %hex::encode(&info.srk_name), "recorded the SRK name of this TPM");
         }
-        Ok(Self {
+        let drbg = datakey::seeded_drbg(&tpm).await?;
+        let vault = Self {
             inner: Arc::new(Inner {
                 tpm,
+                datakeys: datakey::KeyCache::default(),
+                drbg,
                 store,
                 cache: Mutex::new(HashMap::new()),
                 pss: AtomicU8::new(PSS_UNKNOWN),
@@ -172,7 +180,9 @@ impl Vault {
                 simulator: cfg.simulator,
                 started: Instant::now(),
             }),
-        })
+        };
+        datakey::spawn_maintenance(Arc::downgrade(&vault.inner), cfg.datakey_idle);
+        Ok(vault)
     }
 
     /// The TPM actor handle (for status, metrics and in-process signing).

@@ -185,7 +185,7 @@ impl Vault {
                 (auth, raise)
             }
         };
-        let result = self.tpm().call("unseal", move |tpm| tpm.unseal(&blob, &auth)).await;
+        let result = self.tpm().call("unseal", move |tpm| tpm.unseal(&blob, Some(&auth))).await;
         let data_key = match result {
             Ok(k) => k,
             Err(TpmError::PolicyFailed) | Err(TpmError::Command { .. })

@@ -32,11 +32,9 @@ impl TpmEnv {
             state_dir: self.state_dir(),
             tcti: self.swtpm.tcti(),
             max_loaded_objects: 3,
-            queue: QueueConfig {
-                capacity: 1024,
-                timeout: Duration::from_secs(30),
-            },
+            queue: QueueConfig { capacity: 1024, timeout: Duration::from_secs(30) },
             simulator: true,
+            datakey_idle: Duration::from_secs(300),
         }
     }
 
@@ -65,7 +63,11 @@ pub struct DaemonEnv {
 
 impl DaemonEnv {
     pub async fn start() -> Self {
-        let tpm = TpmEnv::start();
+        Self::start_with(TpmEnv::start(), std::sync::Arc::new(allow_self_access())).await
+    }
+
+    /// A daemon over `tpm` with the given access policy.
+    pub async fn start_with(tpm: TpmEnv, access: std::sync::Arc<tpm_vault_daemon::auth::Access>) -> Self {
         let vault = tpm.vault().await;
         let socket = tpm.path().join("vault.sock");
         let listener = tpm_vault_daemon::server::bind_unix(&socket).expect("bind");
@@ -75,6 +77,7 @@ impl DaemonEnv {
         let task = tokio::spawn(async move {
             tpm_vault_daemon::server::serve(
                 v,
+                access,
                 listener,
                 async {
                     let _ = rx.await;
@@ -84,13 +87,7 @@ impl DaemonEnv {
             .await
             .expect("serve");
         });
-        Self {
-            tpm,
-            socket,
-            vault,
-            stop: Some(stop),
-            task: Some(task),
-        }
+        Self { tpm, socket, vault, stop: Some(stop), task: Some(task) }
     }
 
     pub async fn channel(&self) -> tonic::transport::Channel {
@@ -101,9 +98,7 @@ impl DaemonEnv {
             .expect("connect")
     }
 
-    pub async fn keys(
-        &self,
-    ) -> tpm_vault_proto::v1::key_service_client::KeyServiceClient<tonic::transport::Channel> {
+    pub async fn keys(&self) -> tpm_vault_proto::v1::key_service_client::KeyServiceClient<tonic::transport::Channel> {
         tpm_vault_proto::v1::key_service_client::KeyServiceClient::new(self.channel().await)
     }
 
@@ -121,4 +116,193 @@ impl DaemonEnv {
         }
         self.vault.shutdown(Duration::from_secs(5)).await;
     }
+}
+
+// ---- The real `tpm-vaultd` binary as a child process (lifecycle and systemd tests). ----
+
+/// Lets every client do everything (the lifecycle tests are not about access control).
+pub const ALLOW_ALL_POLICY: &str =
+    "[[rule]]\nname = \"tests\"\nclients = [\"any\"]\nkeys = [\"*\"]\noperations = [\"*\"]\n";
+
+/// Everything a `tpm-vaultd` child process needs, in one temp dir over its own swtpm: config
+/// file, state dir, socket, policy dir, a `NOTIFY_SOCKET` to watch `READY=1` / `STOPPING=1` /
+/// `WATCHDOG=1`, and a file collecting its stderr.
+pub struct ProcEnv {
+    pub tpm: TpmEnv,
+    pub socket: PathBuf,
+    pub notify: std::os::unix::net::UnixDatagram,
+    pub notify_path: PathBuf,
+    /// Every notify line received so far, in order.
+    pub notes: Vec<String>,
+}
+
+impl ProcEnv {
+    pub fn new() -> Self {
+        let tpm = TpmEnv::start();
+        let socket = tpm.path().join("vault.sock");
+        let notify_path = tpm.path().join("notify.sock");
+        let notify = std::os::unix::net::UnixDatagram::bind(&notify_path).expect("notify socket");
+        std::fs::create_dir_all(tpm.path().join("policies")).expect("policies dir");
+        std::fs::write(tpm.path().join("policies/tests.toml"), ALLOW_ALL_POLICY).expect("policy");
+        std::fs::write(tpm.path().join("policies/test.toml"), allow_self_policy()).expect("policy file");
+        std::fs::write(tpm.path().join("config.toml"), "log_format = \"plain\"\n").expect("config");
+        Self { tpm, socket, notify, notify_path, notes: Vec::new() }
+    }
+
+    pub fn stderr_path(&self) -> PathBuf {
+        self.tpm.path().join("daemon.stderr")
+    }
+
+    /// The daemon's arguments: explicit config, TCTI, state dir, socket and policies.
+    pub fn args(&self) -> Vec<String> {
+        let p = |s: &str| self.tpm.path().join(s).display().to_string();
+        vec![
+            "--config".into(),
+            p("config.toml"),
+            "--tcti".into(),
+            self.tpm.swtpm.tcti(),
+            "--state-dir".into(),
+            self.tpm.state_dir().display().to_string(),
+            "--socket".into(),
+            self.socket.display().to_string(),
+            "--policies".into(),
+            p("policies"),
+        ]
+    }
+
+    /// `tpm-vaultd` with [`ProcEnv::args`], `NOTIFY_SOCKET` and stderr into a file.
+    pub fn command(&self) -> std::process::Command {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tpm-vaultd"));
+        cmd.args(self.args());
+        self.child_env(&mut cmd);
+        cmd
+    }
+
+    /// Environment and stdio for a daemon child (also used under systemd-socket-activate).
+    pub fn child_env(&self, cmd: &mut std::process::Command) {
+        let stderr = std::fs::File::create(self.stderr_path()).expect("stderr file");
+        cmd.env("NOTIFY_SOCKET", &self.notify_path)
+            .env("TSS2_LOG", "all+NONE")
+            .env("RUST_LOG", "info")
+            .env_remove("LISTEN_FDS")
+            .env_remove("LISTEN_PID")
+            .env_remove("WATCHDOG_USEC")
+            .env_remove("WATCHDOG_PID")
+            .env_remove("TPM_VAULT_CONFIG")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(stderr);
+    }
+
+    /// The daemon's stderr so far (for assertion messages).
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(self.stderr_path()).unwrap_or_default()
+    }
+
+    /// Waits until a notify line equal to `line` arrives; returns false on timeout.
+    pub fn wait_note(&mut self, line: &str, timeout: Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut seen = self.notes.len();
+        loop {
+            if self.notes[seen..].iter().any(|l| l == line) {
+                return true;
+            }
+            seen = self.notes.len();
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            self.read_notes(left.min(Duration::from_millis(100)));
+        }
+    }
+
+    /// Reads notify datagrams for up to `timeout` (returns early after one arrives).
+    pub fn read_notes(&mut self, timeout: Duration) {
+        self.notify.set_read_timeout(Some(timeout.max(Duration::from_millis(1)))).expect("timeout");
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = self.notify.recv(&mut buf) {
+            let text = String::from_utf8_lossy(&buf[..n]).to_string();
+            self.notes.extend(text.lines().map(str::to_owned));
+            self.notify.set_nonblocking(true).expect("nonblocking");
+        }
+        self.notify.set_nonblocking(false).expect("blocking");
+    }
+
+    pub async fn channel(&self) -> tonic::transport::Channel {
+        tonic::transport::Endpoint::from_shared(format!("unix://{}", self.socket.display()))
+            .expect("endpoint")
+            .connect_timeout(Duration::from_secs(30))
+            .connect()
+            .await
+            .expect("connect")
+    }
+
+    pub async fn keys(&self) -> tpm_vault_proto::v1::key_service_client::KeyServiceClient<tonic::transport::Channel> {
+        tpm_vault_proto::v1::key_service_client::KeyServiceClient::new(self.channel().await)
+    }
+
+    /// Transient objects left in the swtpm, counted over a fresh ESAPI connection (swtpm serves
+    /// one client at a time: call it after the daemon exited).
+    pub fn transient_handles(&self) -> usize {
+        use std::str::FromStr;
+        use tss_esapi::constants::CapabilityType;
+        use tss_esapi::structures::CapabilityData;
+        let tcti = tss_esapi::tcti_ldr::TctiNameConf::from_str(&self.tpm.swtpm.tcti()).expect("tcti");
+        let mut ctx = tss_esapi::Context::new(tcti).expect("ESAPI context on the swtpm");
+        let (data, _more) =
+            ctx.get_capability(CapabilityType::Handles, 0x8000_0000, 64).expect("GetCapability(handles)");
+        match data {
+            CapabilityData::Handles(list) => list.len(),
+            other => panic!("unexpected capability data {other:?}"),
+        }
+    }
+}
+
+/// Sends `signal` to a child process.
+pub fn send_signal(child: &std::process::Child, signal: nix::sys::signal::Signal) {
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    nix::sys::signal::kill(pid, signal).expect("kill");
+}
+
+/// Waits for a child to exit, killing it after `timeout`.
+pub fn wait_exit(child: &mut std::process::Child, timeout: Duration) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("process {} did not exit within {timeout:?}", child.id());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Kills the child on drop (a failed assertion must not leave a daemon behind).
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// A policy file granting the test process's own uid every operation on every key (the
+/// daemon denies by default).
+pub fn allow_self_policy() -> String {
+    format!(
+        "[[rule]]\nname = \"test-self\"\nclients = [\"uid:{}\"]\nkeys = [\"*\"]\noperations = [\"*\"]\n",
+        nix::unistd::getuid().as_raw()
+    )
+}
+
+/// [`allow_self_policy`] as a loaded access policy.
+pub fn allow_self_access() -> tpm_vault_daemon::auth::Access {
+    let mut policy = tpm_vault_daemon::auth::Policy::default();
+    policy.add_file(Path::new("test.toml"), &allow_self_policy()).expect("policy");
+    tpm_vault_daemon::auth::Access::with_policy(policy, tpm_vault_daemon::auth::audit::AuditLog::tracing_only())
 }

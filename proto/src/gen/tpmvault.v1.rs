@@ -1706,6 +1706,725 @@ pub mod attestation_service_server {
         const NAME: &'static str = SERVICE_NAME;
     }
 }
+/// CreateDataKey input.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct CreateDataKeyRequest {
+    /// Name, \[a-z0-9\]\[a-z0-9.\_-\]{0,63}.
+    #[prost(string, tag = "1")]
+    pub name: ::prost::alloc::string::String,
+    /// Optional PCR binding of the sealed key.
+    #[prost(message, optional, tag = "2")]
+    pub pcr_binding: ::core::option::Option<PcrBinding>,
+}
+/// A data key's public facts (never the key).
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct DataKey {
+    /// Name.
+    #[prost(string, tag = "1")]
+    pub name: ::prost::alloc::string::String,
+    /// Generation id written into stream headers, hex.
+    #[prost(string, tag = "2")]
+    pub key_id: ::prost::alloc::string::String,
+}
+/// DeleteDataKey input.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct DeleteDataKeyRequest {
+    /// Name.
+    #[prost(string, tag = "1")]
+    pub name: ::prost::alloc::string::String,
+}
+/// DeleteDataKey output.
+#[allow(clippy::all)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct DeleteDataKeyResponse {}
+/// Encrypt input message.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct EncryptRequest {
+    /// Data key name (first message only).
+    #[prost(string, tag = "1")]
+    pub key_name: ::prost::alloc::string::String,
+    /// Encryption context bound into every chunk as associated data (first message only); the
+    /// same bytes are needed to decrypt.
+    #[prost(bytes = "vec", tag = "2")]
+    pub context: ::prost::alloc::vec::Vec<u8>,
+    /// Plaintext.
+    #[prost(bytes = "vec", tag = "3")]
+    pub data: ::prost::alloc::vec::Vec<u8>,
+}
+/// Encrypt output message.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct EncryptResponse {
+    /// Encrypted stream bytes.
+    #[prost(bytes = "vec", tag = "1")]
+    pub data: ::prost::alloc::vec::Vec<u8>,
+}
+/// Decrypt input message.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct DecryptRequest {
+    /// Encryption context (first message only).
+    #[prost(bytes = "vec", tag = "1")]
+    pub context: ::prost::alloc::vec::Vec<u8>,
+    /// Encrypted stream bytes.
+    #[prost(bytes = "vec", tag = "2")]
+    pub data: ::prost::alloc::vec::Vec<u8>,
+}
+/// Decrypt output message.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct DecryptResponse {
+    /// Authenticated plaintext.
+    #[prost(bytes = "vec", tag = "1")]
+    pub data: ::prost::alloc::vec::Vec<u8>,
+}
+/// GetRandom input.
+#[allow(clippy::all)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct GetRandomRequest {
+    /// Bytes wanted, 1 to 16 MiB.
+    #[prost(uint32, tag = "1")]
+    pub length: u32,
+}
+/// GetRandom output.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct GetRandomResponse {
+    /// Random bytes.
+    #[prost(bytes = "vec", tag = "1")]
+    pub data: ::prost::alloc::vec::Vec<u8>,
+}
+/// Generated client implementations.
+pub mod crypto_service_client {
+    #![allow(
+        unused_variables,
+        dead_code,
+        missing_docs,
+        clippy::wildcard_imports,
+        clippy::let_unit_value,
+    )]
+    use tonic::codegen::*;
+    use tonic::codegen::http::Uri;
+    /// Data keys, streaming encryption and random bytes.
+    #[derive(Debug, Clone)]
+    pub struct CryptoServiceClient<T> {
+        inner: tonic::client::Grpc<T>,
+    }
+    impl CryptoServiceClient<tonic::transport::Channel> {
+        /// Attempt to create a new client by connecting to a given endpoint.
+        pub async fn connect<D>(dst: D) -> Result<Self, tonic::transport::Error>
+        where
+            D: TryInto<tonic::transport::Endpoint>,
+            D::Error: Into<StdError>,
+        {
+            let conn = tonic::transport::Endpoint::new(dst)?.connect().await?;
+            Ok(Self::new(conn))
+        }
+    }
+    impl<T> CryptoServiceClient<T>
+    where
+        T: tonic::client::GrpcService<tonic::body::Body>,
+        T::Error: Into<StdError>,
+        T::ResponseBody: Body<Data = Bytes> + std::marker::Send + 'static,
+        <T::ResponseBody as Body>::Error: Into<StdError> + std::marker::Send,
+    {
+        pub fn new(inner: T) -> Self {
+            let inner = tonic::client::Grpc::new(inner);
+            Self { inner }
+        }
+        pub fn with_origin(inner: T, origin: Uri) -> Self {
+            let inner = tonic::client::Grpc::with_origin(inner, origin);
+            Self { inner }
+        }
+        pub fn with_interceptor<F>(
+            inner: T,
+            interceptor: F,
+        ) -> CryptoServiceClient<InterceptedService<T, F>>
+        where
+            F: tonic::service::Interceptor,
+            T::ResponseBody: Default,
+            T: tonic::codegen::Service<
+                http::Request<tonic::body::Body>,
+                Response = http::Response<
+                    <T as tonic::client::GrpcService<tonic::body::Body>>::ResponseBody,
+                >,
+            >,
+            <T as tonic::codegen::Service<
+                http::Request<tonic::body::Body>,
+            >>::Error: Into<StdError> + std::marker::Send + std::marker::Sync,
+        {
+            CryptoServiceClient::new(InterceptedService::new(inner, interceptor))
+        }
+        /// Compress requests with the given encoding.
+        ///
+        /// This requires the server to support it otherwise it might respond with an
+        /// error.
+        #[must_use]
+        pub fn send_compressed(mut self, encoding: CompressionEncoding) -> Self {
+            self.inner = self.inner.send_compressed(encoding);
+            self
+        }
+        /// Enable decompressing responses.
+        #[must_use]
+        pub fn accept_compressed(mut self, encoding: CompressionEncoding) -> Self {
+            self.inner = self.inner.accept_compressed(encoding);
+            self
+        }
+        /// Limits the maximum size of a decoded message.
+        ///
+        /// Default: `4MB`
+        #[must_use]
+        pub fn max_decoding_message_size(mut self, limit: usize) -> Self {
+            self.inner = self.inner.max_decoding_message_size(limit);
+            self
+        }
+        /// Limits the maximum size of an encoded message.
+        ///
+        /// Default: `usize::MAX`
+        #[must_use]
+        pub fn max_encoding_message_size(mut self, limit: usize) -> Self {
+            self.inner = self.inner.max_encoding_message_size(limit);
+            self
+        }
+        /// Creates a data key: 256 random bits sealed by the TPM, optionally PCR-bound.
+        pub async fn create_data_key(
+            &mut self,
+            request: impl tonic::IntoRequest<super::CreateDataKeyRequest>,
+        ) -> std::result::Result<tonic::Response<super::DataKey>, tonic::Status> {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/tpmvault.v1.CryptoService/CreateDataKey",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("tpmvault.v1.CryptoService", "CreateDataKey"));
+            self.inner.unary(req, path, codec).await
+        }
+        /// Deletes a data key; streams encrypted under it can no longer be decrypted.
+        pub async fn delete_data_key(
+            &mut self,
+            request: impl tonic::IntoRequest<super::DeleteDataKeyRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::DeleteDataKeyResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/tpmvault.v1.CryptoService/DeleteDataKey",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("tpmvault.v1.CryptoService", "DeleteDataKey"));
+            self.inner.unary(req, path, codec).await
+        }
+        /// Encrypts a stream: the first message names the key (and the optional context); every
+        /// message may carry plaintext. Responses carry the encrypted stream (header, then chunks).
+        pub async fn encrypt(
+            &mut self,
+            request: impl tonic::IntoStreamingRequest<Message = super::EncryptRequest>,
+        ) -> std::result::Result<
+            tonic::Response<tonic::codec::Streaming<super::EncryptResponse>>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/tpmvault.v1.CryptoService/Encrypt",
+            );
+            let mut req = request.into_streaming_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("tpmvault.v1.CryptoService", "Encrypt"));
+            self.inner.streaming(req, path, codec).await
+        }
+        /// Decrypts a stream made by Encrypt. The first message may carry the context; messages carry
+        /// the encrypted stream. Plaintext is released one authenticated 64 KiB chunk at a time; a
+        /// failing chunk ends the call with INVALID_ARGUMENT and nothing from it onward.
+        pub async fn decrypt(
+            &mut self,
+            request: impl tonic::IntoStreamingRequest<Message = super::DecryptRequest>,
+        ) -> std::result::Result<
+            tonic::Response<tonic::codec::Streaming<super::DecryptResponse>>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/tpmvault.v1.CryptoService/Decrypt",
+            );
+            let mut req = request.into_streaming_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("tpmvault.v1.CryptoService", "Decrypt"));
+            self.inner.streaming(req, path, codec).await
+        }
+        /// Random bytes from the daemon's DRBG (seeded by the OS and the TPM; no TPM round trip).
+        pub async fn get_random(
+            &mut self,
+            request: impl tonic::IntoRequest<super::GetRandomRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::GetRandomResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/tpmvault.v1.CryptoService/GetRandom",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("tpmvault.v1.CryptoService", "GetRandom"));
+            self.inner.unary(req, path, codec).await
+        }
+    }
+}
+/// Generated server implementations.
+pub mod crypto_service_server {
+    #![allow(
+        unused_variables,
+        dead_code,
+        missing_docs,
+        clippy::wildcard_imports,
+        clippy::let_unit_value,
+    )]
+    use tonic::codegen::*;
+    /// Generated trait containing gRPC methods that should be implemented for use with CryptoServiceServer.
+    #[async_trait]
+    pub trait CryptoService: std::marker::Send + std::marker::Sync + 'static {
+        /// Creates a data key: 256 random bits sealed by the TPM, optionally PCR-bound.
+        async fn create_data_key(
+            &self,
+            request: tonic::Request<super::CreateDataKeyRequest>,
+        ) -> std::result::Result<tonic::Response<super::DataKey>, tonic::Status>;
+        /// Deletes a data key; streams encrypted under it can no longer be decrypted.
+        async fn delete_data_key(
+            &self,
+            request: tonic::Request<super::DeleteDataKeyRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::DeleteDataKeyResponse>,
+            tonic::Status,
+        >;
+        /// Server streaming response type for the Encrypt method.
+        type EncryptStream: tonic::codegen::tokio_stream::Stream<
+                Item = std::result::Result<super::EncryptResponse, tonic::Status>,
+            >
+            + std::marker::Send
+            + 'static;
+        /// Encrypts a stream: the first message names the key (and the optional context); every
+        /// message may carry plaintext. Responses carry the encrypted stream (header, then chunks).
+        async fn encrypt(
+            &self,
+            request: tonic::Request<tonic::Streaming<super::EncryptRequest>>,
+        ) -> std::result::Result<tonic::Response<Self::EncryptStream>, tonic::Status>;
+        /// Server streaming response type for the Decrypt method.
+        type DecryptStream: tonic::codegen::tokio_stream::Stream<
+                Item = std::result::Result<super::DecryptResponse, tonic::Status>,
+            >
+            + std::marker::Send
+            + 'static;
+        /// Decrypts a stream made by Encrypt. The first message may carry the context; messages carry
+        /// the encrypted stream. Plaintext is released one authenticated 64 KiB chunk at a time; a
+        /// failing chunk ends the call with INVALID_ARGUMENT and nothing from it onward.
+        async fn decrypt(
+            &self,
+            request: tonic::Request<tonic::Streaming<super::DecryptRequest>>,
+        ) -> std::result::Result<tonic::Response<Self::DecryptStream>, tonic::Status>;
+        /// Random bytes from the daemon's DRBG (seeded by the OS and the TPM; no TPM round trip).
+        async fn get_random(
+            &self,
+            request: tonic::Request<super::GetRandomRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::GetRandomResponse>,
+            tonic::Status,
+        >;
+    }
+    /// Data keys, streaming encryption and random bytes.
+    #[derive(Debug)]
+    pub struct CryptoServiceServer<T> {
+        inner: Arc<T>,
+        accept_compression_encodings: EnabledCompressionEncodings,
+        send_compression_encodings: EnabledCompressionEncodings,
+        max_decoding_message_size: Option<usize>,
+        max_encoding_message_size: Option<usize>,
+    }
+    impl<T> CryptoServiceServer<T> {
+        pub fn new(inner: T) -> Self {
+            Self::from_arc(Arc::new(inner))
+        }
+        pub fn from_arc(inner: Arc<T>) -> Self {
+            Self {
+                inner,
+                accept_compression_encodings: Default::default(),
+                send_compression_encodings: Default::default(),
+                max_decoding_message_size: None,
+                max_encoding_message_size: None,
+            }
+        }
+        pub fn with_interceptor<F>(
+            inner: T,
+            interceptor: F,
+        ) -> InterceptedService<Self, F>
+        where
+            F: tonic::service::Interceptor,
+        {
+            InterceptedService::new(Self::new(inner), interceptor)
+        }
+        /// Enable decompressing requests with the given encoding.
+        #[must_use]
+        pub fn accept_compressed(mut self, encoding: CompressionEncoding) -> Self {
+            self.accept_compression_encodings.enable(encoding);
+            self
+        }
+        /// Compress responses with the given encoding, if the client supports it.
+        #[must_use]
+        pub fn send_compressed(mut self, encoding: CompressionEncoding) -> Self {
+            self.send_compression_encodings.enable(encoding);
+            self
+        }
+        /// Limits the maximum size of a decoded message.
+        ///
+        /// Default: `4MB`
+        #[must_use]
+        pub fn max_decoding_message_size(mut self, limit: usize) -> Self {
+            self.max_decoding_message_size = Some(limit);
+            self
+        }
+        /// Limits the maximum size of an encoded message.
+        ///
+        /// Default: `usize::MAX`
+        #[must_use]
+        pub fn max_encoding_message_size(mut self, limit: usize) -> Self {
+            self.max_encoding_message_size = Some(limit);
+            self
+        }
+    }
+    impl<T, B> tonic::codegen::Service<http::Request<B>> for CryptoServiceServer<T>
+    where
+        T: CryptoService,
+        B: Body + std::marker::Send + 'static,
+        B::Error: Into<StdError> + std::marker::Send + 'static,
+    {
+        type Response = http::Response<tonic::body::Body>;
+        type Error = std::convert::Infallible;
+        type Future = BoxFuture<Self::Response, Self::Error>;
+        fn poll_ready(
+            &mut self,
+            _cx: &mut Context<'_>,
+        ) -> Poll<std::result::Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+        fn call(&mut self, req: http::Request<B>) -> Self::Future {
+            match req.uri().path() {
+                "/tpmvault.v1.CryptoService/CreateDataKey" => {
+                    #[allow(non_camel_case_types)]
+                    struct CreateDataKeySvc<T: CryptoService>(pub Arc<T>);
+                    impl<
+                        T: CryptoService,
+                    > tonic::server::UnaryService<super::CreateDataKeyRequest>
+                    for CreateDataKeySvc<T> {
+                        type Response = super::DataKey;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::CreateDataKeyRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as CryptoService>::create_data_key(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = CreateDataKeySvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/tpmvault.v1.CryptoService/DeleteDataKey" => {
+                    #[allow(non_camel_case_types)]
+                    struct DeleteDataKeySvc<T: CryptoService>(pub Arc<T>);
+                    impl<
+                        T: CryptoService,
+                    > tonic::server::UnaryService<super::DeleteDataKeyRequest>
+                    for DeleteDataKeySvc<T> {
+                        type Response = super::DeleteDataKeyResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::DeleteDataKeyRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as CryptoService>::delete_data_key(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = DeleteDataKeySvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/tpmvault.v1.CryptoService/Encrypt" => {
+                    #[allow(non_camel_case_types)]
+                    struct EncryptSvc<T: CryptoService>(pub Arc<T>);
+                    impl<
+                        T: CryptoService,
+                    > tonic::server::StreamingService<super::EncryptRequest>
+                    for EncryptSvc<T> {
+                        type Response = super::EncryptResponse;
+                        type ResponseStream = T::EncryptStream;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::ResponseStream>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<
+                                tonic::Streaming<super::EncryptRequest>,
+                            >,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as CryptoService>::encrypt(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = EncryptSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.streaming(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/tpmvault.v1.CryptoService/Decrypt" => {
+                    #[allow(non_camel_case_types)]
+                    struct DecryptSvc<T: CryptoService>(pub Arc<T>);
+                    impl<
+                        T: CryptoService,
+                    > tonic::server::StreamingService<super::DecryptRequest>
+                    for DecryptSvc<T> {
+                        type Response = super::DecryptResponse;
+                        type ResponseStream = T::DecryptStream;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::ResponseStream>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<
+                                tonic::Streaming<super::DecryptRequest>,
+                            >,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as CryptoService>::decrypt(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = DecryptSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.streaming(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/tpmvault.v1.CryptoService/GetRandom" => {
+                    #[allow(non_camel_case_types)]
+                    struct GetRandomSvc<T: CryptoService>(pub Arc<T>);
+                    impl<
+                        T: CryptoService,
+                    > tonic::server::UnaryService<super::GetRandomRequest>
+                    for GetRandomSvc<T> {
+                        type Response = super::GetRandomResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::GetRandomRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as CryptoService>::get_random(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = GetRandomSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                _ => {
+                    Box::pin(async move {
+                        let mut response = http::Response::new(
+                            tonic::body::Body::default(),
+                        );
+                        let headers = response.headers_mut();
+                        headers
+                            .insert(
+                                tonic::Status::GRPC_STATUS,
+                                (tonic::Code::Unimplemented as i32).into(),
+                            );
+                        headers
+                            .insert(
+                                http::header::CONTENT_TYPE,
+                                tonic::metadata::GRPC_CONTENT_TYPE,
+                            );
+                        Ok(response)
+                    })
+                }
+            }
+        }
+    }
+    impl<T> Clone for CryptoServiceServer<T> {
+        fn clone(&self) -> Self {
+            let inner = self.inner.clone();
+            Self {
+                inner,
+                accept_compression_encodings: self.accept_compression_encodings,
+                send_compression_encodings: self.send_compression_encodings,
+                max_decoding_message_size: self.max_decoding_message_size,
+                max_encoding_message_size: self.max_encoding_message_size,
+            }
+        }
+    }
+    /// Generated gRPC service name
+    pub const SERVICE_NAME: &str = "tpmvault.v1.CryptoService";
+    impl<T> tonic::server::NamedService for CryptoServiceServer<T> {
+        const NAME: &'static str = SERVICE_NAME;
+    }
+}
 /// Seal input.
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
@@ -2358,6 +3077,34 @@ pub mod seal_service_server {
         const NAME: &'static str = SERVICE_NAME;
     }
 }
+/// CheckAccess input.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct CheckAccessRequest {
+    /// Unix user id to check (its groups are resolved by the daemon).
+    #[prost(uint32, tag = "1")]
+    pub uid: u32,
+    /// Operation: create, sign, public, delete, quote, seal, unseal, encrypt, decrypt, random, admin.
+    #[prost(string, tag = "2")]
+    pub operation: ::prost::alloc::string::String,
+    /// Key name; empty for key-less operations.
+    #[prost(string, tag = "3")]
+    pub key: ::prost::alloc::string::String,
+}
+/// CheckAccess output.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct CheckAccessResponse {
+    /// True if allowed.
+    #[prost(bool, tag = "1")]
+    pub allowed: bool,
+    /// The rule that allowed it; empty when denied (nothing allows it).
+    #[prost(string, tag = "2")]
+    pub rule: ::prost::alloc::string::String,
+    /// The identity as resolved ("uid 33 (www-data)").
+    #[prost(string, tag = "3")]
+    pub identity: ::prost::alloc::string::String,
+}
 /// GetStatus input.
 #[allow(clippy::all)]
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
@@ -2577,6 +3324,31 @@ pub mod status_service_client {
                 .insert(GrpcMethod::new("tpmvault.v1.StatusService", "GetStatus"));
             self.inner.unary(req, path, codec).await
         }
+        /// Explains the access-policy decision for a local user (needs the `admin` operation).
+        pub async fn check_access(
+            &mut self,
+            request: impl tonic::IntoRequest<super::CheckAccessRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::CheckAccessResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/tpmvault.v1.StatusService/CheckAccess",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("tpmvault.v1.StatusService", "CheckAccess"));
+            self.inner.unary(req, path, codec).await
+        }
     }
 }
 /// Generated server implementations.
@@ -2597,6 +3369,14 @@ pub mod status_service_server {
             &self,
             request: tonic::Request<super::GetStatusRequest>,
         ) -> std::result::Result<tonic::Response<super::Status>, tonic::Status>;
+        /// Explains the access-policy decision for a local user (needs the `admin` operation).
+        async fn check_access(
+            &self,
+            request: tonic::Request<super::CheckAccessRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::CheckAccessResponse>,
+            tonic::Status,
+        >;
     }
     /// Reports the daemon's and the TPM's state.
     #[derive(Debug)]
@@ -2705,6 +3485,51 @@ pub mod status_service_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = GetStatusSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/tpmvault.v1.StatusService/CheckAccess" => {
+                    #[allow(non_camel_case_types)]
+                    struct CheckAccessSvc<T: StatusService>(pub Arc<T>);
+                    impl<
+                        T: StatusService,
+                    > tonic::server::UnaryService<super::CheckAccessRequest>
+                    for CheckAccessSvc<T> {
+                        type Response = super::CheckAccessResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::CheckAccessRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as StatusService>::check_access(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = CheckAccessSvc(inner);
                         let codec = tonic_prost::ProstCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(

@@ -1,0 +1,461 @@
+//! Access policies: who may do what to which key. Deny by default.
+//!
+//! A policy directory holds TOML files; each has `[[rule]]` tables:
+//! ```toml
+//! [[rule]]
+//! name = "tls-server"            # shown in audit events and `tpm-vault access check`
+//! clients = ["user:www-data"]    # any | uid:N | user:NAME | gid:N | group:NAME | cert:SUBJECT
+//! keys = ["web-*"]               # globs over key names (* and ?); "*" = every key
+//! operations = ["sign", "public"]
+//! owner_only = false             # true: only keys this client created
+//! ```
+//! A request is allowed when at least one rule matches its client, key and operation; the
+//! first matching rule (files in name order, rules in file order) is reported. Files that do
+//! not parse, or name an unknown operation or client kind, are rejected with file, line and
+//! reason: at start the daemon refuses to run, on reload the old policy stays in force.
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use serde::Deserialize;
+
+use super::Identity;
+use crate::model::KeyName;
+
+/// An operation a rule can grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Operation {
+    /// Create keys, sealed secrets' keys and data keys.
+    Create,
+    /// Sign with a key (and approve PCR policies with it).
+    Sign,
+    /// Read public keys and metadata, list keys, verify.
+    Public,
+    /// Delete keys.
+    Delete,
+    /// Quote PCRs, read PCRs, use the attestation key.
+    Quote,
+    /// Seal secrets (and delete sealed secrets).
+    Seal,
+    /// Unseal secrets.
+    Unseal,
+    /// Encrypt with a data key.
+    Encrypt,
+    /// Decrypt with a data key.
+    Decrypt,
+    /// Random bytes.
+    Random,
+    /// Daemon status and metrics.
+    Admin,
+}
+
+impl Operation {
+    /// Every operation, for `operations = ["*"]`.
+    pub const ALL: [Operation; 11] = [
+        Self::Create,
+        Self::Sign,
+        Self::Public,
+        Self::Delete,
+        Self::Quote,
+        Self::Seal,
+        Self::Unseal,
+        Self::Encrypt,
+        Self::Decrypt,
+        Self::Random,
+        Self::Admin,
+    ];
+
+    /// Lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Create => "create",
+            Self::Sign => "sign",
+            Self::Public => "public",
+            Self::Delete => "delete",
+            Self::Quote => "quote",
+            Self::Seal => "seal",
+            Self::Unseal => "unseal",
+            Self::Encrypt => "encrypt",
+            Self::Decrypt => "decrypt",
+            Self::Random => "random",
+            Self::Admin => "admin",
+        }
+    }
+}
+
+impl FromStr for Operation {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL.into_iter().find(|o| o.as_str() == s).ok_or_else(|| {
+            let all: Vec<_> = Self::ALL.iter().map(|o| o.as_str()).collect();
+            format!("unknown operation {s:?} (expected one of {})", all.join(", "))
+        })
+    }
+}
+
+/// Which clients a rule names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientMatch {
+    /// Every authenticated client.
+    Any,
+    /// A Unix user id.
+    Uid(u32),
+    /// A Unix user name.
+    User(String),
+    /// A Unix group id (primary or supplementary).
+    Gid(u32),
+    /// A Unix group name (primary or supplementary).
+    Group(String),
+    /// A TLS client certificate subject (or SPIFFE ID) on the TCP listener.
+    Cert(String),
+}
+
+impl FromStr for ClientMatch {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let parse_id = |v: &str| v.parse::<u32>().map_err(|_| format!("{s:?}: not a number"));
+        match s.split_once(':') {
+            None if s == "any" => Ok(Self::Any),
+            Some(("uid", v)) => parse_id(v).map(Self::Uid),
+            Some(("gid", v)) => parse_id(v).map(Self::Gid),
+            Some(("user", v)) if !v.is_empty() => Ok(Self::User(v.into())),
+            Some(("group", v)) if !v.is_empty() => Ok(Self::Group(v.into())),
+            Some(("cert", v)) if !v.is_empty() => Ok(Self::Cert(v.into())),
+            _ => {
+                Err(format!("unknown client {s:?} (expected any, uid:N, user:NAME, gid:N, group:NAME or cert:SUBJECT)"))
+            }
+        }
+    }
+}
+
+impl ClientMatch {
+    fn matches(&self, who: &Identity) -> bool {
+        match (self, who) {
+            (Self::Any, _) => true,
+            (Self::Uid(u), Identity::Unix(p)) => p.uid == *u,
+            (Self::User(n), Identity::Unix(p)) => p.user.as_deref() == Some(n.as_str()),
+            (Self::Gid(g), Identity::Unix(p)) => p.gid == *g || p.groups.iter().any(|(id, _)| id == g),
+            (Self::Group(n), Identity::Unix(p)) => p.groups.iter().any(|(_, name)| name == n),
+            (Self::Cert(subject), Identity::Cert { subject: s }) => s == subject,
+            _ => false,
+        }
+    }
+}
+
+/// A key-name glob (`*` any run, `?` one character).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Glob(String);
+
+impl Glob {
+    /// True if `name` matches.
+    pub fn matches(&self, name: &str) -> bool {
+        glob_match(self.0.as_bytes(), name.as_bytes())
+    }
+}
+
+fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
+    // Iterative wildcard matching with single backtrack point: O(len(p) * len(t)) worst case.
+    let (mut p, mut t) = (0, 0);
+    let (mut star, mut mark) = (None, 0);
+    while t < text.len() {
+        if p < pattern.len() && (pattern[p] == b'?' || pattern[p] == text[t]) {
+            p += 1;
+            t += 1;
+        } else if p < pattern.len() && pattern[p] == b'*' {
+            star = Some(p);
+            mark = t;
+            p += 1;
+        } else if let Some(s) = star {
+            p = s + 1;
+            mark += 1;
+            t = mark;
+        } else {
+            return false;
+        }
+    }
+    pattern[p..].iter().all(|&c| c == b'*')
+}
+
+/// One rule.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    /// Name for audit and explanations: the file's `name`, or `FILE#N`.
+    pub name: String,
+    /// Clients.
+    pub clients: Vec<ClientMatch>,
+    /// Key globs; empty = operations without a key only.
+    pub keys: Vec<Glob>,
+    /// Operations granted.
+    pub operations: Vec<Operation>,
+    /// Only keys the client created.
+    pub owner_only: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileRules {
+    #[serde(default)]
+    rule: Vec<RawRule>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRule {
+    name: Option<String>,
+    clients: Vec<String>,
+    #[serde(default)]
+    keys: Vec<String>,
+    operations: Vec<String>,
+    #[serde(default)]
+    owner_only: bool,
+}
+
+/// A policy-file error, naming the file, line and reason.
+#[derive(Debug, thiserror::Error)]
+#[error("policy {path}: {reason}")]
+pub struct PolicyError {
+    /// File (or directory).
+    pub path: PathBuf,
+    /// What is wrong, with line and column where the parser knows them.
+    pub reason: String,
+}
+
+/// The decision for one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Allowed by the named rule.
+    Allow(String),
+    /// No rule allows it.
+    Deny,
+}
+
+/// A loaded set of rules.
+#[derive(Debug, Clone, Default)]
+pub struct Policy {
+    rules: Vec<Rule>,
+    files: Vec<PathBuf>,
+}
+
+impl Policy {
+    /// Loads every `*.toml` file in `dir` (name order).
+    ///
+    /// # Errors
+    /// [`PolicyError`] for an unreadable directory or file, or a file that does not parse.
+    pub fn load_dir(dir: &Path) -> Result<Self, PolicyError> {
+        let err = |reason: String| PolicyError { path: dir.to_owned(), reason };
+        let entries = std::fs::read_dir(dir).map_err(|e| err(format!("cannot read policy directory: {e}")))?;
+        let mut files: Vec<PathBuf> = entries
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+            .collect();
+        files.sort();
+        let mut policy = Policy::default();
+        for file in files {
+            let text = std::fs::read_to_string(&file)
+                .map_err(|e| PolicyError { path: file.clone(), reason: e.to_string() })?;
+            policy.add_file(&file, &text)?;
+        }
+        Ok(policy)
+    }
+
+    /// Parses one file's text and appends its rules.
+    ///
+    /// # Errors
+    /// [`PolicyError`] naming line and reason.
+    pub fn add_file(&mut self, path: &Path, text: &str) -> Result<(), PolicyError> {
+        let err = |reason: String| PolicyError { path: path.to_owned(), reason };
+        let raw: FileRules = toml::from_str(text).map_err(|e| err(one_line(&e.to_string())))?;
+        let stem = path.file_name().map(|f| f.to_string_lossy().to_string()).unwrap_or_default();
+        let mut rules = Vec::with_capacity(raw.rule.len());
+        for (i, r) in raw.rule.into_iter().enumerate() {
+            let name = r.name.unwrap_or_else(|| format!("{stem}#{}", i + 1));
+            let at = |what: String| err(format!("rule {name:?}: {what}"));
+            let clients = r.clients.iter().map(|c| c.parse()).collect::<Result<Vec<_>, _>>().map_err(at)?;
+            let mut operations = Vec::new();
+            for o in &r.operations {
+                if o == "*" {
+                    operations.extend(Operation::ALL);
+                } else {
+                    operations.push(o.parse::<Operation>().map_err(at)?);
+                }
+            }
+            for k in &r.keys {
+                let ok = !k.is_empty()
+                    && k.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-*?".contains(&b));
+                if !ok {
+                    return Err(at(format!("key glob {k:?} may only use a-z 0-9 . _ - * ?")));
+                }
+            }
+            if clients.is_empty() || operations.is_empty() {
+                return Err(at("clients and operations must not be empty".into()));
+            }
+            rules.push(Rule {
+                name,
+                clients,
+                keys: r.keys.into_iter().map(Glob).collect(),
+                operations,
+                owner_only: r.owner_only,
+            });
+        }
+        self.rules.extend(rules);
+        self.files.push(path.to_owned());
+        Ok(())
+    }
+
+    /// Decides whether `who` may do `op` on `key` (owned by `owner`; `None` = not yet
+    /// existing or unknown). Operations without a key (quote, random, admin, create's
+    /// namespace check) pass `key = None` and match rules with no `keys` or with `"*"`.
+    pub fn decide(&self, who: &Identity, op: Operation, key: Option<&KeyName>, owner: Option<u32>) -> Decision {
+        for rule in &self.rules {
+            if !rule.operations.contains(&op) || !rule.clients.iter().any(|c| c.matches(who)) {
+                continue;
+            }
+            let key_ok = match key {
+                Some(k) => rule.keys.iter().any(|g| g.matches(k.as_str())),
+                None => rule.keys.is_empty() || rule.keys.iter().any(|g| g.0 == "*"),
+            };
+            if !key_ok {
+                continue;
+            }
+            if rule.owner_only {
+                let mine = match (who, owner) {
+                    (Identity::Unix(p), Some(o)) => p.uid == o,
+                    (_, None) => op == Operation::Create,
+                    _ => false,
+                };
+                if !mine {
+                    continue;
+                }
+            }
+            return Decision::Allow(rule.name.clone());
+        }
+        Decision::Deny
+    }
+
+    /// Number of rules.
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    /// True when there are no rules (everything is denied).
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// Files the rules came from.
+    pub fn files(&self) -> &[PathBuf] {
+        &self.files
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::UnixIdentity;
+
+    fn unix(uid: u32, user: &str, groups: &[(u32, &str)]) -> Identity {
+        Identity::Unix(UnixIdentity {
+            uid,
+            gid: groups.first().map_or(uid, |g| g.0),
+            pid: None,
+            user: Some(user.into()),
+            groups: groups.iter().map(|(i, n)| (*i, n.to_string())).collect(),
+        })
+    }
+
+    fn policy(text: &str) -> Policy {
+        let mut p = Policy::default();
+        p.add_file(Path::new("t.toml"), text).unwrap_or_else(|e| panic!("{e}"));
+        p
+    }
+
+    fn k(s: &str) -> KeyName {
+        KeyName::try_from(s).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn deny_by_default_and_first_matching_rule_wins() {
+        let p = policy(
+            r#"
+            [[rule]]
+            name = "web"
+            clients = ["user:www-data"]
+            keys = ["web-*"]
+            operations = ["sign", "public"]
+            [[rule]]
+            name = "admins"
+            clients = ["uid:0", "group:tpm-vault"]
+            keys = ["*"]
+            operations = ["*"]
+            "#,
+        );
+        let www = unix(33, "www-data", &[(33, "www-data")]);
+        assert_eq!(p.decide(&www, Operation::Sign, Some(&k("web-1")), Some(0)), Decision::Allow("web".into()));
+        assert_eq!(p.decide(&www, Operation::Delete, Some(&k("web-1")), Some(0)), Decision::Deny);
+        assert_eq!(p.decide(&www, Operation::Sign, Some(&k("db")), Some(0)), Decision::Deny);
+        assert_eq!(p.decide(&www, Operation::Quote, None, None), Decision::Deny);
+        let ops = unix(1000, "alice", &[(1000, "alice"), (990, "tpm-vault")]);
+        assert_eq!(p.decide(&ops, Operation::Delete, Some(&k("db")), Some(0)), Decision::Allow("admins".into()));
+        assert_eq!(p.decide(&ops, Operation::Quote, None, None), Decision::Allow("admins".into()));
+        let nobody = unix(65534, "nobody", &[(65534, "nogroup")]);
+        for op in Operation::ALL {
+            assert_eq!(p.decide(&nobody, op, Some(&k("web-1")), Some(0)), Decision::Deny);
+        }
+    }
+
+    #[test]
+    fn owner_only_rules_follow_the_creator() {
+        let p = policy(
+            r#"
+            [[rule]]
+            clients = ["any"]
+            keys = ["*"]
+            operations = ["create", "sign", "delete"]
+            owner_only = true
+            "#,
+        );
+        let alice = unix(1000, "alice", &[]);
+        assert!(matches!(p.decide(&alice, Operation::Create, Some(&k("a")), None), Decision::Allow(_)));
+        assert!(matches!(p.decide(&alice, Operation::Sign, Some(&k("a")), Some(1000)), Decision::Allow(_)));
+        assert_eq!(p.decide(&alice, Operation::Sign, Some(&k("b")), Some(1001)), Decision::Deny);
+    }
+
+    #[test]
+    fn bad_files_name_line_and_reason() {
+        let mut p = Policy::default();
+        let e = p.add_file(Path::new("x.toml"), "[[rule]]\nclients = [\"any\"]\noperations = [\"fly\"]\n");
+        let msg = e.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(msg.contains("x.toml") && msg.contains("unknown operation \"fly\""), "{msg}");
+        let e = p.add_file(Path::new("y.toml"), "[[rule]]\nclients = [\"any\"\n");
+        let msg = e.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(msg.contains("y.toml") && msg.contains("line"), "{msg}");
+        let e = p.add_file(Path::new("z.toml"), "[[rule]]\nclients = [\"root\"]\noperations = [\"sign\"]\n");
+        assert!(e.is_err());
+        let e = p.add_file(
+            Path::new("w.toml"),
+            "[[rule]]\nclients = [\"any\"]\nkeys = [\"../*\"]\noperations = [\"sign\"]\n",
+        );
+        assert!(e.is_err());
+        assert!(p.is_empty(), "nothing from failed files is kept");
+    }
+
+    #[test]
+    fn globs() {
+        let g = |p: &str, t: &str| Glob(p.into()).matches(t);
+        assert!(g("*", "anything"));
+        assert!(g("web-*", "web-1"));
+        assert!(!g("web-*", "web"));
+        assert!(g("a?c", "abc"));
+        assert!(!g("a?c", "abbc"));
+        assert!(g("*-prod-*", "db-prod-1"));
+        assert!(!g("web", "web-1"));
+    }
+}

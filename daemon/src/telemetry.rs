@@ -1,0 +1,440 @@
+//! The optional Prometheus endpoint (`metrics_listen`): renders the daemon's counters in the
+//! Prometheus text exposition format (0.0.4) and serves them with a minimal HTTP/1.1 responder.
+//!
+//! It owns no counters: per-RPC series come from the [`Metrics`] the RPC layer records into,
+//! per-TPM-command series, queue depth, loaded objects and TPM state from the TPM actor's
+//! [`Shared`](crate::tpm::Shared) state, the key count from the [`Vault`]. `tpm-vault status`
+//! shows the same numbers over gRPC (`StatusService`).
+//!
+//! The endpoint is plain HTTP without authentication, so [`crate::config`] only accepts a
+//! loopback address for it. The responder answers `GET`/`HEAD` of `/metrics` (and `/`), one
+//! request per connection (`Connection: close`), with a bounded request head, a per-connection
+//! deadline and a cap on concurrent connections, so a misbehaving local client cannot tie up the
+//! daemon. It is not a general web server and does not try to be.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
+
+use crate::metrics::{Metrics, Series};
+use crate::tpm::TpmState;
+use crate::vault::Vault;
+
+/// Content type of the Prometheus text format.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Largest request head accepted (request line and headers).
+const MAX_HEAD: usize = 8 * 1024;
+/// Deadline for reading a request and writing its response.
+const CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
+/// Concurrent scrapes served; further connections are closed at once.
+const MAX_CONNECTIONS: usize = 16;
+/// Histogram buckets exported, as indexes into [`Series::cumulative`]: upper bounds from 16 µs
+/// (index 3) to about 33.5 s (index 24); slower observations land in `+Inf` only.
+const BUCKET_RANGE: std::ops::RangeInclusive<usize> = 3..=24;
+
+/// Where the numbers come from.
+#[derive(Debug, Clone)]
+pub struct MetricsSource {
+    /// Per-RPC series (recorded by the RPC layer).
+    pub rpc: Arc<Metrics>,
+    /// The vault: TPM actor state and per-command series, key count, uptime.
+    pub vault: Vault,
+}
+
+impl MetricsSource {
+    /// Renders every metric in the Prometheus text format.
+    pub async fn render(&self) -> String {
+        let keys = self.vault.key_count().await.ok();
+        let shared = self.vault.tpm().shared();
+        let snapshot = Snapshot {
+            rpc: self.rpc.snapshot(),
+            tpm: shared.metrics.snapshot(),
+            queue_depth: shared.queued.load(Ordering::Relaxed),
+            loaded_objects: shared.loaded(),
+            state: shared.state(),
+            keys,
+            uptime: self.vault.uptime(),
+            simulator: self.vault.is_simulator(),
+        };
+        snapshot.render()
+    }
+}
+
+/// Binds the metrics listener (before readiness, so a bad address fails the start).
+///
+/// # Errors
+/// The bind error.
+pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).await
+}
+
+/// Serves `GET /metrics` on `listener` until the returned task is aborted.
+pub fn spawn(listener: TcpListener, source: MetricsSource) -> JoinHandle<()> {
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, "Prometheus metrics on http://{addr}/metrics");
+    }
+    tokio::spawn(async move {
+        let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+        loop {
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    tracing::warn!(error = %e, "metrics endpoint: accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let Ok(permit) = slots.clone().try_acquire_owned() else {
+                tracing::debug!("metrics endpoint: too many connections; closing one");
+                continue;
+            };
+            let source = source.clone();
+            tokio::spawn(async move {
+                let _permit = permit;
+                match tokio::time::timeout(CONNECTION_TIMEOUT, handle(stream, &source)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => tracing::debug!(error = %e, "metrics endpoint: I/O error"),
+                    Err(_) => tracing::debug!("metrics endpoint: client too slow; closed"),
+                }
+            });
+        }
+    })
+}
+
+/// Reads one request head, answers it, closes the connection.
+async fn handle(mut stream: TcpStream, source: &MetricsSource) -> std::io::Result<()> {
+    let mut head = Vec::with_capacity(512);
+    let mut chunk = [0u8; 1024];
+    let request = loop {
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        head.extend_from_slice(chunk.get(..n).unwrap_or_default());
+        if let Some(request) = Request::parse(&head) {
+            break request;
+        }
+        if head.len() > MAX_HEAD {
+            break Request::TooLarge;
+        }
+    };
+    let response = match request {
+        Request::Get { path, head_only } => {
+            let body = match path.as_str() {
+                "/metrics" => Some(source.render().await),
+                "/" => Some("tpm-vault metrics: see /metrics\n".to_owned()),
+                _ => None,
+            };
+            match body {
+                Some(body) => Response::new("200 OK", CONTENT_TYPE, body, head_only),
+                None => Response::text("404 Not Found", "not found\n", head_only),
+            }
+        }
+        Request::OtherMethod => Response::text("405 Method Not Allowed", "use GET\n", false),
+        Request::Malformed => Response::text("400 Bad Request", "bad request\n", false),
+        Request::TooLarge => Response::text("431 Request Header Fields Too Large", "too large\n", false),
+    };
+    stream.write_all(&response.to_bytes()).await?;
+    stream.shutdown().await
+}
+
+/// A parsed request head.
+#[derive(Debug, PartialEq, Eq)]
+enum Request {
+    /// `GET` or `HEAD` of `path` (query string dropped).
+    Get { path: String, head_only: bool },
+    /// Any other method.
+    OtherMethod,
+    /// Not an HTTP/1.x request line.
+    Malformed,
+    /// The head exceeded [`MAX_HEAD`].
+    TooLarge,
+}
+
+impl Request {
+    /// Parses a complete request head; `None` while the blank line ending it has not arrived.
+    fn parse(buf: &[u8]) -> Option<Self> {
+        let end = find(buf, b"\r\n\r\n").or_else(|| find(buf, b"\n\n"))?;
+        let head = String::from_utf8_lossy(buf.get(..end).unwrap_or_default());
+        let line = head.lines().next().unwrap_or_default();
+        let mut parts = line.split_ascii_whitespace();
+        let (Some(method), Some(target), Some(version), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Some(Self::Malformed);
+        };
+        if !version.starts_with("HTTP/1.") || !target.starts_with('/') {
+            return Some(Self::Malformed);
+        }
+        let path = target.split('?').next().unwrap_or(target).to_owned();
+        Some(match method {
+            "GET" => Self::Get { path, head_only: false },
+            "HEAD" => Self::Get { path, head_only: true },
+            _ => Self::OtherMethod,
+        })
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// An HTTP/1.1 response that closes the connection.
+struct Response {
+    status: &'static str,
+    content_type: &'static str,
+    body: String,
+    head_only: bool,
+}
+
+impl Response {
+    fn new(status: &'static str, content_type: &'static str, body: String, head_only: bool) -> Self {
+        Self { status, content_type, body, head_only }
+    }
+
+    fn text(status: &'static str, body: &str, head_only: bool) -> Self {
+        Self::new(status, "text/plain; charset=utf-8", body.to_owned(), head_only)
+    }
+
+    fn to_bytes(&self) -> Vec<u8> {
+        let mut out = format!(
+            "HTTP/1.1 {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-store\r\n{}Connection: close\r\n\r\n",
+            self.status,
+            self.content_type,
+            self.body.len(),
+            if self.status.starts_with("405") {
+                "Allow: GET, HEAD\r\n"
+            } else {
+                ""
+            },
+        )
+        .into_bytes();
+        if !self.head_only {
+            out.extend_from_slice(self.body.as_bytes());
+        }
+        out
+    }
+}
+
+/// A consistent copy of everything rendered, taken before formatting.
+#[derive(Debug)]
+struct Snapshot {
+    rpc: BTreeMap<String, Series>,
+    tpm: BTreeMap<String, Series>,
+    queue_depth: usize,
+    loaded_objects: usize,
+    state: TpmState,
+    keys: Option<usize>,
+    uptime: Duration,
+    simulator: bool,
+}
+
+impl Snapshot {
+    fn render(&self) -> String {
+        let mut out = String::with_capacity(4096);
+        let o = &mut out;
+        header(o, "tpm_vault_build_info", "gauge", "Daemon version.");
+        line(o, "tpm_vault_build_info", &[("version", env!("CARGO_PKG_VERSION"))], 1);
+        gauge(o, "tpm_vault_uptime_seconds", "Seconds since the vault was opened.", self.uptime.as_secs());
+        gauge(
+            o,
+            "tpm_vault_simulator",
+            "1 when the TPM is the daemon's own swtpm (keys NOT hardware-protected).",
+            u64::from(self.simulator),
+        );
+        if let Some(keys) = self.keys {
+            gauge(o, "tpm_vault_keys", "Keys in the state directory.", keys as u64);
+        }
+        header(o, "tpm_vault_tpm_up", "gauge", "1 when the TPM is connected and its storage root key checked.");
+        line(o, "tpm_vault_tpm_up", &[], u64::from(self.state == TpmState::Ready));
+        header(o, "tpm_vault_tpm_state", "gauge", "TPM connection state (1 for the current state).");
+        for (name, state) in [("ready", TpmState::Ready), ("down", TpmState::Down), ("mismatch", TpmState::Mismatch)] {
+            line(o, "tpm_vault_tpm_state", &[("state", name)], u64::from(self.state == state));
+        }
+        gauge(o, "tpm_vault_tpm_queue_depth", "TPM jobs queued or running.", self.queue_depth as u64);
+        gauge(
+            o,
+            "tpm_vault_tpm_loaded_objects",
+            "Transient objects the vault holds loaded in the TPM.",
+            self.loaded_objects as u64,
+        );
+        family(o, &RPC, &self.rpc);
+        family(o, &TPM, &self.tpm);
+        out
+    }
+}
+
+/// Metric names of one family of series.
+struct Family {
+    /// Counter of completed requests.
+    requests: &'static str,
+    /// Counter of failed requests.
+    errors: &'static str,
+    /// Latency histogram.
+    latency: &'static str,
+    /// Label naming the series (`rpc`, `command`).
+    label: &'static str,
+    /// What is counted, for the HELP lines.
+    what: &'static str,
+}
+
+const RPC: Family = Family {
+    requests: "tpm_vault_rpc_requests_total",
+    errors: "tpm_vault_rpc_errors_total",
+    latency: "tpm_vault_rpc_latency_seconds",
+    label: "rpc",
+    what: "gRPC requests",
+};
+
+const TPM: Family = Family {
+    requests: "tpm_vault_tpm_commands_total",
+    errors: "tpm_vault_tpm_command_errors_total",
+    latency: "tpm_vault_tpm_command_latency_seconds",
+    label: "command",
+    what: "TPM actor jobs (queueing excluded)",
+};
+
+/// Counters and a latency histogram for every series of one family.
+fn family(o: &mut String, f: &Family, series: &BTreeMap<String, Series>) {
+    let label = f.label;
+    header(o, f.requests, "counter", &format!("{} completed.", f.what));
+    for (name, s) in series {
+        line(o, f.requests, &[(label, name)], s.count);
+    }
+    header(o, f.errors, "counter", &format!("{} that failed.", f.what));
+    for (name, s) in series {
+        line(o, f.errors, &[(label, name)], s.errors);
+    }
+    header(o, f.latency, "histogram", &format!("{}: latency in seconds.", f.what));
+    let bucket = format!("{}_bucket", f.latency);
+    for (name, s) in series {
+        for (i, (upper_us, cumulative)) in s.cumulative().enumerate() {
+            if BUCKET_RANGE.contains(&i) {
+                let le = format!("{}", upper_us as f64 / 1e6);
+                line(o, &bucket, &[(label, name), ("le", &le)], cumulative);
+            }
+        }
+        line(o, &bucket, &[(label, name), ("le", "+Inf")], s.count);
+        let _ = writeln!(o, "{}_sum{{{label}=\"{}\"}} {}", f.latency, escape(name), s.sum_us as f64 / 1e6);
+        line(o, &format!("{}_count", f.latency), &[(label, name)], s.count);
+    }
+}
+
+fn header(o: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(o, "# HELP {name} {help}");
+    let _ = writeln!(o, "# TYPE {name} {kind}");
+}
+
+fn gauge(o: &mut String, name: &str, help: &str, value: u64) {
+    header(o, name, "gauge", help);
+    let _ = writeln!(o, "{name} {}", value);
+}
+
+fn line(o: &mut String, name: &str, labels: &[(&str, &str)], value: u64) {
+    let _ = write!(o, "{name}");
+    if !labels.is_empty() {
+        let _ = write!(o, "{{");
+        for (i, (k, v)) in labels.iter().enumerate() {
+            let sep = if i == 0 { "" } else { "," };
+            let _ = write!(o, "{sep}{k}=\"{}\"", escape(v));
+        }
+        let _ = write!(o, "}}");
+    }
+    let _ = writeln!(o, " {}", value);
+}
+
+/// Escapes a label value (backslash, double quote, newline).
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Option<Request> {
+        Request::parse(s.as_bytes())
+    }
+
+    #[test]
+    fn request_heads() {
+        assert_eq!(parse("GET /metrics HTTP/1.1\r\nHost: x"), None, "incomplete");
+        assert_eq!(
+            parse("GET /metrics?x=1 HTTP/1.1\r\nHost: x\r\n\r\n"),
+            Some(Request::Get { path: "/metrics".into(), head_only: false })
+        );
+        assert_eq!(parse("HEAD / HTTP/1.0\n\n"), Some(Request::Get { path: "/".into(), head_only: true }));
+        assert_eq!(parse("POST /metrics HTTP/1.1\r\n\r\n"), Some(Request::OtherMethod));
+        assert_eq!(parse("GET /metrics\r\n\r\n"), Some(Request::Malformed));
+        assert_eq!(parse("GET http://x/ HTTP/1.1\r\n\r\n"), Some(Request::Malformed));
+        let r = Response::text("405 Method Not Allowed", "use GET\n", false).to_bytes();
+        let r = String::from_utf8_lossy(&r);
+        assert!(r.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"), "{r}");
+        assert!(r.contains("Allow: GET, HEAD\r\n") && r.ends_with("\r\n\r\nuse GET\n"));
+        let h = Response::text("200 OK", "abc", true).to_bytes();
+        assert!(String::from_utf8_lossy(&h)
+            .ends_with("Content-Length: 3\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n"));
+    }
+
+    #[test]
+    fn renders_prometheus_text() {
+        let rpc = Metrics::default();
+        rpc.observe("Sign", Duration::from_micros(100), true);
+        rpc.observe("Sign", Duration::from_micros(3000), false);
+        let tpm = Metrics::default();
+        tpm.observe("sign", Duration::from_micros(700), true);
+        let text = Snapshot {
+            rpc: rpc.snapshot(),
+            tpm: tpm.snapshot(),
+            queue_depth: 2,
+            loaded_objects: 3,
+            state: TpmState::Ready,
+            keys: Some(5),
+            uptime: Duration::from_secs(7),
+            simulator: true,
+        }
+        .render();
+        for want in [
+            "# TYPE tpm_vault_rpc_requests_total counter\n",
+            "tpm_vault_rpc_requests_total{rpc=\"Sign\"} 2\n",
+            "tpm_vault_rpc_errors_total{rpc=\"Sign\"} 1\n",
+            "# TYPE tpm_vault_rpc_latency_seconds histogram\n",
+            "tpm_vault_rpc_latency_seconds_bucket{rpc=\"Sign\",le=\"0.000016\"} 0\n",
+            "tpm_vault_rpc_latency_seconds_bucket{rpc=\"Sign\",le=\"0.000128\"} 1\n",
+            "tpm_vault_rpc_latency_seconds_bucket{rpc=\"Sign\",le=\"0.004096\"} 2\n",
+            "tpm_vault_rpc_latency_seconds_bucket{rpc=\"Sign\",le=\"+Inf\"} 2\n",
+            "tpm_vault_rpc_latency_seconds_sum{rpc=\"Sign\"} 0.0031\n",
+            "tpm_vault_rpc_latency_seconds_count{rpc=\"Sign\"} 2\n",
+            "tpm_vault_tpm_commands_total{command=\"sign\"} 1\n",
+            "tpm_vault_tpm_command_errors_total{command=\"sign\"} 0\n",
+            "tpm_vault_tpm_command_latency_seconds_count{command=\"sign\"} 1\n",
+            "tpm_vault_tpm_queue_depth 2\n",
+            "tpm_vault_tpm_loaded_objects 3\n",
+            "tpm_vault_tpm_state{state=\"ready\"} 1\n",
+            "tpm_vault_tpm_state{state=\"down\"} 0\n",
+            "tpm_vault_tpm_up 1\n",
+            "tpm_vault_keys 5\n",
+            "tpm_vault_simulator 1\n",
+            "tpm_vault_uptime_seconds 7\n",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in\n{text}");
+        }
+        // Buckets are cumulative and non-decreasing.
+        let mut last = 0u64;
+        for l in text.lines().filter(|l| l.starts_with("tpm_vault_rpc_latency_seconds_bucket")) {
+            let v: u64 = l.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(u64::MAX);
+            assert!(v >= last, "{l}");
+            last = v;
+        }
+        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+}

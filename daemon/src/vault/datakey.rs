@@ -1,0 +1,269 @@
+//! Data keys and random bytes: the vault keeps AES keys sealed by the TPM and does the bulk
+//! work in-core.
+//!
+//! A data key is unsealed once (through an encrypted session) into daemon memory, where it is
+//! zeroized on drop and evicted after an idle time; encryption and decryption use it with
+//! AES-256-GCM (aws-lc-rs) in the chunked format of [`crate::crypto::stream`]. Random bytes come
+//! from the DRBG, which the TPM's RNG only seeds: no request costs a TPM round trip.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tss_esapi::structures::{Digest, PublicBuffer, SensitiveData};
+use tss_esapi::traits::Marshall;
+use zeroize::Zeroizing;
+
+use super::{blocking, marshal_private, object_name, unix_now, Vault};
+use crate::crypto::drbg::Drbg;
+use crate::crypto::stream::{Decryptor, Encryptor, Header};
+use crate::error::Error;
+use crate::model::{KeyName, PcrSelection};
+use crate::store::record::RECORD_VERSION;
+use crate::store::{DataKeyRecord, SealPolicy, StoreError};
+use crate::tpm::{pcr, templates, KeyBlob, PolicyAuth, TpmError};
+
+/// How long an unsealed data key stays in memory after its last use, by default.
+pub const DEFAULT_IDLE: Duration = Duration::from_secs(300);
+
+/// An unsealed data key. The key bytes are wiped when the last user drops it.
+pub struct DataKey {
+    /// Name.
+    pub name: KeyName,
+    /// Generation id written into stream headers.
+    pub key_id: [u8; 16],
+    key: Zeroizing<[u8; 32]>,
+}
+
+impl std::fmt::Debug for DataKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DataKey").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+impl DataKey {
+    /// A stream encryptor under this key.
+    ///
+    /// # Errors
+    /// RNG or cipher failures.
+    pub fn encryptor(&self, context: &[u8]) -> Result<Encryptor, Error> {
+        let header = Header::new(self.name.as_str(), self.key_id)?;
+        Encryptor::new(&self.key, &header, context)
+    }
+
+    /// A stream decryptor for a stream with `header`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if the stream was made with another key generation.
+    pub fn decryptor(&self, header: &Header, context: &[u8]) -> Result<Decryptor, Error> {
+        if header.key_id != self.key_id {
+            return Err(Error::InvalidArgument(format!(
+                "the stream was encrypted with another generation of data key {} (deleted and re-created?)",
+                self.name
+            )));
+        }
+        Decryptor::new(&self.key, header, context)
+    }
+}
+
+/// Unsealed data keys by name, with their last use.
+#[derive(Default)]
+pub(crate) struct KeyCache {
+    keys: Mutex<HashMap<KeyName, (Arc<DataKey>, Instant)>>,
+}
+
+impl KeyCache {
+    fn get(&self, name: &KeyName) -> Option<Arc<DataKey>> {
+        let mut map = self.keys.lock().ok()?;
+        let entry = map.get_mut(name)?;
+        entry.1 = Instant::now();
+        Some(entry.0.clone())
+    }
+
+    fn put(&self, key: Arc<DataKey>) {
+        if let Ok(mut map) = self.keys.lock() {
+            map.insert(key.name.clone(), (key, Instant::now()));
+        }
+    }
+
+    fn remove(&self, name: &KeyName) {
+        if let Ok(mut map) = self.keys.lock() {
+            map.remove(name);
+        }
+    }
+
+    /// Drops keys idle for longer than `idle` (all of them for `Duration::ZERO`).
+    pub(crate) fn evict_idle(&self, idle: Duration) -> usize {
+        let Ok(mut map) = self.keys.lock() else { return 0 };
+        let before = map.len();
+        map.retain(|_, (_, used)| used.elapsed() < idle && !idle.is_zero());
+        before - map.len()
+    }
+}
+
+impl std::fmt::Debug for KeyCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyCache").finish_non_exhaustive()
+    }
+}
+
+/// Seeds a DRBG from the OS and, when reachable, 32 bytes of TPM entropy.
+pub(crate) async fn seeded_drbg(tpm: &crate::tpm::TpmHandle) -> Result<Drbg, Error> {
+    let tpm_entropy = match tpm.call("get_random", |t| t.get_random(32)).await {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::warn!(error = %e, "no TPM entropy for the DRBG seed; using the OS alone");
+            Vec::new()
+        }
+    };
+    Drbg::new(&tpm_entropy)
+}
+
+/// Periodically reseeds the DRBG with TPM entropy and evicts idle data keys. Stops when the
+/// vault is gone.
+pub(crate) fn spawn_maintenance(vault: std::sync::Weak<super::Inner>, idle: Duration) {
+    tokio::spawn(async move {
+        let tick = idle.min(Duration::from_secs(10)).max(Duration::from_millis(100));
+        loop {
+            tokio::time::sleep(tick).await;
+            let Some(inner) = vault.upgrade() else { return };
+            let evicted = inner.datakeys.evict_idle(idle);
+            if evicted > 0 {
+                tracing::debug!(evicted, "idle data keys dropped from memory");
+            }
+            if inner.drbg.reseed_due() {
+                let entropy = inner.tpm.call("get_random", |t| t.get_random(32)).await.unwrap_or_default();
+                if let Err(e) = inner.drbg.reseed(&entropy) {
+                    tracing::error!(error = %e, "DRBG reseed failed");
+                }
+            }
+        }
+    });
+}
+
+impl Vault {
+    /// Creates a data key: 256 random bits sealed by the TPM, optionally bound to PCRs.
+    ///
+    /// # Errors
+    /// [`Error::KeyExists`], TPM and store errors.
+    pub async fn create_data_key(
+        &self,
+        name: KeyName,
+        owner_uid: u32,
+        pcr: Option<(PcrSelection, Option<Vec<Vec<u8>>>)>,
+    ) -> Result<String, Error> {
+        let store = self.store().clone();
+        let n = name.clone();
+        if blocking(move || store.get_datakey(&n)).await?.is_some() {
+            return Err(Error::KeyExists(name.to_string()));
+        }
+        let pcr_policy = match pcr {
+            Some((selection, values)) => Some(self.pcr_policy(&selection, values).await?),
+            None => None,
+        };
+        let template = match &pcr_policy {
+            Some(p) => templates::sealed(
+                Digest::try_from(pcr::policy_pcr_digest(&p.selection, &p.values)?)
+                    .map_err(|e| TpmError::from_tss("policy digest", e))?,
+            )?,
+            None => templates::sealed_unbound()?,
+        };
+        let mut key = Zeroizing::new([0u8; 32]);
+        self.random(key.as_mut())?;
+        let mut key_id = [0u8; 16];
+        self.random(&mut key_id)?;
+        let sensitive = SensitiveData::try_from(key.to_vec()).map_err(|e| TpmError::from_tss("sensitive", e))?;
+        let (public, private) =
+            self.tpm().call("datakey_create", move |tpm| tpm.create(template, None, Some(sensitive))).await?;
+        let record = DataKeyRecord {
+            version: RECORD_VERSION,
+            name: name.clone(),
+            created_unix: unix_now(),
+            owner_uid,
+            key_id: key_id.to_vec(),
+            pcr_policy,
+            tpm_name: object_name(&public)?,
+            public: PublicBuffer::try_from(public)
+                .and_then(|b| b.marshall())
+                .map_err(|e| TpmError::from_tss("marshal public", e))?,
+            private: marshal_private(&private),
+        };
+        let store = self.store().clone();
+        blocking(move || store.insert_datakey(&record)).await.map_err(|e| match e {
+            Error::Store(StoreError::Exists(n)) => Error::KeyExists(n.to_string()),
+            other => other,
+        })?;
+        tracing::info!(key = %name, "data key created");
+        Ok(hex::encode(key_id))
+    }
+
+    /// The unsealed data key `name`, from memory or unsealed now.
+    ///
+    /// # Errors
+    /// [`Error::KeyNotFound`]; [`Error::PcrMismatch`] naming the PCRs that differ for a
+    /// PCR-bound key; TPM errors.
+    pub async fn data_key(&self, name: &KeyName) -> Result<Arc<DataKey>, Error> {
+        if let Some(k) = self.inner.datakeys.get(name) {
+            return Ok(k);
+        }
+        let store = self.store().clone();
+        let n = name.clone();
+        let record = blocking(move || store.get_datakey(&n)).await?.ok_or_else(|| Error::not_found(name))?;
+        let public = <PublicBuffer as tss_esapi::traits::UnMarshall>::unmarshall(&record.public)
+            .and_then(tss_esapi::structures::Public::try_from)
+            .map_err(|e| TpmError::from_tss("data key public", e))?;
+        let private = super::unmarshal_private(&record.private)
+            .ok_or_else(|| Error::Internal(format!("data key {name}: bad private blob")))?;
+        let blob = KeyBlob { name: record.tpm_name.clone(), public, private };
+        let auth = record.pcr_policy.as_ref().map(|p| PolicyAuth::Pcr(p.selection.clone()));
+        let unsealed = match self.tpm().call("datakey_unseal", move |tpm| tpm.unseal(&blob, auth.as_ref())).await {
+            Ok(k) => k,
+            Err(e @ (TpmError::PolicyFailed | TpmError::Command { .. })) => {
+                return Err(match record.pcr_policy.clone() {
+                    Some(pcr) => self.pcr_mismatch_error(&SealPolicy::Pcr { pcr }).await,
+                    None => e.into(),
+                });
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if unsealed.len() != 32 {
+            return Err(Error::Internal(format!("data key {name}: unsealed {} bytes", unsealed.len())));
+        }
+        let mut key = Zeroizing::new([0u8; 32]);
+        key.copy_from_slice(&unsealed);
+        let mut key_id = [0u8; 16];
+        key_id.copy_from_slice(&record.key_id);
+        let dk = Arc::new(DataKey { name: name.clone(), key_id, key });
+        self.inner.datakeys.put(dk.clone());
+        Ok(dk)
+    }
+
+    /// Deletes a data key (and forgets its unsealed copy). Streams encrypted under it can no
+    /// longer be decrypted.
+    ///
+    /// # Errors
+    /// [`Error::KeyNotFound`], store errors.
+    pub async fn delete_data_key(&self, name: &KeyName) -> Result<(), Error> {
+        self.inner.datakeys.remove(name);
+        let store = self.store().clone();
+        let n = name.clone();
+        if blocking(move || store.remove_datakey(&n)).await? {
+            Ok(())
+        } else {
+            Err(Error::not_found(name))
+        }
+    }
+
+    /// Forgets every unsealed data key (the next use unseals again, and so re-checks PCRs).
+    pub fn evict_data_keys(&self) -> usize {
+        self.inner.datakeys.evict_idle(Duration::ZERO)
+    }
+
+    /// Fills `out` from the DRBG (no TPM round trip).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for oversize requests.
+    pub fn random(&self, out: &mut [u8]) -> Result<(), Error> {
+        self.inner.drbg.fill(out)
+    }
+}
