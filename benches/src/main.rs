@@ -1,2 +1,321 @@
-//! placeholder
-fn main() {}
+//! `tpm-vault-bench`: measures tpm-vault against the raw TPM and its peers in one run on one
+//! swtpm, prints a table and writes `docs/BENCHMARKS.md` plus the chart `docs/bench-sign.svg`.
+//!
+//! ```sh
+//! cargo run --release -p tpm-vault-bench            # full: 3 rounds, 10 s windows (~5 min)
+//! cargo run -p tpm-vault-bench -- --quick --out /tmp/b.md   # CI smoke test (< 1 min)
+//! ```
+//!
+//! A run starts one swtpm, creates the keys (untimed), then repeats rounds of: raw ESAPI →
+//! vault library → daemon at 1/4/16/64 clients → tpm2-tools, checking after every phase that
+//! nothing was left loaded in the TPM. Modules: [`sign`] the phases, [`stats`] measurements
+//! and spreads, [`summary`] figures and targets, [`report`] markdown and terminal output,
+//! [`svg`] the chart, [`procfs`] CPU/RSS from `/proc`, [`machine`] CPU model, date, versions.
+
+mod machine;
+mod procfs;
+mod report;
+mod sign;
+mod stats;
+mod summary;
+mod svg;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context as _, Result};
+use clap::Parser;
+use tpm_vault_daemon::simulator::Swtpm;
+
+use crate::machine::Machine;
+use crate::report::{num, RunInfo};
+use crate::sign::tools::{Tools, Variant};
+use crate::sign::{actor, daemon, raw, tools, Pids, Timing};
+use crate::stats::Measurement;
+use crate::summary::{Round, Summary};
+
+/// File name of the chart, written next to the markdown report.
+const CHART: &str = "bench-sign.svg";
+/// Daemon concurrency levels.
+const LEVELS: [usize; 4] = [1, 4, 16, 64];
+
+/// Command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "tpm-vault-bench",
+    about = "Benchmarks tpm-vault against raw TPM calls and tpm2-tools on one swtpm; writes \
+             docs/BENCHMARKS.md and docs/bench-sign.svg"
+)]
+struct Args {
+    /// Smoke test for CI: one round of 1 s windows. The figures only show that every path works.
+    #[arg(long)]
+    quick: bool,
+    /// Where the markdown report goes; the chart is written beside it as bench-sign.svg
+    /// [default: docs/BENCHMARKS.md in the workspace].
+    #[arg(long, value_name = "PATH")]
+    out: Option<PathBuf>,
+    /// Rounds to run [default: 3, or 1 with --quick].
+    #[arg(long, value_name = "N")]
+    rounds: Option<usize>,
+    /// Measured window of every phase, in seconds [default: 10, or 1 with --quick].
+    #[arg(long, value_name = "SECONDS")]
+    window: Option<f64>,
+    /// tpm-vaultd binary to measure [default: built by cargo with this benchmark's profile,
+    /// next to this executable].
+    #[arg(long, value_name = "PATH")]
+    daemon: Option<PathBuf>,
+    /// RUST_LOG filter of the daemon (for investigations; the report says when it is not the
+    /// shipped default).
+    #[arg(long, value_name = "FILTER", default_value = "info")]
+    daemon_rust_log: String,
+}
+
+/// What a run does.
+#[derive(Debug, Clone)]
+struct Plan {
+    quick: bool,
+    rounds: usize,
+    timing: Timing,
+}
+
+impl Plan {
+    fn new(args: &Args) -> Result<Self> {
+        let rounds = args.rounds.unwrap_or(if args.quick { 1 } else { 3 });
+        ensure!(rounds >= 1, "--rounds must be at least 1");
+        let window = args.window.unwrap_or(if args.quick { 1.0 } else { 10.0 });
+        ensure!(window.is_finite() && window > 0.0 && window <= 3600.0, "--window must be between 0 and 3600 seconds");
+        let warmup = if args.quick { 0.25 } else { 1.0 };
+        Ok(Self {
+            quick: args.quick,
+            rounds,
+            timing: Timing { warmup: Duration::from_secs_f64(warmup), window: Duration::from_secs_f64(window) },
+        })
+    }
+}
+
+fn main() -> ExitCode {
+    match run(&Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tpm-vault-bench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The workspace this benchmark was built from (where `docs/` lives).
+fn workspace_root() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    match manifest.parent() {
+        Some(root) if root.join("Cargo.toml").exists() => root.to_owned(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// The command line as a user would retype it.
+fn command_line() -> String {
+    let mut cmd = String::from("cargo run");
+    if !cfg!(debug_assertions) {
+        cmd.push_str(" --release");
+    }
+    cmd.push_str(" -p tpm-vault-bench");
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if !args.is_empty() {
+        cmd.push_str(" --");
+        for a in args {
+            let plain = !a.is_empty() && a.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+".contains(c));
+            if plain {
+                cmd.push(' ');
+                cmd.push_str(&a);
+            } else {
+                cmd.push_str(&format!(" '{}'", a.replace('\'', r"'\''")));
+            }
+        }
+    }
+    cmd
+}
+
+/// Finds the daemon binary. Unless one is given, runs `cargo build` for it with this
+/// benchmark's profile first, so the daemon measured is built from the same source as the
+/// library measured; falls back to an existing binary (with a note) if that build fails.
+fn daemon_binary(explicit: Option<&Path>, workspace: &Path, notes: &mut Vec<String>) -> Result<PathBuf> {
+    if let Some(p) = explicit {
+        ensure!(p.is_file(), "--daemon {}: no such file", p.display());
+        return Ok(p.to_owned());
+    }
+    let exe = std::env::current_exe().context("locating this executable")?;
+    let dir = exe.parent().context("this executable has no parent directory")?;
+    let candidate = dir.join("tpm-vaultd");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+    let mut build = Command::new(&cargo);
+    build.args(["build", "-p", "tpm-vault-daemon", "--bin", "tpm-vaultd"]).current_dir(workspace);
+    if !cfg!(debug_assertions) {
+        build.arg("--release");
+    }
+    progress("setup", "building tpm-vaultd (cargo build -p tpm-vault-daemon)");
+    match build.status() {
+        Ok(s) if s.success() => {}
+        other => {
+            let why = match other {
+                Ok(s) => format!("exited with {s}"),
+                Err(e) => e.to_string(),
+            };
+            if !candidate.is_file() {
+                bail!(
+                    "cannot build tpm-vaultd ({why}) and there is none at {}; build it or pass --daemon",
+                    candidate.display()
+                );
+            }
+            let note = format!(
+                "`cargo build` of tpm-vaultd failed ({why}); measured the existing {} instead",
+                candidate.display()
+            );
+            eprintln!("warning: {note}");
+            notes.push(note);
+        }
+    }
+    ensure!(
+        candidate.is_file(),
+        "tpm-vaultd is not at {} after the build (CARGO_TARGET_DIR changed?); pass --daemon",
+        candidate.display()
+    );
+    Ok(candidate)
+}
+
+fn progress(stage: &str, msg: &str) {
+    eprintln!("[{stage}] {msg}");
+}
+
+fn describe(m: &Measurement) -> String {
+    format!(
+        "{}/s, p50 {} µs, p99 {} µs",
+        num(m.rate(), 0),
+        num(m.p50().as_secs_f64() * 1e6, 0),
+        num(m.p99().as_secs_f64() * 1e6, 0)
+    )
+}
+
+/// Flushes whatever a phase left loaded in the TPM and records it.
+fn check_clean(tcti: &str, phase: &str, notes: &mut Vec<String>) -> Result<()> {
+    let n = raw::flush_leftovers(tcti).with_context(|| format!("checking the TPM after {phase}"))?;
+    if n > 0 {
+        let note =
+            format!("after {phase}, {n} transient object(s) were still loaded in the TPM (flushed by the harness)");
+        eprintln!("warning: {note}");
+        notes.push(note);
+    }
+    Ok(())
+}
+
+fn run(args: &Args) -> Result<()> {
+    let plan = Plan::new(args)?;
+    let started = Instant::now();
+    let workspace = workspace_root();
+    let out = args.out.clone().unwrap_or_else(|| workspace.join("docs").join("BENCHMARKS.md"));
+    let chart = out.with_file_name(CHART);
+    let machine = Machine::detect(&workspace);
+    let mut notes = Vec::new();
+
+    let bin = daemon_binary(args.daemon.as_deref(), &workspace, &mut notes)?;
+    let tools_ok = tools::available();
+    if !tools_ok {
+        let note = "tpm2-tools is not installed (no `tpm2_sign`): its phase was skipped".to_owned();
+        eprintln!("warning: {note}");
+        notes.push(note);
+    }
+
+    // Short paths: the daemon's Unix socket lives in here (107-byte limit).
+    let tmp = tempfile::Builder::new().prefix("tpmvb-").tempdir().context("creating a temporary directory")?;
+    let state_dir = tmp.path().join("state");
+    let work = tmp.path().join("d");
+    let tools_dir = tmp.path().join("tools");
+    for d in [&work, &tools_dir] {
+        std::fs::create_dir_all(d).with_context(|| format!("{}", d.display()))?;
+    }
+    let swtpm = Swtpm::start(&tmp.path().join("swtpm")).context("starting swtpm")?;
+    let tcti = swtpm.tcti();
+    let swtpm_pid = procfs::read_pid_file(&swtpm.state_dir().join("swtpm.pid"))?;
+    let pids = Pids { swtpm: swtpm_pid, daemon: None };
+    progress("setup", &format!("swtpm on {tcti} (pid {swtpm_pid})"));
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
+
+    let key = raw::create_key(&tcti).context("creating the raw ESAPI key")?;
+    raw::write_blobs(&key, &tools_dir)?;
+    rt.block_on(actor::create_key(&state_dir, &tcti))?;
+    let tools = if tools_ok {
+        Some(Tools::setup(&tcti, &tools_dir, key.spki.clone()).context("tpm2-tools setup")?)
+    } else {
+        None
+    };
+    check_clean(&tcti, "setup", &mut notes)?;
+    let setup = daemon::Setup {
+        bin,
+        tcti: tcti.clone(),
+        state_dir: state_dir.clone(),
+        work,
+        rust_log: args.daemon_rust_log.clone(),
+    };
+    if args.daemon_rust_log != "info" {
+        notes.push(format!("the daemon ran with RUST_LOG={}, not its default `info`", args.daemon_rust_log));
+    }
+
+    let mut rounds = Vec::with_capacity(plan.rounds);
+    for r in 1..=plan.rounds {
+        let stage = format!("round {r}/{}", plan.rounds);
+        let raw_m = raw::run(&tcti, &key, plan.timing, pids).context("raw ESAPI phase")?;
+        progress(&stage, &format!("raw ESAPI: {}", describe(&raw_m)));
+        check_clean(&tcti, &format!("raw ESAPI (round {r})"), &mut notes)?;
+
+        let actor_m = rt.block_on(actor::run(&state_dir, &tcti, plan.timing, pids)).context("vault library phase")?;
+        progress(&stage, &format!("vault library: {}", describe(&actor_m)));
+        check_clean(&tcti, &format!("vault library (round {r})"), &mut notes)?;
+
+        let daemon_r = daemon::run(&setup, r, &LEVELS, plan.timing, swtpm_pid, &rt, |msg| {
+            progress(&stage, &format!("daemon: {msg}"));
+        })
+        .context("daemon phase")?;
+        check_clean(&tcti, &format!("the daemon (round {r})"), &mut notes)?;
+
+        let mut tools_m = Vec::new();
+        if let Some(t) = &tools {
+            for v in Variant::ALL {
+                let m = t.run(v, plan.timing, pids).with_context(|| format!("tpm2-tools phase ({})", v.label()))?;
+                progress(&stage, &format!("{}: {}", v.label(), describe(&m)));
+                tools_m.push((v, m));
+            }
+            check_clean(&tcti, &format!("tpm2-tools (round {r})"), &mut notes)?;
+        }
+        rounds.push(Round { raw: raw_m, actor: actor_m, daemon: daemon_r, tools: tools_m });
+    }
+    drop(swtpm);
+
+    let summary = Summary::new(&rounds);
+    let run = RunInfo {
+        command: command_line(),
+        quick: plan.quick,
+        timing: plan.timing,
+        levels: LEVELS.to_vec(),
+        elapsed: started.elapsed(),
+        chart: CHART.into(),
+        tools: tools_ok,
+        notes,
+        daemon_rust_log: args.daemon_rust_log.clone(),
+        load_end: machine::loadavg(),
+    };
+    println!("\n{}", report::console(&summary));
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    std::fs::write(&out, report::markdown(&run, &machine, &summary))
+        .with_context(|| format!("writing {}", out.display()))?;
+    let subtitle = format!(
+        "{} · {} ({} CPUs) · {} · {} build",
+        machine.date, machine.cpu_model, machine.cores, machine.swtpm, machine.profile
+    );
+    std::fs::write(&chart, svg::sign_chart(&summary, &subtitle))
+        .with_context(|| format!("writing {}", chart.display()))?;
+    println!("wrote {} and {} in {} s", out.display(), chart.display(), num(started.elapsed().as_secs_f64(), 0));
+    Ok(())
+}

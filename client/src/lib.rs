@@ -1,1 +1,58 @@
-//! tpm-vault client
+//! Client for `tpm-vaultd`, the daemon that turns a TPM 2.0 into a key vault.
+//!
+//! The daemon serves the `tpmvault.v1` gRPC API on a Unix socket (by default
+//! [`DEFAULT_SOCKET`]). This crate wraps that API in plain Rust types:
+//!
+//! - [`Client`]: async, cheap to clone, one connection shared by all clones;
+//! - [`BlockingClient`]: the same calls for synchronous code, driven by a private
+//!   current-thread tokio runtime;
+//! - [`Error`]: one error type whose `Display` is a single line fit for a user, and whose
+//!   [`Error::code`] gives the gRPC code for programs.
+//!
+//! ```no_run
+//! use tpm_vault_client::{Client, KeyAlgorithm, SignInput, SignOptions};
+//!
+//! # async fn demo() -> Result<(), tpm_vault_client::Error> {
+//! let client = Client::connect("/run/tpm-vault/vault.sock").await?;
+//! client.create_key("web", KeyAlgorithm::EccP256, None).await?;
+//! let signature = client
+//!     .sign("web", SignInput::Message(b"hello".to_vec()), &SignOptions::new())
+//!     .await?;
+//! println!("{} signature bytes", signature.bytes().len());
+//! # Ok(()) }
+//! ```
+//!
+//! # Layout
+//! - `client`: [`Client`] and [`ClientBuilder`], connecting over the Unix socket and the async calls, one per RPC;
+//! - `blocking`: [`BlockingClient`], the synchronous facade;
+//! - `error`: [`Error`];
+//! - `names`: the [`Named`] trait, the names users type for the API enums (`ecc-p256`, `sha384`, `pss`...);
+//! - `key`, `pcr`, `sign`, `status`: the friendly request/response types;
+//! - [`cli`]: the `tpm-vault` command line (the binary only parses arguments and calls [`cli::run`]).
+#![deny(missing_docs, missing_debug_implementations)]
+#![forbid(unsafe_code)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+mod blocking;
+pub mod cli;
+mod client;
+mod error;
+mod key;
+mod names;
+mod pcr;
+mod sign;
+mod status;
+
+pub use blocking::BlockingClient;
+pub use client::{Client, ClientBuilder, DEFAULT_SOCKET};
+pub use error::Error;
+pub use key::{KeyInfo, PublicKey};
+pub use names::Named;
+pub use pcr::PcrBinding;
+pub use sign::{SignInput, SignOptions, Signature};
+pub use status::{DaemonStatus, Metric};
+pub use tonic::Code;
+pub use tpm_vault_proto::v1::{HashAlgorithm, KeyAlgorithm, SignatureScheme, TpmState};
+
+/// The generated gRPC types and service clients, for calls this crate does not wrap.
+pub use tpm_vault_proto::v1 as proto;

@@ -195,7 +195,7 @@ pub enum HashAlg {
 
 impl HashAlg {
     /// Digest length in bytes.
-    pub fn len(self) -> usize {
+    pub fn digest_len(self) -> usize {
         match self {
             Self::Sha256 => 32,
             Self::Sha384 => 48,
@@ -270,12 +270,12 @@ impl SignInput {
                 Self::MAX_MESSAGE
             ))),
             Self::Message(m) => Ok(hash.digest(&m)),
-            Self::Digest(d) if d.len() == hash.len() => Ok(d),
+            Self::Digest(d) if d.len() == hash.digest_len() => Ok(d),
             Self::Digest(d) => Err(Error::InvalidArgument(format!(
                 "digest is {} bytes but {} needs {}",
                 d.len(),
                 hash.as_str(),
-                hash.len()
+                hash.digest_len()
             ))),
         }
     }
@@ -329,6 +329,16 @@ impl FromStr for PcrBank {
             ))),
         }
     }
+}
+
+/// What a PCR-bound object is bound to: these PCRs, at the given values (in selection order)
+/// or, when `values` is `None`, at their values when the object is created.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PcrTarget {
+    /// PCRs.
+    pub selection: PcrSelection,
+    /// Expected values; `None` = the current ones.
+    pub values: Option<Vec<Vec<u8>>>,
 }
 
 /// A set of PCR indices in one bank, sorted and without duplicates.

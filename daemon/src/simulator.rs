@@ -194,8 +194,12 @@ fn kill_stale(state_dir: &Path) {
     }
 }
 
-/// Picks a port pair whose lock this process holds and which is currently free.
-fn claim_port_pair() -> Result<(u16, Flock<File>), SimulatorError> {
+/// Picks a port pair (P, P+1) below 32768 whose lock file this process holds and which is
+/// currently free. Keep the returned lock while using the ports (tests use it for proxies).
+///
+/// # Errors
+/// [`SimulatorError::Start`] when no pair is free.
+pub fn claim_port_pair() -> Result<(u16, Flock<File>), SimulatorError> {
     let lock_dir = std::env::temp_dir().join("tpm-vault-ports");
     std::fs::create_dir_all(&lock_dir).map_err(|source| SimulatorError::Io { path: lock_dir.clone(), source })?;
     let span = u32::from((PORT_MAX - PORT_MIN) / 2);

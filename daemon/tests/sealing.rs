@@ -9,7 +9,7 @@ use std::time::Duration;
 use p256::ecdsa::signature::Signer;
 use p256::pkcs8::EncodePublicKey;
 use support::{key, TpmEnv};
-use tpm_vault_daemon::model::{KeyAlg, PcrBank, PcrSelection, SignInput};
+use tpm_vault_daemon::model::{KeyAlg, PcrBank, PcrSelection, PcrTarget, SignInput};
 use tpm_vault_daemon::store::SealedRecord;
 use tpm_vault_daemon::tpm::pcr;
 use tpm_vault_daemon::vault::{SealTarget, SignRequest};
@@ -155,7 +155,10 @@ async fn pcr9_bound_signing_key_signs_only_in_the_bound_state() {
     let vault = env.vault().await;
     vault.pcr_extend(PcrBank::Sha256, 9, measurement("kernel-1")).await.expect("extend");
     let name = key("bound");
-    vault.create_key(name.clone(), KeyAlg::EccP256, 0, None, Some((pcr9(), None))).await.expect("create");
+    vault
+        .create_key(name.clone(), KeyAlg::EccP256, 0, None, Some(PcrTarget { selection: pcr9(), values: None }))
+        .await
+        .expect("create");
     let req = || SignRequest { input: SignInput::Message(b"firmware".to_vec()), hash: None, scheme: None };
     let sig = vault.sign(&name, req(), None).await.expect("sign in bound state");
     assert!(vault

@@ -20,17 +20,19 @@ use tss_esapi::structures::{Digest, SensitiveData};
 struct RecordingProxy {
     port: u16,
     captured: Arc<Mutex<Vec<u8>>>,
+    /// Keeps other tests (and their swtpm instances) off our ports.
+    _lock: nix::fcntl::Flock<std::fs::File>,
 }
 
 impl RecordingProxy {
     fn start(target: u16) -> Self {
         let captured = Arc::new(Mutex::new(Vec::new()));
-        let (port, listeners) = (20000..32000u16)
-            .step_by(7)
-            .find_map(|p| {
+        let (port, listeners, lock) = (0..20)
+            .find_map(|_| {
+                let (p, lock) = tpm_vault_daemon::simulator::claim_port_pair().ok()?;
                 let a = TcpListener::bind(("127.0.0.1", p)).ok()?;
                 let b = TcpListener::bind(("127.0.0.1", p + 1)).ok()?;
-                Some((p, [a, b]))
+                Some((p, [a, b], lock))
             })
             .expect("free port pair");
         for (i, listener) in listeners.into_iter().enumerate() {
@@ -44,7 +46,7 @@ impl RecordingProxy {
                 }
             });
         }
-        Self { port, captured }
+        Self { port, captured, _lock: lock }
     }
 
     fn tcti(&self) -> String {

@@ -19,7 +19,7 @@ fn generated_code_is_up_to_date() {
         .build_client(true)
         .out_dir(&out)
         .file_descriptor_set_path(out.join("tpmvault_descriptor.bin"))
-        .compile_protos(&protos, &[root.clone()])
+        .compile_protos(&protos, std::slice::from_ref(&root))
         .expect("protoc");
     let gen = root.join("src/gen");
     let mut stale = Vec::new();

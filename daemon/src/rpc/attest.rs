@@ -31,7 +31,7 @@ fn selection(b: Option<pb::PcrBinding>, default: &[u32]) -> Result<PcrSelection,
             if !b.values.is_empty() {
                 return Err(Error::InvalidArgument("PCR values are not accepted here".into()));
             }
-            Ok(pcr_binding(b)?.0)
+            Ok(pcr_binding(b)?.selection)
         }
         Some(b) => PcrSelection::new(b.bank.parse()?, default),
         None => PcrSelection::new(PcrBank::Sha256, default),

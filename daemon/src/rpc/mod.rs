@@ -23,7 +23,7 @@ use tpm_vault_proto::v1::status_service_server::StatusServiceServer;
 use crate::auth::{Access, Grant, Identity, Operation};
 use crate::error::Error;
 use crate::metrics::Metrics;
-use crate::model::{KeyName, PcrBank, PcrSelection};
+use crate::model::{KeyName, PcrBank, PcrSelection, PcrTarget};
 use crate::vault::Vault;
 
 /// Largest request or response message (a message to sign is at most 4 MiB).
@@ -87,12 +87,12 @@ fn observe<T>(
 
 /// Parses a PCR binding: bank (default sha256), indices (default 9), optional values (one per
 /// index, in the order given).
-fn pcr_binding(b: tpm_vault_proto::v1::PcrBinding) -> Result<(PcrSelection, Option<Vec<Vec<u8>>>), Error> {
+fn pcr_binding(b: tpm_vault_proto::v1::PcrBinding) -> Result<PcrTarget, Error> {
     let bank: PcrBank = b.bank.parse()?;
     let indices = if b.pcrs.is_empty() { vec![9] } else { b.pcrs.clone() };
     let selection = PcrSelection::new(bank, &indices)?;
     if b.values.is_empty() {
-        return Ok((selection, None));
+        return Ok(PcrTarget { selection, values: None });
     }
     if b.values.len() != indices.len() {
         return Err(Error::InvalidArgument(format!("{} PCR values given for {} PCRs", b.values.len(), indices.len())));
@@ -104,7 +104,7 @@ fn pcr_binding(b: tpm_vault_proto::v1::PcrBinding) -> Result<(PcrSelection, Opti
     let mut pairs: Vec<(u32, Vec<u8>)> = indices.into_iter().zip(b.values).collect();
     pairs.sort_by_key(|(i, _)| *i);
     pairs.dedup_by_key(|(i, _)| *i);
-    Ok((selection, Some(pairs.into_iter().map(|(_, v)| v).collect())))
+    Ok(PcrTarget { selection, values: Some(pairs.into_iter().map(|(_, v)| v).collect()) })
 }
 
 /// Every service of the API, plus gRPC health and reflection.

@@ -11,7 +11,7 @@ use zeroize::Zeroizing;
 use super::{observe, pcr_binding, Ctx};
 use crate::auth::{identity, Operation, Peer};
 use crate::error::Error;
-use crate::model::{KeyName, PcrBank, PcrSelection};
+use crate::model::{KeyName, PcrBank, PcrSelection, PcrTarget};
 use crate::vault::seal::{authority_der, SealTarget};
 
 /// Largest sealed secret (the message limit of this service).
@@ -47,7 +47,10 @@ impl SealService for SealRpc {
             let name = KeyName::try_from(r.name.as_str())?;
             grant = Some(self.ctx.authorize(who, Operation::Seal, Some(&name)).await?);
             let (selection, values) = match r.pcr_binding {
-                Some(b) => pcr_binding(b)?,
+                Some(b) => {
+                    let t = pcr_binding(b)?;
+                    (t.selection, t.values)
+                }
                 None => (default_selection()?, None),
             };
             let target = if r.authorized_by.is_empty() {
@@ -99,7 +102,7 @@ impl SealService for SealRpc {
             let key = KeyName::try_from(r.key_name.as_str())?;
             grant = Some(self.ctx.authorize(who, Operation::Sign, Some(&key)).await?);
             let binding = r.pcrs.ok_or_else(|| Error::InvalidArgument("pcrs with values are required".into()))?;
-            let (selection, values) = pcr_binding(binding)?;
+            let PcrTarget { selection, values } = pcr_binding(binding)?;
             let values = values.ok_or_else(|| Error::InvalidArgument("PCR values to approve are required".into()))?;
             self.ctx.vault.sign_policy(&key, selection, values, r.policy_version, r.expires_unix).await
         }

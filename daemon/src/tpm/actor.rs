@@ -236,6 +236,7 @@ impl Tpm {
         let manufacturer = manufacturer
             .map(|m| m.to_be_bytes().iter().filter(|b| b.is_ascii_graphic()).map(|&b| b as char).collect())
             .unwrap_or_default();
+        flush_leftovers(&mut ctx);
         let (srk, srk_transient) = Self::load_srk(&mut ctx)?;
         let (_, srk_name, _) = ctx.read_public(srk).map_err(wrap("TPM2_ReadPublic"))?;
         let srk_name = srk_name.value().to_vec();
@@ -745,6 +746,35 @@ impl Conn {
 /// tracks; with the link gone those calls fail fast and are ignored.
 fn drop_quietly(conn: Conn) {
     drop(conn);
+}
+
+/// Flushes transient objects and sessions left in the TPM by an earlier owner that died without
+/// cleaning up (a crashed daemon on a TPM without a resource manager, such as swtpm or
+/// /dev/tpm0, leaves them occupying the few object slots). The vault is the TPM's only user on
+/// such devices; behind /dev/tpmrm0 the list only shows this connection's own (none yet).
+fn flush_leftovers(ctx: &mut Context) {
+    const HANDLE_RANGES: [u32; 3] = [TRANSIENT_FIRST, 0x0200_0000, 0x0300_0000];
+    let mut flushed = 0;
+    for first in HANDLE_RANGES {
+        let Ok((CapabilityData::Handles(list), _)) = ctx.get_capability(CapabilityType::Handles, first, 64) else {
+            continue;
+        };
+        for handle in list.iter() {
+            let raw = u32::from(*handle);
+            if raw >> 24 != first >> 24 {
+                continue;
+            }
+            let Ok(tpm_handle) = RawTpmHandle::try_from(raw) else { continue };
+            if let Ok(obj) = ctx.execute_without_session(|c| c.tr_from_tpm_public(tpm_handle)) {
+                if ctx.flush_context(obj).is_ok() {
+                    flushed += 1;
+                }
+            }
+        }
+    }
+    if flushed > 0 {
+        tracing::warn!(flushed, "flushed TPM objects/sessions left by an earlier process");
+    }
 }
 
 /// The NULL hashcheck ticket an unrestricted key accepts for externally computed digests.

@@ -33,7 +33,19 @@ struct Job {
     /// Ends the actor after this job (shutdown), even while other handles exist.
     stop: bool,
     deadline: Instant,
-    run: Box<dyn FnOnce(Option<&mut Tpm>) -> bool + Send>,
+    run: Box<dyn Work>,
+}
+
+/// The body of a job: gets the TPM (or `None` when the job expired before it could run) and
+/// reports success for the metrics.
+trait Work: Send {
+    fn run(self: Box<Self>, tpm: Option<&mut Tpm>) -> bool;
+}
+
+impl<F: FnOnce(Option<&mut Tpm>) -> bool + Send> Work for F {
+    fn run(self: Box<Self>, tpm: Option<&mut Tpm>) -> bool {
+        (*self)(tpm)
+    }
 }
 
 /// Tuning for the actor's queue and deadlines.
@@ -98,9 +110,9 @@ impl TpmHandle {
                     let start = Instant::now();
                     let label = job.label;
                     if start > job.deadline {
-                        (job.run)(None);
+                        job.run.run(None);
                     } else {
-                        let ok = (job.run)(Some(&mut tpm));
+                        let ok = job.run.run(Some(&mut tpm));
                         actor_shared.metrics.observe(label, start.elapsed(), ok);
                     }
                     actor_shared.set_loaded(tpm.loaded_objects());
@@ -108,7 +120,7 @@ impl TpmHandle {
                     if job.stop {
                         rx.close();
                         while let Ok(rest) = rx.try_recv() {
-                            (rest.run)(None);
+                            rest.run.run(None);
                             actor_shared.queued.fetch_sub(1, Ordering::Relaxed);
                         }
                         break;
@@ -240,7 +252,12 @@ impl TpmHandle {
     /// every object the vault loaded is flushed and the TPM connection closed. Waits for the
     /// thread up to `grace`. Safe to call from any clone, once or more.
     pub async fn shutdown(&self, grace: Duration) {
-        let job = Job { label: "stop", stop: true, deadline: Instant::now() + grace, run: Box::new(|_| true) };
+        let job = Job {
+            label: "stop",
+            stop: true,
+            deadline: Instant::now() + grace,
+            run: Box::new(|_: Option<&mut Tpm>| true),
+        };
         self.shared.queued.fetch_add(1, Ordering::Relaxed);
         if self.tx.send_timeout(job, grace).await.is_err() {
             self.shared.queued.fetch_sub(1, Ordering::Relaxed);

@@ -18,7 +18,7 @@ use super::{blocking, marshal_private, object_name, unix_now, Vault};
 use crate::crypto::drbg::Drbg;
 use crate::crypto::stream::{Decryptor, Encryptor, Header};
 use crate::error::Error;
-use crate::model::{KeyName, PcrSelection};
+use crate::model::{KeyName, PcrTarget};
 use crate::store::record::RECORD_VERSION;
 use crate::store::{DataKeyRecord, SealPolicy, StoreError};
 use crate::tpm::{pcr, templates, KeyBlob, PolicyAuth, TpmError};
@@ -150,7 +150,7 @@ impl Vault {
         &self,
         name: KeyName,
         owner_uid: u32,
-        pcr: Option<(PcrSelection, Option<Vec<Vec<u8>>>)>,
+        pcr: Option<PcrTarget>,
     ) -> Result<String, Error> {
         let store = self.store().clone();
         let n = name.clone();
@@ -158,7 +158,7 @@ impl Vault {
             return Err(Error::KeyExists(name.to_string()));
         }
         let pcr_policy = match pcr {
-            Some((selection, values)) => Some(self.pcr_policy(&selection, values).await?),
+            Some(t) => Some(self.pcr_policy(&t.selection, t.values).await?),
             None => None,
         };
         let template = match &pcr_policy {

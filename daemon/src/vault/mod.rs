@@ -23,7 +23,7 @@ pub use seal::{SealInfo, SealTarget};
 
 use crate::crypto::verify;
 use crate::error::Error;
-use crate::model::{HashAlg, KeyAlg, KeyName, PcrSelection, Scheme, SignInput};
+use crate::model::{HashAlg, KeyAlg, KeyName, PcrTarget, Scheme, SignInput};
 use crate::store::{KeyRecord, SealPolicy, Store, StoreError};
 use crate::tpm::actor::ActorConfig;
 use crate::tpm::{convert, templates, KeyBlob, PolicyAuth, QueueConfig, TpmError, TpmHandle, TpmInfo};
@@ -221,7 +221,7 @@ impl Vault {
         alg: KeyAlg,
         owner_uid: u32,
         auth: Option<Zeroizing<Vec<u8>>>,
-        pcr: Option<(PcrSelection, Option<Vec<Vec<u8>>>)>,
+        pcr: Option<PcrTarget>,
     ) -> Result<KeyInfo, Error> {
         if let Some(a) = &auth {
             if a.len() > MAX_AUTH {
@@ -235,7 +235,7 @@ impl Vault {
             return Err(Error::KeyExists(name.to_string()));
         }
         let pcr_policy = match pcr {
-            Some((selection, values)) => Some(self.pcr_policy(&selection, values).await?),
+            Some(t) => Some(self.pcr_policy(&t.selection, t.values).await?),
             None => None,
         };
         let auth_policy = match &pcr_policy {

@@ -1,0 +1,104 @@
+//! The vault library in this process: `Vault::open` + `Vault::sign` from one async caller.
+//! Each signature is a job queued to the TPM actor thread (which keeps the key loaded and
+//! signs with one `TPM2_Sign`), awaited over a oneshot channel with a deadline, then
+//! DER-encoded: exactly what the daemon's Sign RPC does below gRPC.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context as _, Result};
+use tpm_vault_daemon::model::{HashAlg, KeyAlg, KeyName, Scheme, SignInput};
+use tpm_vault_daemon::tpm::QueueConfig;
+use tpm_vault_daemon::vault::SignRequest;
+use tpm_vault_daemon::{Vault, VaultConfig};
+
+use super::{CpuSnapshot, Pids, Timing, DIGEST, KEY_NAME};
+use crate::stats::Measurement;
+
+/// How long shutdown waits for the actor to flush and close.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+async fn open(state_dir: &Path, tcti: &str) -> Result<Vault> {
+    Vault::open(VaultConfig {
+        state_dir: state_dir.to_owned(),
+        tcti: tcti.to_owned(),
+        // The daemon's default.
+        max_loaded_objects: 3,
+        queue: QueueConfig::default(),
+        simulator: false,
+        // The daemon's default (unused here: no data keys are involved).
+        datakey_idle: Duration::from_secs(300),
+    })
+    .await
+    .with_context(|| format!("opening the vault in {}", state_dir.display()))
+}
+
+fn key_name() -> Result<KeyName> {
+    KeyName::try_from(KEY_NAME).context("key name")
+}
+
+fn request() -> SignRequest {
+    SignRequest { input: SignInput::Digest(DIGEST.to_vec()), hash: Some(HashAlg::Sha256), scheme: Some(Scheme::Ecdsa) }
+}
+
+/// Creates the benchmark key in the vault at `state_dir` (owned by the current user, no
+/// password) unless it exists; the daemon phase uses the same state directory.
+///
+/// # Errors
+/// Vault errors.
+pub async fn create_key(state_dir: &Path, tcti: &str) -> Result<()> {
+    let vault = open(state_dir, tcti).await?;
+    let name = key_name()?;
+    let result = if vault.key(&name).await.is_ok() {
+        Ok(())
+    } else {
+        let uid = nix::unistd::getuid().as_raw();
+        vault.create_key(name, KeyAlg::EccP256, uid, None, None).await.map(drop).context("creating the benchmark key")
+    };
+    vault.shutdown(SHUTDOWN_GRACE).await;
+    result
+}
+
+/// Opens the vault, checks one signature in-core, signs in a loop, shuts the vault down (which
+/// flushes its objects and closes the TPM connection).
+///
+/// # Errors
+/// Vault errors, or a signature that does not verify.
+pub async fn run(state_dir: &Path, tcti: &str, timing: Timing, pids: Pids) -> Result<Measurement> {
+    let vault = open(state_dir, tcti).await?;
+    let result = measure(&vault, timing, pids).await;
+    vault.shutdown(SHUTDOWN_GRACE).await;
+    result
+}
+
+async fn measure(vault: &Vault, timing: Timing, pids: Pids) -> Result<Measurement> {
+    let name = key_name()?;
+    let first = vault.sign(&name, request(), None).await?;
+    let valid = vault
+        .verify(&name, SignInput::Digest(DIGEST.to_vec()), &first.signature, Some(HashAlg::Sha256), Some(Scheme::Ecdsa))
+        .await?;
+    ensure!(valid, "vault signature does not verify");
+
+    CpuSnapshot::take(pids)?;
+    let t0 = Instant::now() + timing.warmup;
+    let t1 = t0 + timing.window;
+    let mut latencies = Vec::new();
+    let mut cpu_start = None;
+    loop {
+        let start = Instant::now();
+        if start >= t1 {
+            break;
+        }
+        if cpu_start.is_none() && start >= t0 {
+            cpu_start = Some(CpuSnapshot::take(pids)?);
+        }
+        vault.sign(&name, request(), None).await?;
+        let end = Instant::now();
+        if end >= t0 && end <= t1 {
+            latencies.push(end - start);
+        }
+    }
+    let cpu_end = CpuSnapshot::take(pids)?;
+    let cpu = cpu_start.map(|s| cpu_end.since(&s)).unwrap_or_default();
+    Ok(Measurement::finish(latencies, timing.window, cpu))
+}

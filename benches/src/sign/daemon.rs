@@ -1,0 +1,356 @@
+//! The real `tpm-vaultd` binary over its Unix socket.
+//!
+//! Each round starts a fresh daemon on the shared swtpm (state directory shared with the
+//! library phase, so the benchmark key exists), times start-to-ready (spawn until the socket
+//! accepts a connection), reads its idle RSS, checks one signature with the Verify RPC, then
+//! drives the Sign RPC from 1, 4, 16 and 64 concurrent clients, each on its own HTTP/2
+//! connection, one request in flight per client. Afterwards it reads the RSS again and stops
+//! the daemon with SIGTERM (which flushes its TPM objects and closes the TPM connection).
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context as _, Result};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use tokio::runtime::Runtime;
+use tokio::task::JoinSet;
+use tonic::transport::{Channel, Endpoint};
+use tpm_vault_proto::v1 as pb;
+use tpm_vault_proto::v1::key_service_client::KeyServiceClient;
+
+use super::{CpuSnapshot, Pids, Timing, DIGEST, KEY_NAME};
+use crate::procfs::{self, Proc};
+use crate::stats::Measurement;
+
+/// Longest wait for the socket to accept after spawning.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest wait for the daemon to exit after SIGTERM (its own grace is 10 s).
+const STOP_TIMEOUT: Duration = Duration::from_secs(20);
+/// Pause between "socket accepts" and reading the idle RSS.
+const SETTLE: Duration = Duration::from_millis(200);
+
+/// Where and how to run the daemon.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    /// `tpm-vaultd` binary.
+    pub bin: PathBuf,
+    /// TCTI of the shared swtpm.
+    pub tcti: String,
+    /// State directory (shared with the library phase).
+    pub state_dir: PathBuf,
+    /// Scratch directory for the socket, config, policies and logs (keep the path short:
+    /// Unix socket paths are limited to 107 bytes).
+    pub work: PathBuf,
+    /// `RUST_LOG` of the daemon (`info` is what it ships with).
+    pub rust_log: String,
+}
+
+/// One concurrency level of one round.
+#[derive(Debug, Clone)]
+pub struct Level {
+    /// Concurrent clients (= connections = requests in flight).
+    pub clients: usize,
+    /// Requests completed, latencies (as the client sees them) and CPU use.
+    pub m: Measurement,
+}
+
+/// What one daemon round measured.
+#[derive(Debug, Clone)]
+pub struct DaemonRound {
+    /// Spawn until the socket accepts.
+    pub ready: Duration,
+    /// VmRSS after start, before any request, KiB.
+    pub rss_idle_kib: u64,
+    /// VmRSS after the last load level, KiB.
+    pub rss_loaded_kib: u64,
+    /// The load levels in the order run.
+    pub levels: Vec<Level>,
+    /// Requests the daemon answered in the round (warm-ups and the check included).
+    pub requests: u64,
+    /// Lines the daemon wrote to stdout/stderr in the round.
+    pub log_lines: u64,
+}
+
+/// A running daemon, killed on drop if it was not stopped.
+struct Daemon {
+    child: Child,
+    socket: PathBuf,
+    log: PathBuf,
+}
+
+impl Daemon {
+    fn start(setup: &Setup, round: usize) -> Result<(Self, Duration)> {
+        let socket = setup.work.join("vault.sock");
+        let policies = setup.work.join("policies");
+        let config = setup.work.join("config.toml");
+        let log = setup.work.join(format!("daemon-round{round}.log"));
+        if socket.exists() {
+            std::fs::remove_file(&socket).with_context(|| format!("{}", socket.display()))?;
+        }
+        std::fs::create_dir_all(&policies).with_context(|| format!("{}", policies.display()))?;
+        // Access is denied by default: allow this user to sign with (and verify against) the
+        // benchmark key, nothing else.
+        let policy = policies.join("bench.toml");
+        std::fs::write(&policy, policy_toml(nix::unistd::getuid().as_raw()))
+            .with_context(|| format!("{}", policy.display()))?;
+        // An explicit empty config keeps /etc/tpm-vault/config.toml out of the measurement.
+        std::fs::write(&config, "").with_context(|| format!("{}", config.display()))?;
+        let out = File::create(&log).with_context(|| format!("{}", log.display()))?;
+        let err = out.try_clone()?;
+
+        let mut cmd = Command::new(&setup.bin);
+        cmd.arg("--config")
+            .arg(&config)
+            .arg("--tcti")
+            .arg(&setup.tcti)
+            .arg("--state-dir")
+            .arg(&setup.state_dir)
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--policies")
+            .arg(&policies)
+            // Not inherited: a debug filter in the caller's environment would measure logging.
+            .env("RUST_LOG", &setup.rust_log)
+            .env_remove("NOTIFY_SOCKET")
+            .env_remove("LISTEN_FDS")
+            .env_remove("LISTEN_PID")
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err);
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("TPM_VAULT_") {
+                cmd.env_remove(key);
+            }
+        }
+        let started = Instant::now();
+        let child = cmd.spawn().with_context(|| format!("starting {}", setup.bin.display()))?;
+        let mut daemon = Self { child, socket, log };
+        loop {
+            if UnixStream::connect(&daemon.socket).is_ok() {
+                break;
+            }
+            if let Some(status) = daemon.child.try_wait()? {
+                bail!("tpm-vaultd exited during start ({status}); its log:\n{}", daemon.log_tail());
+            }
+            if started.elapsed() > READY_TIMEOUT {
+                bail!(
+                    "tpm-vaultd did not accept on {} within {READY_TIMEOUT:?}; its log:\n{}",
+                    daemon.socket.display(),
+                    daemon.log_tail()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let ready = started.elapsed();
+        Ok((daemon, ready))
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGTERM, then wait for a clean exit.
+    fn stop(mut self) -> Result<()> {
+        let pid = Pid::from_raw(i32::try_from(self.pid()).context("pid out of range")?);
+        kill(pid, Signal::SIGTERM).context("sending SIGTERM to tpm-vaultd")?;
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                ensure!(
+                    status.success(),
+                    "tpm-vaultd exited with {status} after SIGTERM; its log:\n{}",
+                    self.log_tail()
+                );
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("tpm-vaultd still running {STOP_TIMEOUT:?} after SIGTERM; its log:\n{}", self.log_tail());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Lines in the daemon's log so far.
+    fn log_lines(&self) -> u64 {
+        std::fs::read(&self.log).map_or(0, |b| b.iter().filter(|&&c| c == b'\n').count() as u64)
+    }
+
+    /// The last few KiB of the daemon's log, for error messages.
+    fn log_tail(&self) -> String {
+        let mut text = String::new();
+        if let Ok(mut f) = File::open(&self.log) {
+            let len = f.metadata().map_or(0, |m| m.len());
+            let _ = f.seek(SeekFrom::Start(len.saturating_sub(4096)));
+            let _ = f.read_to_string(&mut text);
+        }
+        text
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The access policy the benchmark runs under.
+fn policy_toml(uid: u32) -> String {
+    format!(
+        "[[rule]]\nname = \"benchmark\"\nclients = [\"uid:{uid}\"]\nkeys = [\"{KEY_NAME}\"]\n\
+         operations = [\"sign\", \"public\"]\n"
+    )
+}
+
+async fn connect(socket: &Path) -> Result<KeyServiceClient<Channel>> {
+    let channel = Endpoint::from_shared(format!("unix://{}", socket.display()))?
+        .connect()
+        .await
+        .with_context(|| format!("connecting to {}", socket.display()))?;
+    Ok(KeyServiceClient::new(channel))
+}
+
+fn sign_request() -> pb::SignRequest {
+    pb::SignRequest {
+        name: KEY_NAME.into(),
+        input: Some(pb::sign_request::Input::Digest(DIGEST.to_vec())),
+        hash: pb::HashAlgorithm::Sha256 as i32,
+        scheme: pb::SignatureScheme::Ecdsa as i32,
+        ..Default::default()
+    }
+}
+
+/// Adds a hint to the errors a benchmark can cause itself.
+fn rpc_error(status: tonic::Status, policies: &Path) -> anyhow::Error {
+    let hint = match status.code() {
+        tonic::Code::PermissionDenied => {
+            format!(" (the daemon's access policy denied the benchmark user; policies dir {})", policies.display())
+        }
+        tonic::Code::NotFound => " (the benchmark key is missing from the state dir)".into(),
+        _ => String::new(),
+    };
+    anyhow::Error::new(status).context(format!("Sign/Verify RPC failed{hint}"))
+}
+
+/// One signature checked with the Verify RPC (in-core verification in the daemon).
+// `..Default::default()` keeps this compiling when the proto gains fields.
+#[allow(clippy::needless_update)]
+async fn check_signature(socket: &Path, policies: &Path) -> Result<()> {
+    let mut client = connect(socket).await?;
+    let sig = client.sign(sign_request()).await.map_err(|s| rpc_error(s, policies))?.into_inner();
+    let verdict = client
+        .verify(pb::VerifyRequest {
+            name: KEY_NAME.into(),
+            input: Some(pb::verify_request::Input::Digest(DIGEST.to_vec())),
+            signature: sig.signature,
+            hash: pb::HashAlgorithm::Sha256 as i32,
+            scheme: pb::SignatureScheme::Ecdsa as i32,
+            ..Default::default()
+        })
+        .await
+        .map_err(|s| rpc_error(s, policies))?
+        .into_inner();
+    ensure!(verdict.valid, "daemon signature does not verify");
+    Ok(())
+}
+
+async fn client_loop(
+    mut client: KeyServiceClient<Channel>,
+    t0: Instant,
+    t1: Instant,
+    policies: PathBuf,
+) -> Result<(Vec<Duration>, u64)> {
+    let request = sign_request();
+    let mut latencies = Vec::new();
+    let mut total = 0;
+    loop {
+        let start = Instant::now();
+        if start >= t1 {
+            break;
+        }
+        client.sign(request.clone()).await.map_err(|s| rpc_error(s, &policies))?;
+        total += 1;
+        let end = Instant::now();
+        if end >= t0 && end <= t1 {
+            latencies.push(end - start);
+        }
+    }
+    Ok((latencies, total))
+}
+
+/// Runs `clients` clients against the daemon for warm-up + window; also returns every request
+/// completed, warm-up included.
+async fn level(
+    socket: &Path,
+    policies: &Path,
+    clients: usize,
+    timing: Timing,
+    pids: Pids,
+) -> Result<(Measurement, u64)> {
+    let mut conns = Vec::with_capacity(clients);
+    for _ in 0..clients {
+        conns.push(connect(socket).await?);
+    }
+    CpuSnapshot::take(pids)?;
+    let t0 = Instant::now() + timing.warmup;
+    let t1 = t0 + timing.window;
+    let mut tasks = JoinSet::new();
+    for client in conns {
+        tasks.spawn(client_loop(client, t0, t1, policies.to_owned()));
+    }
+    tokio::time::sleep_until(t0.into()).await;
+    let cpu_start = CpuSnapshot::take(pids)?;
+    tokio::time::sleep_until(t1.into()).await;
+    let cpu_end = CpuSnapshot::take(pids)?;
+    let mut latencies = Vec::new();
+    let mut total = 0;
+    while let Some(joined) = tasks.join_next().await {
+        let (l, n) = joined.context("client task panicked")??;
+        latencies.extend(l);
+        total += n;
+    }
+    let m = Measurement::finish(latencies, timing.window, cpu_end.since(&cpu_start));
+    Ok((m, total))
+}
+
+/// One daemon round: start, idle RSS, check, the load levels, loaded RSS, stop.
+///
+/// # Errors
+/// Start/stop failures, RPC errors, a signature that does not verify.
+pub fn run(
+    setup: &Setup,
+    round: usize,
+    levels: &[usize],
+    timing: Timing,
+    swtpm_pid: u32,
+    rt: &Runtime,
+    mut progress: impl FnMut(&str),
+) -> Result<DaemonRound> {
+    let (daemon, ready) = Daemon::start(setup, round)?;
+    progress(&format!("ready in {:.0} ms", ready.as_secs_f64() * 1e3));
+    std::thread::sleep(SETTLE);
+    let pid = daemon.pid();
+    let rss_idle_kib = procfs::rss_kib(Proc::Pid(pid))?;
+    let pids = Pids { swtpm: swtpm_pid, daemon: Some(pid) };
+    let policies = setup.work.join("policies");
+    rt.block_on(check_signature(&daemon.socket, &policies))?;
+    let mut requests = 2;
+    let mut done = Vec::with_capacity(levels.len());
+    for &clients in levels {
+        let (m, n) = rt.block_on(level(&daemon.socket, &policies, clients, timing, pids))?;
+        requests += n;
+        progress(&format!("{clients} clients: {:.0} req/s, p50 {:.0} µs", m.rate(), m.p50().as_secs_f64() * 1e6));
+        done.push(Level { clients, m });
+    }
+    let rss_loaded_kib = procfs::rss_kib(Proc::Pid(pid))?;
+    let log_lines = daemon.log_lines();
+    daemon.stop()?;
+    Ok(DaemonRound { ready, rss_idle_kib, rss_loaded_kib, levels: done, requests, log_lines })
+}

@@ -1,0 +1,469 @@
+//! Turns the rounds into the published figures: medians with min..max over the rounds, and
+//! for every figure a ratio against its peer *computed within each round* (so a slow moment of
+//! the shared machine hits both sides of a ratio), then checked against the targets.
+
+use crate::sign::daemon::DaemonRound;
+use crate::sign::tools::Variant;
+use crate::stats::{Measurement, Spread};
+
+/// Everything one round measured.
+#[derive(Debug, Clone)]
+pub struct Round {
+    /// In-process ESAPI.
+    pub raw: Measurement,
+    /// The vault library through its TPM actor.
+    pub actor: Measurement,
+    /// The daemon over its socket.
+    pub daemon: DaemonRound,
+    /// tpm2-tools variants (empty when tpm2-tools is not installed).
+    pub tools: Vec<(Variant, Measurement)>,
+}
+
+/// A target a figure must meet.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Goal {
+    /// The figure must be at least this.
+    AtLeast(f64),
+    /// The figure must be below this.
+    Below(f64),
+}
+
+impl Goal {
+    /// Whether `value` meets the goal.
+    pub fn met(self, value: f64) -> bool {
+        match self {
+            Self::AtLeast(t) => value >= t,
+            Self::Below(t) => value < t,
+        }
+    }
+
+    /// `≥ 0.97`, `< 150`.
+    pub fn describe(self, decimals: usize) -> String {
+        match self {
+            Self::AtLeast(t) => format!("≥ {t:.decimals$}"),
+            Self::Below(t) => format!("< {t:.decimals$}"),
+        }
+    }
+}
+
+/// A figure divided by its peer's, per round.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ratio {
+    /// What it is divided by.
+    pub peer: String,
+    /// The per-round ratios.
+    pub value: Spread,
+    /// The goal, if this ratio has one.
+    pub goal: Option<Goal>,
+}
+
+/// What a signing row measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Path {
+    /// In-process ESAPI.
+    Raw,
+    /// Vault library.
+    Actor,
+    /// Daemon at this many clients.
+    Daemon(usize),
+    /// tpm2-tools.
+    Tools(Variant),
+}
+
+/// One line of the signing table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SignRow {
+    /// What was measured.
+    pub path: Path,
+    /// Human label.
+    pub label: String,
+    /// Signatures per second.
+    pub rate: Spread,
+    /// Median latency, µs.
+    pub p50_us: Spread,
+    /// 99th percentile latency, µs.
+    pub p99_us: Spread,
+    /// Rate divided by the peer's rate.
+    pub ratio: Option<Ratio>,
+}
+
+/// A single figure with its ratio (resource and latency tables).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Figure {
+    /// Human label.
+    pub label: String,
+    /// Unit of `value`.
+    pub unit: &'static str,
+    /// The figure over the rounds.
+    pub value: Spread,
+    /// Goal on the value itself (e.g. added latency).
+    pub goal: Option<Goal>,
+    /// Ratio against a peer, if it has one.
+    pub ratio: Option<Ratio>,
+}
+
+/// A target line of the report's headline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Check {
+    /// What is checked.
+    pub what: String,
+    /// Median value.
+    pub value: f64,
+    /// Unit suffix (`×` for ratios).
+    pub unit: &'static str,
+    /// Decimals to print.
+    pub decimals: usize,
+    /// The goal.
+    pub goal: Goal,
+}
+
+impl Check {
+    /// PASS or MISS.
+    pub fn verdict(&self) -> &'static str {
+        if self.goal.met(self.value) {
+            "PASS"
+        } else {
+            "MISS"
+        }
+    }
+}
+
+/// All published figures.
+#[derive(Debug, Clone)]
+pub struct Summary {
+    /// Rounds summarised.
+    pub rounds: usize,
+    /// Signing throughput and latency.
+    pub sign: Vec<SignRow>,
+    /// Latency the vault adds.
+    pub latency: Vec<Figure>,
+    /// Daemon start, memory.
+    pub daemon: Vec<Figure>,
+    /// CPU per 1,000 signatures.
+    pub cpu: Vec<Figure>,
+    /// Targets.
+    pub checks: Vec<Check>,
+}
+
+/// Library/raw throughput target.
+pub const ACTOR_GOAL: Goal = Goal::AtLeast(0.97);
+/// Daemon/raw throughput target at [`DAEMON_GOAL_CLIENTS`].
+pub const DAEMON_GOAL: Goal = Goal::AtLeast(0.95);
+/// Concurrency at which [`DAEMON_GOAL`] applies.
+pub const DAEMON_GOAL_CLIENTS: usize = 16;
+/// Added p50 latency target at one client, µs.
+pub const ADDED_LATENCY_GOAL: Goal = Goal::Below(150.0);
+
+fn us(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn spread(values: impl Iterator<Item = f64>) -> Spread {
+    let v: Vec<f64> = values.collect();
+    Spread::of(&v).unwrap_or(Spread { median: f64::NAN, min: f64::NAN, max: f64::NAN })
+}
+
+fn ratio_of(num: &[f64], den: &[f64], peer: &str, goal: Option<Goal>) -> Ratio {
+    let values = num.iter().zip(den).map(|(n, d)| if *d > 0.0 { n / d } else { f64::NAN });
+    Ratio { peer: peer.into(), value: spread(values), goal }
+}
+
+impl Summary {
+    /// Summarises `rounds` (which must all have the same daemon levels and tool variants).
+    pub fn new(rounds: &[Round]) -> Self {
+        let raw: Vec<&Measurement> = rounds.iter().map(|r| &r.raw).collect();
+        let raw_rate: Vec<f64> = raw.iter().map(|m| m.rate()).collect();
+        let levels: Vec<usize> =
+            rounds.first().map(|r| r.daemon.levels.iter().map(|l| l.clients).collect()).unwrap_or_default();
+        let variants: Vec<Variant> =
+            rounds.first().map(|r| r.tools.iter().map(|(v, _)| *v).collect()).unwrap_or_default();
+        let level = |r: &Round, clients: usize| -> Option<Measurement> {
+            r.daemon.levels.iter().find(|l| l.clients == clients).map(|l| l.m.clone())
+        };
+        let tool = |r: &Round, v: Variant| -> Option<Measurement> {
+            r.tools.iter().find(|(x, _)| *x == v).map(|(_, m)| m.clone())
+        };
+
+        // (path, label, per-round measurements)
+        let mut paths: Vec<(Path, String, Vec<Measurement>)> = vec![
+            (Path::Raw, "raw ESAPI, in-process".into(), raw.iter().map(|m| (*m).clone()).collect()),
+            (
+                Path::Actor,
+                "vault library (TPM actor), 1 caller".into(),
+                rounds.iter().map(|r| r.actor.clone()).collect(),
+            ),
+        ];
+        for &c in &levels {
+            let label = if c == 1 {
+                "daemon over gRPC/UDS, 1 client".to_owned()
+            } else {
+                format!("daemon over gRPC/UDS, {c} clients")
+            };
+            let ms = rounds.iter().filter_map(|r| level(r, c)).collect();
+            paths.push((Path::Daemon(c), label, ms));
+        }
+        for &v in &variants {
+            let ms = rounds.iter().filter_map(|r| tool(r, v)).collect();
+            paths.push((Path::Tools(v), v.label().into(), ms));
+        }
+        let daemon1_rate: Vec<f64> = rounds.iter().filter_map(|r| level(r, 1)).map(|m| m.rate()).collect();
+
+        let sign = paths
+            .into_iter()
+            .map(|(path, label, ms)| {
+                let rate: Vec<f64> = ms.iter().map(Measurement::rate).collect();
+                let ratio = match path {
+                    Path::Raw => None,
+                    Path::Actor => Some(ratio_of(&rate, &raw_rate, "raw", Some(ACTOR_GOAL))),
+                    Path::Daemon(c) => {
+                        Some(ratio_of(&rate, &raw_rate, "raw", (c == DAEMON_GOAL_CLIENTS).then_some(DAEMON_GOAL)))
+                    }
+                    Path::Tools(_) if !daemon1_rate.is_empty() => {
+                        Some(ratio_of(&rate, &daemon1_rate, "daemon, 1 client", None))
+                    }
+                    Path::Tools(_) => None,
+                };
+                SignRow {
+                    path,
+                    label,
+                    rate: spread(rate.iter().copied()),
+                    p50_us: spread(ms.iter().map(|m| us(m.p50()))),
+                    p99_us: spread(ms.iter().map(|m| us(m.p99()))),
+                    ratio,
+                }
+            })
+            .collect::<Vec<_>>();
+
+        let raw_p50: Vec<f64> = raw.iter().map(|m| us(m.p50())).collect();
+        let added = |p50s: Vec<f64>| spread(p50s.iter().zip(&raw_p50).map(|(a, b)| a - b));
+        let mut latency = vec![Figure {
+            label: "vault library, 1 caller: p50 − raw p50".into(),
+            unit: "µs",
+            value: added(rounds.iter().map(|r| us(r.actor.p50())).collect()),
+            goal: None,
+            ratio: None,
+        }];
+        if levels.contains(&1) {
+            latency.push(Figure {
+                label: "daemon, 1 client: p50 − raw p50".into(),
+                unit: "µs",
+                value: added(rounds.iter().filter_map(|r| level(r, 1)).map(|m| us(m.p50())).collect()),
+                goal: Some(ADDED_LATENCY_GOAL),
+                ratio: None,
+            });
+        }
+
+        let mib = |kib: u64| kib as f64 / 1024.0;
+        let idle: Vec<f64> = rounds.iter().map(|r| mib(r.daemon.rss_idle_kib)).collect();
+        let loaded: Vec<f64> = rounds.iter().map(|r| mib(r.daemon.rss_loaded_kib)).collect();
+        let max_clients = levels.iter().max().copied().unwrap_or(0);
+        let daemon = vec![
+            Figure {
+                label: "start to ready (spawn until the socket accepts)".into(),
+                unit: "ms",
+                value: spread(rounds.iter().map(|r| r.daemon.ready.as_secs_f64() * 1e3)),
+                goal: None,
+                ratio: None,
+            },
+            Figure {
+                label: "RSS after start, idle".into(),
+                unit: "MiB",
+                value: spread(idle.iter().copied()),
+                goal: None,
+                ratio: None,
+            },
+            Figure {
+                label: format!("RSS after the load (up to {max_clients} clients)"),
+                unit: "MiB",
+                value: spread(loaded.iter().copied()),
+                goal: None,
+                ratio: Some(ratio_of(&loaded, &idle, "idle RSS", None)),
+            },
+            Figure {
+                label: "log lines written per 1,000 requests".into(),
+                unit: "lines",
+                value: spread(
+                    rounds.iter().map(|r| r.daemon.log_lines as f64 * 1000.0 / r.daemon.requests.max(1) as f64),
+                ),
+                goal: None,
+                ratio: None,
+            },
+        ];
+
+        let per_1000 = |m: &Measurement, cpu: std::time::Duration| m.cpu_per_1000(cpu);
+        let raw_cpu: Vec<f64> = raw.iter().map(|m| per_1000(m, m.cpu.bench)).collect();
+        let mut cpu = vec![
+            Figure {
+                label: "raw ESAPI: this process".into(),
+                unit: "ms",
+                value: spread(raw_cpu.iter().copied()),
+                goal: None,
+                ratio: None,
+            },
+            Figure {
+                label: "raw ESAPI: swtpm".into(),
+                unit: "ms",
+                value: spread(raw.iter().map(|m| per_1000(m, m.cpu.swtpm))),
+                goal: None,
+                ratio: None,
+            },
+        ];
+        let raw_swtpm: Vec<f64> = raw.iter().map(|m| per_1000(m, m.cpu.swtpm)).collect();
+        let actor_swtpm: Vec<f64> = rounds.iter().map(|r| per_1000(&r.actor, r.actor.cpu.swtpm)).collect();
+        cpu.push(Figure {
+            label: "vault library: swtpm".into(),
+            unit: "ms",
+            value: spread(actor_swtpm.iter().copied()),
+            goal: None,
+            ratio: Some(ratio_of(&actor_swtpm, &raw_swtpm, "raw ESAPI: swtpm", None)),
+        });
+        if levels.contains(&DAEMON_GOAL_CLIENTS) {
+            let d_swtpm: Vec<f64> = rounds
+                .iter()
+                .filter_map(|r| level(r, DAEMON_GOAL_CLIENTS))
+                .map(|m| per_1000(&m, m.cpu.swtpm))
+                .collect();
+            cpu.push(Figure {
+                label: format!("daemon, {DAEMON_GOAL_CLIENTS} clients: swtpm"),
+                unit: "ms",
+                value: spread(d_swtpm.iter().copied()),
+                goal: None,
+                ratio: Some(ratio_of(&d_swtpm, &raw_swtpm, "raw ESAPI: swtpm", None)),
+            });
+        }
+        let actor_cpu: Vec<f64> = rounds.iter().map(|r| per_1000(&r.actor, r.actor.cpu.bench)).collect();
+        cpu.push(Figure {
+            label: "vault library: this process".into(),
+            unit: "ms",
+            value: spread(actor_cpu.iter().copied()),
+            goal: None,
+            ratio: Some(ratio_of(&actor_cpu, &raw_cpu, "raw ESAPI process", None)),
+        });
+        for &c in &levels {
+            let ms: Vec<Measurement> = rounds.iter().filter_map(|r| level(r, c)).collect();
+            let daemon_cpu: Vec<f64> = ms.iter().map(|m| per_1000(m, m.cpu.daemon.unwrap_or_default())).collect();
+            cpu.push(Figure {
+                label: format!("daemon process, {c} client{}", if c == 1 { "" } else { "s" }),
+                unit: "ms",
+                value: spread(daemon_cpu.iter().copied()),
+                goal: None,
+                ratio: Some(ratio_of(&daemon_cpu, &raw_cpu, "raw ESAPI process", None)),
+            });
+        }
+        for &c in &levels {
+            let ms: Vec<Measurement> = rounds.iter().filter_map(|r| level(r, c)).collect();
+            let client_cpu: Vec<f64> = ms.iter().map(|m| per_1000(m, m.cpu.bench)).collect();
+            cpu.push(Figure {
+                label: format!("gRPC clients (this process), {c} client{}", if c == 1 { "" } else { "s" }),
+                unit: "ms",
+                value: spread(client_cpu.iter().copied()),
+                goal: None,
+                ratio: Some(ratio_of(&client_cpu, &raw_cpu, "raw ESAPI process", None)),
+            });
+        }
+        for &v in &variants {
+            let ms: Vec<Measurement> = rounds.iter().filter_map(|r| tool(r, v)).collect();
+            let tools_cpu: Vec<f64> = ms.iter().map(|m| per_1000(m, m.cpu.children)).collect();
+            cpu.push(Figure {
+                label: format!("{}: the tpm2 processes", v.label()),
+                unit: "ms",
+                value: spread(tools_cpu.iter().copied()),
+                goal: None,
+                ratio: Some(ratio_of(&tools_cpu, &raw_cpu, "raw ESAPI process", None)),
+            });
+        }
+
+        let mut checks = Vec::new();
+        for row in &sign {
+            if let Some(Ratio { value, goal: Some(goal), .. }) = &row.ratio {
+                checks.push(Check {
+                    what: format!("{} ÷ raw, signs/s", row.label),
+                    value: value.median,
+                    unit: "×",
+                    decimals: 2,
+                    goal: *goal,
+                });
+            }
+        }
+        for f in &latency {
+            if let Some(goal) = f.goal {
+                checks.push(Check {
+                    what: format!("added latency, {}", f.label),
+                    value: f.value.median,
+                    unit: " µs",
+                    decimals: 0,
+                    goal,
+                });
+            }
+        }
+
+        Self { rounds: rounds.len(), sign, latency, daemon, cpu, checks }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::sign::daemon::Level;
+    use crate::stats::CpuUse;
+
+    /// A measurement of `ops` operations of `lat_us` each over one second.
+    pub fn m(ops: usize, lat_us: u64) -> Measurement {
+        Measurement::finish(
+            vec![Duration::from_micros(lat_us); ops],
+            Duration::from_secs(1),
+            CpuUse {
+                bench: Duration::from_millis(ops as u64 / 10),
+                children: Duration::from_millis(ops as u64),
+                daemon: Some(Duration::from_millis(ops as u64 / 5)),
+                swtpm: Duration::from_millis(ops as u64 / 2),
+            },
+        )
+    }
+
+    pub fn round(raw: usize, actor: usize, d16: usize) -> Round {
+        Round {
+            raw: m(raw, 700),
+            actor: m(actor, 710),
+            daemon: DaemonRound {
+                ready: Duration::from_millis(40),
+                rss_idle_kib: 10 * 1024,
+                rss_loaded_kib: 12 * 1024,
+                levels: vec![Level { clients: 1, m: m(raw * 9 / 10, 800) }, Level { clients: 16, m: m(d16, 10_000) }],
+                requests: 5000,
+                log_lines: 10,
+            },
+            tools: vec![(Variant::SignFlush, m(50, 20_000))],
+        }
+    }
+
+    #[test]
+    fn ratios_are_paired_per_round_and_checked() {
+        let s = Summary::new(&[round(1000, 990, 960), round(2000, 1900, 1800), round(1500, 1470, 1440)]);
+        assert_eq!(s.rounds, 3);
+        let actor = s.sign.iter().find(|r| r.path == Path::Actor).unwrap_or_else(|| panic!("actor"));
+        let ratio = actor.ratio.as_ref().unwrap_or_else(|| panic!("ratio"));
+        assert!((ratio.value.median - 0.98).abs() < 1e-9);
+        assert!((ratio.value.min - 0.95).abs() < 1e-9);
+        assert!((ratio.value.max - 0.99).abs() < 1e-9);
+        assert_eq!(s.checks.len(), 3);
+        let verdicts: Vec<&str> = s.checks.iter().map(Check::verdict).collect();
+        // actor 0.98 ≥ 0.97; daemon@16 0.96 ≥ 0.95; added latency 100 µs < 150.
+        assert_eq!(verdicts, ["PASS", "PASS", "PASS"]);
+        let tools = s.sign.iter().find(|r| matches!(r.path, Path::Tools(_))).unwrap_or_else(|| panic!("tools"));
+        assert_eq!(tools.ratio.as_ref().map(|r| r.peer.as_str()), Some("daemon, 1 client"));
+        let added = &s.latency[1];
+        assert!((added.value.median - 100.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn misses_are_reported() {
+        let s = Summary::new(&[round(1000, 900, 500)]);
+        let verdicts: Vec<&str> = s.checks.iter().map(Check::verdict).collect();
+        assert_eq!(verdicts, ["MISS", "MISS", "PASS"]);
+        assert!(Goal::Below(150.0).met(149.0) && !Goal::Below(150.0).met(150.0));
+        assert_eq!(Goal::AtLeast(0.97).describe(2), "≥ 0.97");
+    }
+}

@@ -1,0 +1,99 @@
+//! CLI failures: how they are printed and which exit status they give.
+//!
+//! Owns the mapping from gRPC codes to exit statuses (listed in `tpm-vault --help`). It does not
+//! word the messages of client errors: [`crate::Error`]'s `Display` does.
+
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use tonic::Code;
+
+use crate::error::io_reason;
+use crate::Error;
+
+/// Why a command failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CliError {
+    /// The client library failed: no daemon, an error status, input rejected locally.
+    #[error("{0}")]
+    Client(#[from] Error),
+    /// A local file (or stdin/stdout, path `-`) could not be read or written.
+    #[error("cannot {action} {}: {}", display_path(.path, .action), io_reason(.source))]
+    Io {
+        /// `"read"` or `"write"`.
+        action: &'static str,
+        /// The file; `-` for stdin/stdout.
+        path: PathBuf,
+        /// What went wrong.
+        source: io::Error,
+    },
+    /// `verify` found the signature wrong: a result rather than an error, printed as OpenSSL
+    /// does.
+    #[error("Verification failure")]
+    VerificationFailed,
+}
+
+impl CliError {
+    /// A failure to read `path` (`-` = stdin).
+    pub(crate) fn read(path: &Path) -> impl FnOnce(io::Error) -> CliError + '_ {
+        move |source| CliError::Io { action: "read", path: path.to_path_buf(), source }
+    }
+
+    /// A failure to write `path` (`-` = stdout).
+    pub(crate) fn write(path: &Path) -> impl FnOnce(io::Error) -> CliError + '_ {
+        move |source| CliError::Io { action: "write", path: path.to_path_buf(), source }
+    }
+
+    /// A failure to write stdout.
+    pub(crate) fn stdout(source: io::Error) -> CliError {
+        CliError::write(Path::new("-"))(source)
+    }
+
+    /// The exit status (see `EXIT_STATUS_HELP`).
+    pub(crate) fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Client(err) => match err.code() {
+                Code::InvalidArgument | Code::OutOfRange => 2,
+                Code::NotFound => 3,
+                Code::AlreadyExists => 4,
+                Code::PermissionDenied | Code::Unauthenticated => 5,
+                Code::FailedPrecondition => 6,
+                Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => 7,
+                Code::ResourceExhausted => 8,
+                _ => 1,
+            },
+            CliError::Io { .. } | CliError::VerificationFailed => 1,
+        }
+    }
+
+    /// Prints the error as one line on stderr and returns the exit status.
+    ///
+    /// A closed stdout (`tpm-vault key list | head -1`) is not an error worth a message: the
+    /// reader went away on purpose.
+    pub(crate) fn report(&self) -> ExitCode {
+        if let CliError::Io { source, .. } = self {
+            if source.kind() == io::ErrorKind::BrokenPipe {
+                return ExitCode::SUCCESS;
+            }
+        }
+        let mut stderr = io::stderr().lock();
+        // Nothing sensible is left to do if stderr itself is gone.
+        let _ = match self {
+            CliError::VerificationFailed => writeln!(stderr, "{self}"),
+            _ => writeln!(stderr, "tpm-vault: {self}"),
+        };
+        ExitCode::from(self.exit_code())
+    }
+}
+
+fn display_path(path: &Path, action: &str) -> String {
+    if path == Path::new("-") {
+        match action {
+            "read" => "standard input".to_owned(),
+            _ => "standard output".to_owned(),
+        }
+    } else {
+        path.display().to_string()
+    }
+}

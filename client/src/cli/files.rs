@@ -1,0 +1,109 @@
+//! Reading and writing the files named on the command line, `-` meaning stdin/stdout.
+//!
+//! Owns the `-` convention, the size limits on inputs, and streaming large messages through a
+//! hash. It does not print results (that is `output`).
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::path::Path;
+
+use crate::sign::{Hasher, INLINE_MESSAGE_LIMIT};
+use crate::{Error, HashAlgorithm, SignInput};
+
+use super::error::CliError;
+use super::Context;
+
+/// A digest file larger than this is surely a message given with `--digest` by mistake.
+const MAX_DIGEST_FILE: usize = 64;
+
+/// A signature file larger than this is not a signature (RSA-3072 signatures are 384 bytes).
+const MAX_SIGNATURE_FILE: usize = 64 * 1024;
+
+/// True for the path `-`.
+pub(crate) fn is_std(path: &Path) -> bool {
+    path == Path::new("-")
+}
+
+/// Opens `path` for reading; `-` is stdin.
+pub(crate) fn open(path: &Path) -> Result<Box<dyn Read>, CliError> {
+    if is_std(path) {
+        Ok(Box::new(io::stdin().lock()))
+    } else {
+        let file = File::open(path).map_err(CliError::read(path))?;
+        Ok(Box::new(file))
+    }
+}
+
+/// Reads all of `path` (`-` = stdin), refusing more than `limit` bytes.
+pub(crate) fn read_limited(path: &Path, limit: usize, what: &str) -> Result<Vec<u8>, CliError> {
+    let mut buf = Vec::new();
+    open(path)?.take(limit as u64 + 1).read_to_end(&mut buf).map_err(CliError::read(path))?;
+    if buf.len() > limit {
+        return Err(Error::InvalidInput(format!(
+            "{} is too large for {what} (more than {limit} bytes)",
+            display(path)
+        ))
+        .into());
+    }
+    Ok(buf)
+}
+
+/// Reads a signature file.
+pub(crate) fn read_signature(path: &Path) -> Result<Vec<u8>, CliError> {
+    read_limited(path, MAX_SIGNATURE_FILE, "a signature")
+}
+
+/// Reads what `sign`/`verify` work on: a digest (`--digest`) or a message.
+///
+/// Reading comes before connecting, so a missing file is reported as such. A message larger
+/// than the client sends whole is hashed while it is read, so inputs of any size work in
+/// bounded memory; the hash is then resolved first (the key's natural hash if unspecified,
+/// which needs the daemon) and returned, since it must go with the digest.
+pub(crate) async fn read_sign_input(
+    ctx: &mut Context,
+    key: &str,
+    path: &Path,
+    digest: bool,
+    hash: HashAlgorithm,
+) -> Result<(SignInput, HashAlgorithm), CliError> {
+    if digest {
+        let bytes = read_limited(path, MAX_DIGEST_FILE, "a digest")?;
+        return Ok((SignInput::Digest(bytes), hash));
+    }
+    let mut reader = open(path)?;
+    let mut head = Vec::new();
+    (&mut reader).take(INLINE_MESSAGE_LIMIT as u64 + 1).read_to_end(&mut head).map_err(CliError::read(path))?;
+    if head.len() <= INLINE_MESSAGE_LIMIT {
+        return Ok((SignInput::Message(head), hash));
+    }
+    let hash = ctx.client().await?.resolve_hash(key, hash).await?;
+    let mut hasher = Hasher::new(hash)?;
+    hasher.update(&head);
+    drop(head);
+    io::copy(&mut reader, &mut hasher).map_err(CliError::read(path))?;
+    Ok((SignInput::Digest(hasher.finish()), hash))
+}
+
+/// Writes `bytes` to `path` (`-` = stdout), replacing the file.
+pub(crate) fn write(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
+    if is_std(path) {
+        write_stdout(bytes)
+    } else {
+        std::fs::write(path, bytes).map_err(CliError::write(path))
+    }
+}
+
+/// Writes `bytes` to stdout and flushes.
+pub(crate) fn write_stdout(bytes: &[u8]) -> Result<(), CliError> {
+    let mut stdout = io::stdout().lock();
+    stdout.write_all(bytes).and_then(|()| stdout.flush()).map_err(CliError::stdout)
+}
+
+/// How a path is named in messages.
+fn display(path: &Path) -> String {
+    if is_std(path) {
+        "standard input".to_owned()
+    } else {
+        path.display().to_string()
+    }
+}

@@ -1,0 +1,246 @@
+//! `tpm-vault key ...`: create, list, show, export and delete keys.
+
+use std::io::{self, Write};
+
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::{Args, Subcommand, ValueEnum};
+use serde_json::{json, Value};
+
+use crate::pcr::parse_selection;
+use crate::{KeyAlgorithm, KeyInfo, Named, PcrBinding, PublicKey};
+
+use super::error::CliError;
+use super::files;
+use super::output::{key_json, key_text, pcr_selection, rfc3339, table, yes_no, Report};
+use super::{Context, OutputFormat};
+
+/// `tpm-vault key ...`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum KeyCommand {
+    /// Create a key inside the TPM (the private part never leaves it)
+    Create(CreateArgs),
+    /// List keys
+    List(ListArgs),
+    /// Show a key's metadata
+    Show(ShowArgs),
+    /// Print a key's public part (SubjectPublicKeyInfo, readable by openssl)
+    Public(PublicArgs),
+    /// Delete a key for good (the TPM keeps no copy)
+    Delete(DeleteArgs),
+}
+
+impl KeyCommand {
+    pub(crate) async fn run(self, ctx: &mut Context) -> Result<(), CliError> {
+        match self {
+            KeyCommand::Create(args) => args.run(ctx).await,
+            KeyCommand::List(args) => args.run(ctx).await,
+            KeyCommand::Show(args) => args.run(ctx).await,
+            KeyCommand::Public(args) => args.run(ctx).await,
+            KeyCommand::Delete(args) => args.run(ctx).await,
+        }
+    }
+}
+
+/// `tpm-vault key create`.
+#[derive(Debug, Args)]
+pub(crate) struct CreateArgs {
+    /// Key name: [a-z0-9][a-z0-9._-]{0,63}
+    #[arg(value_name = "NAME")]
+    pub(crate) name: String,
+    /// Key algorithm
+    #[arg(
+        long,
+        value_name = "ALG",
+        default_value = "ecc-p256",
+        value_parser = named_parser::<KeyAlgorithm>()
+    )]
+    pub(crate) alg: KeyAlgorithm,
+    /// Make the key usable only while PCRs hold given values, e.g. sha256:9
+    ///
+    /// BANK:IDX[,IDX] binds to the values at creation; BANK:IDX=HEX[,IDX=HEX] to given
+    /// (e.g. future) values. Banks: sha1, sha256, sha384; indices 0-23.
+    #[arg(long, value_name = "BANK:IDX[,IDX]", value_parser = parse_pcr)]
+    pub(crate) pcr: Option<PcrBinding>,
+}
+
+impl CreateArgs {
+    async fn run(self, ctx: &mut Context) -> Result<(), CliError> {
+        let client = ctx.client().await?;
+        let key = client.create_key(&self.name, self.alg, self.pcr).await?;
+        ctx.emit(&KeyReport(key))
+    }
+}
+
+/// `tpm-vault key list`.
+#[derive(Debug, Args)]
+pub(crate) struct ListArgs {}
+
+impl ListArgs {
+    async fn run(self, ctx: &mut Context) -> Result<(), CliError> {
+        let keys = ctx.client().await?.list_keys().await?;
+        ctx.emit(&KeyListReport(keys))
+    }
+}
+
+/// `tpm-vault key show`.
+#[derive(Debug, Args)]
+pub(crate) struct ShowArgs {
+    /// Key name
+    #[arg(value_name = "NAME")]
+    pub(crate) name: String,
+}
+
+impl ShowArgs {
+    async fn run(self, ctx: &mut Context) -> Result<(), CliError> {
+        let key = ctx.client().await?.key(&self.name).await?;
+        ctx.emit(&KeyReport(key))
+    }
+}
+
+/// `tpm-vault key public`.
+#[derive(Debug, Args)]
+pub(crate) struct PublicArgs {
+    /// Key name
+    #[arg(value_name = "NAME")]
+    pub(crate) name: String,
+    /// Encoding on stdout
+    ///
+    /// With --output json, the object has both (der in hex).
+    #[arg(long, value_enum, default_value_t = PublicFormat::Pem)]
+    pub(crate) format: PublicFormat,
+}
+
+/// Encodings of `key public`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum PublicFormat {
+    /// PEM "PUBLIC KEY".
+    Pem,
+    /// DER SubjectPublicKeyInfo.
+    Der,
+}
+
+impl PublicArgs {
+    async fn run(self, ctx: &mut Context) -> Result<(), CliError> {
+        let key = ctx.client().await?.public_key(&self.name).await?;
+        if ctx.output == OutputFormat::Json {
+            return ctx.emit(&PublicKeyReport { name: self.name, key });
+        }
+        match self.format {
+            PublicFormat::Der => files::write_stdout(&key.der),
+            PublicFormat::Pem => {
+                let mut pem = key.pem;
+                if !pem.ends_with('\n') {
+                    pem.push('\n');
+                }
+                files::write_stdout(pem.as_bytes())
+            }
+        }
+    }
+}
+
+/// `tpm-vault key delete`.
+#[derive(Debug, Args)]
+pub(crate) struct DeleteArgs {
+    /// Key name
+    #[arg(value_name = "NAME")]
+    pub(crate) name: String,
+}
+
+impl DeleteArgs {
+    async fn run(self, ctx: &mut Context) -> Result<(), CliError> {
+        ctx.client().await?.delete_key(&self.name).await?;
+        ctx.emit(&DeletedReport { name: self.name })
+    }
+}
+
+/// A clap parser for the short names of an API enum, listing them in `--help` and completions.
+pub(crate) fn named_parser<T: Named + Send + Sync + Clone>() -> impl TypedValueParser<Value = T> {
+    PossibleValuesParser::new(T::names()).try_map(|name| T::from_name(&name))
+}
+
+/// Parses `--pcr`, leaving the "invalid value" context to clap.
+fn parse_pcr(text: &str) -> Result<PcrBinding, String> {
+    parse_selection(text).map_err(|e| e.to_string())
+}
+
+/// One key, from `create` and `show`.
+pub(crate) struct KeyReport(pub(crate) KeyInfo);
+
+impl Report for KeyReport {
+    fn text(&self, out: &mut dyn Write) -> io::Result<()> {
+        key_text(&self.0, out)
+    }
+
+    fn json(&self) -> Value {
+        key_json(&self.0)
+    }
+}
+
+/// All keys, from `list`.
+pub(crate) struct KeyListReport(pub(crate) Vec<KeyInfo>);
+
+impl Report for KeyListReport {
+    fn text(&self, out: &mut dyn Write) -> io::Result<()> {
+        if self.0.is_empty() {
+            return Ok(());
+        }
+        let rows: Vec<Vec<String>> = self
+            .0
+            .iter()
+            .map(|key| {
+                vec![
+                    key.name.clone(),
+                    key.algorithm.name().to_owned(),
+                    rfc3339(key.created_unix),
+                    key.pcr_binding.as_ref().map_or_else(|| "-".to_owned(), pcr_selection),
+                    yes_no(key.has_auth).to_owned(),
+                ]
+            })
+            .collect();
+        table(out, &["NAME", "ALGORITHM", "CREATED", "PCRS", "PASSWORD"], &rows)
+    }
+
+    fn json(&self) -> Value {
+        let keys: Vec<Value> = self.0.iter().map(key_json).collect();
+        json!({ "keys": keys })
+    }
+}
+
+/// A public key, from `public --output json`.
+pub(crate) struct PublicKeyReport {
+    /// The key's name.
+    pub(crate) name: String,
+    /// Its public part.
+    pub(crate) key: PublicKey,
+}
+
+impl Report for PublicKeyReport {
+    fn text(&self, out: &mut dyn Write) -> io::Result<()> {
+        out.write_all(self.key.pem.as_bytes())
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "name": self.name,
+            "algorithm": self.key.algorithm.name(),
+            "pem": self.key.pem,
+            "der": hex::encode(&self.key.der),
+        })
+    }
+}
+
+/// A deleted key, from `delete`.
+pub(crate) struct DeletedReport {
+    /// The key's name.
+    pub(crate) name: String,
+}
+
+impl Report for DeletedReport {
+    fn text(&self, out: &mut dyn Write) -> io::Result<()> {
+        writeln!(out, "Deleted key {:?}", self.name)
+    }
+
+    fn json(&self) -> Value {
+        json!({ "name": self.name, "deleted": true })
+    }
+}

@@ -1,0 +1,156 @@
+//! The `tpm-vault` command line.
+//!
+//! Owns argument parsing (clap derive), output in text or JSON, and exit codes. Each command
+//! lives in its own module as an `Args` struct (or a subcommand enum) with an
+//! `async fn run(self, &mut Context)`; adding a command means adding a module and one arm to
+//! `Command`. The binary (`src/bin/tpm-vault.rs`) only parses arguments, builds a runtime and
+//! calls [`run`]. This module does not talk gRPC itself: it uses [`Client`].
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::{Client, DEFAULT_SOCKET};
+
+mod completions;
+mod error;
+mod files;
+mod key;
+mod output;
+mod sign;
+mod status;
+
+use error::CliError;
+use output::Report;
+
+/// Exit statuses, shown at the end of `tpm-vault --help`.
+const EXIT_STATUS_HELP: &str = "\
+Exit status:
+  0  success
+  1  failure, including \"Verification failure\"
+  2  usage error or invalid argument (bad key name, digest length, scheme...)
+  3  no such key
+  4  a key with that name already exists
+  5  permission denied by the access policy
+  6  PCR values do not match the key's binding
+  7  daemon not running, TPM unreachable, or no answer in time (retry later)
+  8  TPM busy or in dictionary-attack lockout (retry later)";
+
+/// `tpm-vault`: use the keys of a TPM 2.0 through the tpm-vaultd daemon.
+#[derive(Debug, Parser)]
+#[command(
+    name = "tpm-vault",
+    version,
+    about = "Use TPM-resident keys through the tpm-vaultd daemon",
+    propagate_version = true,
+    arg_required_else_help = true,
+    after_help = EXIT_STATUS_HELP
+)]
+pub struct Cli {
+    /// Options that apply to every command.
+    #[command(flatten, next_help_heading = "Global options")]
+    global: GlobalArgs,
+    /// What to do.
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Options shared by all commands.
+#[derive(Debug, Args)]
+struct GlobalArgs {
+    /// The daemon's Unix socket
+    #[arg(
+        long,
+        global = true,
+        value_name = "PATH",
+        env = "TPM_VAULT_SOCKET",
+        default_value = DEFAULT_SOCKET
+    )]
+    socket: PathBuf,
+    /// Output format: text for people, json (one object per command) for programs
+    #[arg(long, global = true, value_enum, default_value_t = OutputFormat::Text)]
+    output: OutputFormat,
+}
+
+/// How results are printed on stdout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum OutputFormat {
+    /// Human-readable text.
+    Text,
+    /// One JSON object per command.
+    Json,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Show the daemon's and the TPM's state
+    Status(status::StatusArgs),
+    /// Create, list, show, export and delete keys
+    #[command(subcommand)]
+    Key(key::KeyCommand),
+    /// Sign a file (or a digest) with a key
+    Sign(sign::SignArgs),
+    /// Check a signature made with a key
+    Verify(sign::VerifyArgs),
+    /// Print a shell completion script
+    Completions(completions::CompletionsArgs),
+}
+
+/// Runs a parsed command line: prints results on stdout and any error as one line on stderr
+/// (`tpm-vault: <message>`), and returns the exit status listed in `--help`.
+///
+/// Call it inside a tokio runtime (a current-thread one is enough).
+pub async fn run(cli: Cli) -> ExitCode {
+    let mut ctx = Context { socket: cli.global.socket, output: cli.global.output, client: None };
+    match cli.command.run(&mut ctx).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => err.report(),
+    }
+}
+
+impl Command {
+    async fn run(self, ctx: &mut Context) -> Result<(), CliError> {
+        match self {
+            Command::Status(args) => args.run(ctx).await,
+            Command::Key(command) => command.run(ctx).await,
+            Command::Sign(args) => args.run(ctx).await,
+            Command::Verify(args) => args.run(ctx).await,
+            Command::Completions(args) => args.run(ctx),
+        }
+    }
+}
+
+/// What commands share: the global options and the connection.
+#[derive(Debug)]
+struct Context {
+    /// The daemon's socket, from `--socket`.
+    socket: PathBuf,
+    /// From `--output`.
+    output: OutputFormat,
+    /// Connected on first use, so that commands needing no daemon (completions) work without it.
+    client: Option<Client>,
+}
+
+impl Context {
+    /// The client, connecting on first use.
+    async fn client(&mut self) -> Result<Client, CliError> {
+        if let Some(client) = &self.client {
+            return Ok(client.clone());
+        }
+        let client = Client::connect(&self.socket).await?;
+        self.client = Some(client.clone());
+        Ok(client)
+    }
+
+    /// Prints a command's result on stdout in the chosen format.
+    fn emit(&self, report: &dyn Report) -> Result<(), CliError> {
+        let mut buf = Vec::new();
+        output::render(self.output, report, &mut buf).map_err(CliError::stdout)?;
+        files::write_stdout(&buf)
+    }
+}
+
+#[cfg(test)]
+mod tests;

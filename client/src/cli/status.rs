@@ -1,0 +1,103 @@
+//! `tpm-vault status`: the daemon's and the TPM's state.
+
+use std::io::{self, Write};
+use std::time::Duration;
+
+use clap::Args;
+use serde_json::{json, Value};
+
+use crate::{DaemonStatus, Named};
+
+use super::error::CliError;
+use super::output::{fields, latency, table, uptime, Report};
+use super::Context;
+
+/// `tpm-vault status`.
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs {}
+
+impl StatusArgs {
+    pub(crate) async fn run(self, ctx: &mut Context) -> Result<(), CliError> {
+        let status = ctx.client().await?.status().await?;
+        ctx.emit(&StatusReport(status))
+    }
+}
+
+/// The printed form of a [`DaemonStatus`].
+pub(crate) struct StatusReport(pub(crate) DaemonStatus);
+
+impl Report for StatusReport {
+    fn text(&self, out: &mut dyn Write) -> io::Result<()> {
+        let s = &self.0;
+        let simulator = if s.simulator { "yes (keys are NOT hardware-protected)" } else { "no" };
+        let mut tpm = s.tpm_manufacturer.clone();
+        if !s.tpm_firmware.is_empty() {
+            tpm.push_str(&format!(" (firmware {})", s.tpm_firmware));
+        }
+        let mut rows = vec![
+            ("version", s.version.clone()),
+            ("tpm state", s.tpm_state.name().to_owned()),
+            ("tpm", tpm),
+            ("tcti", s.tcti.clone()),
+            ("simulator", simulator.to_owned()),
+            ("srk name", s.srk_name.clone()),
+            ("keys", s.key_count.to_string()),
+            ("loaded objects", s.loaded_objects.to_string()),
+            ("tpm queue depth", s.tpm_queue_depth.to_string()),
+            ("uptime", uptime(s.uptime)),
+        ];
+        if let Some(error) = &s.last_tpm_error {
+            rows.push(("last tpm error", error.clone()));
+        }
+        fields(out, &rows)?;
+        if !s.metrics.is_empty() {
+            writeln!(out)?;
+            let rows: Vec<Vec<String>> = s
+                .metrics
+                .iter()
+                .map(|m| {
+                    vec![m.name.clone(), m.count.to_string(), m.errors.to_string(), latency(m.p50), latency(m.p99)]
+                })
+                .collect();
+            table(out, &["METRIC", "CALLS", "ERRORS", "P50", "P99"], &rows)?;
+        }
+        Ok(())
+    }
+
+    fn json(&self) -> Value {
+        let s = &self.0;
+        let metrics: Vec<Value> = s
+            .metrics
+            .iter()
+            .map(|m| {
+                json!({
+                    "name": m.name,
+                    "count": m.count,
+                    "errors": m.errors,
+                    "p50_us": micros(m.p50),
+                    "p99_us": micros(m.p99),
+                })
+            })
+            .collect();
+        json!({
+            "version": s.version,
+            "tcti": s.tcti,
+            "simulator": s.simulator,
+            "tpm_state": s.tpm_state.name(),
+            "tpm_manufacturer": s.tpm_manufacturer,
+            "tpm_firmware": s.tpm_firmware,
+            "srk_name": s.srk_name,
+            "key_count": s.key_count,
+            "loaded_objects": s.loaded_objects,
+            "uptime_seconds": s.uptime.as_secs(),
+            "tpm_queue_depth": s.tpm_queue_depth,
+            "last_tpm_error": s.last_tpm_error,
+            "metrics": metrics,
+        })
+    }
+}
+
+/// Microseconds as a JSON-friendly integer.
+fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,96 @@
+//! Key metadata and public keys, as returned by the daemon.
+//!
+//! Plain data converted from the API messages; no I/O here. Creating, listing and deleting keys
+//! are [`Client`](crate::Client) methods.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tpm_vault_proto::v1 as proto;
+
+use crate::{KeyAlgorithm, PcrBinding};
+
+/// A key's metadata. The private part never leaves the TPM, so there is none here.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyInfo {
+    /// The key's name, `[a-z0-9][a-z0-9._-]{0,63}`.
+    pub name: String,
+    /// Its algorithm.
+    pub algorithm: KeyAlgorithm,
+    /// TPM object name (nameAlg || digest of the public area), hex: identifies the TPM object.
+    pub tpm_name: String,
+    /// Creation time in seconds since the Unix epoch, as the daemon reports it.
+    pub created_unix: i64,
+    /// The PCR values the key's use depends on, if any.
+    pub pcr_binding: Option<PcrBinding>,
+    /// Uid of the client that created the key, which access policies may refer to.
+    pub owner_uid: u32,
+    /// Whether using the key needs a password.
+    pub has_auth: bool,
+}
+
+impl KeyInfo {
+    /// The creation time; `None` if the daemon reported a time before the epoch.
+    pub fn created(&self) -> Option<SystemTime> {
+        let secs = u64::try_from(self.created_unix).ok()?;
+        UNIX_EPOCH.checked_add(Duration::from_secs(secs))
+    }
+}
+
+impl From<proto::Key> for KeyInfo {
+    fn from(key: proto::Key) -> KeyInfo {
+        KeyInfo {
+            algorithm: key.algorithm(),
+            name: key.name,
+            tpm_name: key.tpm_name,
+            created_unix: key.created_unix,
+            pcr_binding: key.pcr_binding.map(PcrBinding::from_proto),
+            owner_uid: key.owner_uid,
+            has_auth: key.has_auth,
+        }
+    }
+}
+
+/// A key's public part as a SubjectPublicKeyInfo, readable by OpenSSL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PublicKey {
+    /// DER SubjectPublicKeyInfo.
+    pub der: Vec<u8>,
+    /// The same as PEM (`-----BEGIN PUBLIC KEY-----`).
+    pub pem: String,
+    /// The key's algorithm.
+    pub algorithm: KeyAlgorithm,
+}
+
+impl From<proto::PublicKey> for PublicKey {
+    fn from(key: proto::PublicKey) -> PublicKey {
+        PublicKey { algorithm: key.algorithm(), der: key.der, pem: key.pem }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_from_proto() {
+        let key = KeyInfo::from(proto::Key {
+            name: "web".into(),
+            algorithm: KeyAlgorithm::EccP384 as i32,
+            tpm_name: "000b".into(),
+            created_unix: 10,
+            pcr_binding: Some(proto::PcrBinding { bank: "sha256".into(), pcrs: vec![9], values: vec![] }),
+            owner_uid: 1000,
+            has_auth: true,
+        });
+        assert_eq!(key.algorithm, KeyAlgorithm::EccP384);
+        assert_eq!(key.created(), UNIX_EPOCH.checked_add(Duration::from_secs(10)));
+        assert_eq!(key.pcr_binding.map(|b| b.to_string()).as_deref(), Some("sha256:9"));
+    }
+
+    #[test]
+    fn unknown_algorithm_is_unspecified() {
+        let key = KeyInfo::from(proto::Key { algorithm: 99, ..Default::default() });
+        assert_eq!(key.algorithm, KeyAlgorithm::Unspecified);
+        assert_eq!(key.created(), Some(UNIX_EPOCH));
+    }
+}
