@@ -7,8 +7,10 @@
 //! ```
 //!
 //! A run starts one swtpm, creates the keys (untimed), then repeats rounds of: raw ESAPI →
-//! vault library → daemon at 1/4/16/64 clients → tpm2-tools, checking after every phase that
-//! nothing was left loaded in the TPM. Modules: [`sign`] the phases, [`stats`] measurements
+//! vault library → daemon at 1/4/16/64 clients → tpm2-tools → TLS handshakes (`openssl s_time`
+//! against the example server with the vault key and a software-key rustls server), checking
+//! after every phase that nothing was left loaded in the TPM. Modules: [`sign`] the phases,
+//! [`tls`] the handshake phase and its report section, [`stats`] measurements
 //! and spreads, [`summary`] figures and targets, [`report`] markdown and terminal output,
 //! [`svg`] the chart, [`procfs`] CPU/RSS from `/proc`, [`machine`] CPU model, date, versions.
 
@@ -19,6 +21,7 @@ mod sign;
 mod stats;
 mod summary;
 mod svg;
+mod tls;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -261,15 +264,29 @@ fn run(args: &Args) -> Result<()> {
         notes.push(format!("the daemon ran with RUST_LOG={}, not its default `info`", args.daemon_rust_log));
     }
 
+    let tls_setup = if tls::available() {
+        progress("setup", "building the tls_server example (cargo build -p tpm-vault-client --example tls_server)");
+        let example = tls::example_binary(&workspace)?;
+        let daemon = daemon::Setup { work: tmp.path().join("t"), ..setup.clone() };
+        Some(tls::TlsSetup { daemon, example })
+    } else {
+        let note = "openssl is not installed: the TLS handshake phase was skipped".to_owned();
+        eprintln!("warning: {note}");
+        notes.push(note);
+        None
+    };
+    let mut tls_rounds = Vec::with_capacity(plan.rounds);
     let mut rounds = Vec::with_capacity(plan.rounds);
+    let measuring = Instant::now();
     for r in 1..=plan.rounds {
         let stage = format!("round {r}/{}", plan.rounds);
         let raw_m = raw::run(&tcti, &key, plan.timing, pids).context("raw ESAPI phase")?;
         progress(&stage, &format!("raw ESAPI: {}", describe(&raw_m)));
         check_clean(&tcti, &format!("raw ESAPI (round {r})"), &mut notes)?;
 
-        let actor_m = rt.block_on(actor::run(&state_dir, &tcti, plan.timing, pids)).context("vault library phase")?;
-        progress(&stage, &format!("vault library: {}", describe(&actor_m)));
+        let actor_r = rt.block_on(actor::run(&state_dir, &tcti, plan.timing, pids)).context("vault library phase")?;
+        progress(&stage, &format!("vault library: {}", describe(&actor_r.sign)));
+        progress(&stage, &format!("TPM actor hand-off (empty job): {}", describe(&actor_r.handoff)));
         check_clean(&tcti, &format!("vault library (round {r})"), &mut notes)?;
 
         let daemon_r = daemon::run(&setup, r, &LEVELS, plan.timing, swtpm_pid, &rt, |msg| {
@@ -287,8 +304,22 @@ fn run(args: &Args) -> Result<()> {
             }
             check_clean(&tcti, &format!("tpm2-tools (round {r})"), &mut notes)?;
         }
-        rounds.push(Round { raw: raw_m, actor: actor_m, daemon: daemon_r, tools: tools_m });
+        if let Some(t) = &tls_setup {
+            let raw_rate = raw_m.rate();
+            let tls_r = tls::run(t, r, plan.timing, raw_rate, &rt, |msg| progress(&stage, &format!("TLS: {msg}")))
+                .context("TLS handshake phase")?;
+            tls_rounds.push(tls_r);
+            check_clean(&tcti, &format!("the TLS phase (round {r})"), &mut notes)?;
+        }
+        rounds.push(Round {
+            raw: raw_m,
+            actor: actor_r.sign,
+            handoff: actor_r.handoff,
+            daemon: daemon_r,
+            tools: tools_m,
+        });
     }
+    let measuring = measuring.elapsed();
     drop(swtpm);
 
     let summary = Summary::new(&rounds);
@@ -298,11 +329,13 @@ fn run(args: &Args) -> Result<()> {
         timing: plan.timing,
         levels: LEVELS.to_vec(),
         elapsed: started.elapsed(),
+        measuring,
         chart: CHART.into(),
         tools: tools_ok,
         notes,
         daemon_rust_log: args.daemon_rust_log.clone(),
         load_end: machine::loadavg(),
+        tls_section: tls::markdown(&tls_rounds, plan.timing),
     };
     println!("\n{}", report::console(&summary));
     if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -311,8 +344,13 @@ fn run(args: &Args) -> Result<()> {
     std::fs::write(&out, report::markdown(&run, &machine, &summary))
         .with_context(|| format!("writing {}", out.display()))?;
     let subtitle = format!(
-        "{} · {} ({} CPUs) · {} · {} build",
-        machine.date, machine.cpu_model, machine.cores, machine.swtpm, machine.profile
+        "{} · {} ({} CPUs) · {} · {} build{}",
+        machine.date,
+        machine.cpu_model,
+        machine.cores,
+        machine.swtpm,
+        machine.profile,
+        if plan.quick { " · QUICK MODE (smoke test, not representative)" } else { "" }
     );
     std::fs::write(&chart, svg::sign_chart(&summary, &subtitle))
         .with_context(|| format!("writing {}", chart.display()))?;

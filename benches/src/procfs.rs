@@ -62,6 +62,37 @@ fn parse_stat(text: &str, ticks_per_sec: u64) -> Result<CpuTimes> {
     Ok(CpuTimes { own: ticks(field(14)? + field(15)?), children: ticks(field(16)? + field(17)?) })
 }
 
+/// CPU time (utime + stime) of every thread of process `pid`, with its name (`comm`), by
+/// thread id. Threads that exit between listing and reading are skipped.
+///
+/// # Errors
+/// When the process is gone.
+pub fn thread_cpu(pid: u32) -> Result<Vec<(u32, String, Duration)>> {
+    let dir = format!("/proc/{pid}/task");
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(&dir).with_context(|| format!("listing {dir}"))? {
+        let entry = entry.with_context(|| format!("listing {dir}"))?;
+        let Some(tid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(text) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let name = thread_name(&text);
+        let cpu = parse_stat(&text, clock_ticks()).with_context(|| format!("parsing {dir}/{tid}/stat"))?;
+        out.push((tid, name, cpu.own));
+    }
+    Ok(out)
+}
+
+/// The command name between the first `(` and the last `)` of a stat line.
+fn thread_name(stat: &str) -> String {
+    match (stat.find('('), stat.rfind(')')) {
+        (Some(a), Some(b)) if b > a => stat[a + 1..b].to_owned(),
+        _ => "?".into(),
+    }
+}
+
 /// Resident set size of `p` in KiB.
 ///
 /// # Errors
@@ -116,6 +147,14 @@ mod tests {
         assert_eq!(t.own, Duration::from_secs(2));
         assert_eq!(t.children, Duration::from_millis(250));
         assert!(parse_stat("garbage", 100).is_err());
+    }
+
+    #[test]
+    fn thread_names() {
+        assert_eq!(thread_name("12 (tpm (x)) S 1"), "tpm (x)");
+        assert_eq!(thread_name("garbage"), "?");
+        let threads = thread_cpu(std::process::id()).unwrap_or_else(|e| panic!("{e:#}"));
+        assert!(!threads.is_empty());
     }
 
     #[test]

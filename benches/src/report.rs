@@ -23,6 +23,8 @@ pub struct RunInfo {
     pub levels: Vec<usize>,
     /// Wall time of the whole run.
     pub elapsed: Duration,
+    /// Wall time of the rounds alone (no builds, no set-up).
+    pub measuring: Duration,
     /// File name of the chart, relative to the markdown.
     pub chart: String,
     /// Whether tpm2-tools ran.
@@ -33,6 +35,8 @@ pub struct RunInfo {
     pub daemon_rust_log: String,
     /// Load averages when the run ended.
     pub load_end: String,
+    /// The TLS handshake section ([`crate::tls::markdown`]); empty when it did not run.
+    pub tls_section: String,
 }
 
 /// `1234.5` → `1,235` (with `decimals` = 0), `0.981` → `0.98` (2).
@@ -143,7 +147,12 @@ pub fn markdown(run: &RunInfo, machine: &Machine, s: &Summary) -> String {
         num(run.timing.warmup.as_secs_f64(), 1),
         num(run.timing.window.as_secs_f64(), 1)
     );
-    let _ = writeln!(w, "| run time | {} s |", num(run.elapsed.as_secs_f64(), 0));
+    let _ = writeln!(
+        w,
+        "| run time | {} s of rounds; {} s in all, cargo builds and set-up included |",
+        num(run.measuring.as_secs_f64(), 0),
+        num(run.elapsed.as_secs_f64(), 0)
+    );
     let _ = writeln!(w, "| load average (1/5/15 min) | {} at start, {} at end |\n", machine.load_start, run.load_end);
 
     let _ = writeln!(w, "## Targets\n");
@@ -192,7 +201,9 @@ pub fn markdown(run: &RunInfo, machine: &Machine, s: &Summary) -> String {
     let _ = writeln!(
         w,
         "Per round: the path's median latency minus the raw ESAPI median latency of the same \
-         round.\n"
+         round. The hand-off row times empty jobs through the TPM actor (queue, thread switch, \
+         reply; no TPM command): the part of the library's added latency that is not the TPM, \
+         given as a fraction of one raw `TPM2_Sign`.\n"
     );
     let _ = writeln!(w, "| figure | µs | target |\n|---|---:|---|");
     for f in &s.latency {
@@ -244,9 +255,21 @@ pub fn markdown(run: &RunInfo, machine: &Machine, s: &Summary) -> String {
     }
     let _ = writeln!(w);
 
+    if !s.daemon_threads.is_empty() {
+        let _ = writeln!(w, "### The daemon's CPU by thread, {} clients\n", crate::summary::DAEMON_GOAL_CLIENTS);
+        let _ =
+            writeln!(w, "The daemon row above split by thread (`/proc/PID/task/*/stat`), ms CPU per 1,000 requests.\n");
+        let _ = writeln!(w, "| thread | ms CPU |\n|---|---:|");
+        for f in &s.daemon_threads {
+            let _ = writeln!(w, "| {} | {} |", f.label, spread(&f.value, 0, ""));
+        }
+        let _ = writeln!(w);
+    }
+
     what_each_path_does(w, run);
     how_to_read(w, run);
-    not_measured(w);
+    w.push_str(&run.tls_section);
+    not_measured(w, !run.tls_section.is_empty());
 
     if !run.notes.is_empty() {
         let _ = writeln!(w, "## Notes from this run\n");
@@ -266,7 +289,8 @@ fn what_each_path_does(w: &mut String, run: &RunInfo) {
         "All paths sign the same 32-byte digest (ECDSA, SHA-256) with an ECC P-256 key created \
          inside the TPM under the TCG ECC P-256 SRK, on one swtpm. swtpm serves one client \
          connection at a time, so the paths run one after another, in this order, in every \
-         round; each phase leaves no object loaded in the TPM (checked after every phase).\n"
+         round. After every phase the harness checks that nothing was left loaded in the TPM \
+         (the notes at the end list any phase that did).\n"
     );
     let _ = writeln!(
         w,
@@ -340,8 +364,8 @@ fn how_to_read(w: &mut String, run: &RunInfo) {
     );
     let _ = writeln!(
         w,
-        "- **Ratios** are taken inside each round (path ÷ peer, both measured minutes apart on \
-         the same swtpm) and then summarised; so a ratio's median is not the quotient of the \
+        "- **Ratios** are taken inside each round (path ÷ peer, both measured in the same round \
+         on the same swtpm, at most a couple of minutes apart) and then summarised; so a ratio's median is not the quotient of the \
          two medians shown. The machine is shared and noisy: trust the ratios more than the \
          absolute rates, and read the (min..max) spread before reading a difference of a few \
          percent."
@@ -350,7 +374,7 @@ fn how_to_read(w: &mut String, run: &RunInfo) {
         w,
         "- **The TPM is the bottleneck by design.** A TPM executes one command at a time, so raw \
          ESAPI with the key loaded is the ceiling: a vault path can at best match it (ratio \
-         1.00×). Adding clients does not add throughput; it adds queueing, so p50 grows roughly \
+         1.00×; values above 1 are noise). Adding clients does not add throughput; it adds queueing, so p50 grows roughly \
          with the number of clients × the time of one `TPM2_Sign`. What the daemon must show \
          is that it keeps the TPM busy (ratio near 1 at 16 clients) without adding much per \
          request (added latency at 1 client)."
@@ -360,19 +384,20 @@ fn how_to_read(w: &mut String, run: &RunInfo) {
         "- **swtpm is a software TPM on the same CPUs.** It competes with the caller and the \
          daemon for the same cores, so CPU the vault spends shows up as lost TPM throughput \
          here. A hardware or firmware TPM takes far longer per signature, so there the vault's \
-         fixed per-request cost is a much smaller fraction: these ratios are the worst case for \
-         the vault."
+         fixed per-request cost should be a much smaller fraction; on this set-up the ratios are \
+         close to the worst case for the vault."
     );
     let _ = writeln!(
         w,
         "- **tpm2-tools** pays process start, TCTI connect and library set-up on every call; \
-         that is what a shell script gets, not a defect of the TPM. Its ratio says how many \
-         times faster one caller is with the daemon."
+         that is what a shell script gets, not a defect of the TPM. Its ratio is tpm2-tools ÷ \
+         daemon at 1 client; the inverse is how many times more signatures one caller gets \
+         through the daemon."
     );
     let _ = writeln!(w, "- **PASS/MISS** compares the median against the target stated next to it.\n");
 }
 
-fn not_measured(w: &mut String) {
+fn not_measured(w: &mut String, tls_measured: bool) {
     let _ = writeln!(w, "## What is not measured yet\n");
     let _ = writeln!(w, "Placeholders: no figures exist for these yet, and none are implied.\n");
     let _ = writeln!(w, "| benchmark | peer to compare with | status |\n|---|---|---|");
@@ -392,6 +417,9 @@ fn not_measured(w: &mut String) {
         ("ECC P-384 and RSA-2048/3072 signing", "raw ESAPI"),
         ("a hardware or firmware TPM (`/dev/tpmrm0`)", "raw ESAPI on the same TPM"),
     ] {
+        if tls_measured && what.starts_with("TLS 1.3") {
+            continue;
+        }
         let _ = writeln!(w, "| {what} | {peer} | not measured yet |");
     }
     let _ = writeln!(w);
@@ -477,11 +505,13 @@ mod tests {
             timing: Timing { warmup: Duration::from_secs(1), window: Duration::from_secs(10) },
             levels: vec![1, 16],
             elapsed: Duration::from_secs(200),
+            measuring: Duration::from_secs(180),
             chart: "bench-sign.svg".into(),
             tools: true,
             notes: vec!["a note".into()],
             daemon_rust_log: "info".into(),
             load_end: "1.00 1.00 1.00".into(),
+            tls_section: String::new(),
         };
         let md = markdown(&run, &machine, &s);
         for needle in [

@@ -13,6 +13,8 @@ pub struct Round {
     pub raw: Measurement,
     /// The vault library through its TPM actor.
     pub actor: Measurement,
+    /// Empty jobs through the TPM actor (hand-off cost without a TPM command).
+    pub handoff: Measurement,
     /// The daemon over its socket.
     pub daemon: DaemonRound,
     /// tpm2-tools variants (empty when tpm2-tools is not installed).
@@ -141,6 +143,8 @@ pub struct Summary {
     pub daemon: Vec<Figure>,
     /// CPU per 1,000 signatures.
     pub cpu: Vec<Figure>,
+    /// The daemon's CPU per 1,000 requests by thread, at [`DAEMON_GOAL_CLIENTS`] clients.
+    pub daemon_threads: Vec<Figure>,
     /// Targets.
     pub checks: Vec<Check>,
 }
@@ -153,6 +157,15 @@ pub const DAEMON_GOAL: Goal = Goal::AtLeast(0.95);
 pub const DAEMON_GOAL_CLIENTS: usize = 16;
 /// Added p50 latency target at one client, µs.
 pub const ADDED_LATENCY_GOAL: Goal = Goal::Below(150.0);
+
+/// What the daemon's threads do, by the names `tpm-vaultd` gives them.
+fn thread_label(name: &str) -> String {
+    match name {
+        "tpm-vaultd" => "`tpm-vaultd` (tokio workers: gRPC/HTTP2, access check, audit, logging)".into(),
+        "tpm" => "`tpm` (TPM actor: ESAPI, TCTI socket I/O)".into(),
+        other => format!("`{other}`"),
+    }
+}
 
 fn us(d: std::time::Duration) -> f64 {
     d.as_secs_f64() * 1e6
@@ -252,6 +265,14 @@ impl Summary {
                 ratio: None,
             });
         }
+        let handoff: Vec<f64> = rounds.iter().map(|r| us(r.handoff.p50())).collect();
+        latency.push(Figure {
+            label: "TPM actor hand-off alone (empty job, no TPM command): p50".into(),
+            unit: "µs",
+            value: spread(handoff.iter().copied()),
+            goal: None,
+            ratio: Some(ratio_of(&handoff, &raw_p50, "raw ESAPI p50 (one TPM2_Sign)", None)),
+        });
 
         let mib = |kib: u64| kib as f64 / 1024.0;
         let idle: Vec<f64> = rounds.iter().map(|r| mib(r.daemon.rss_idle_kib)).collect();
@@ -397,7 +418,28 @@ impl Summary {
             }
         }
 
-        Self { rounds: rounds.len(), sign, latency, daemon, cpu, checks }
+        let mut names: Vec<String> = rounds
+            .iter()
+            .filter_map(|r| r.daemon.levels.iter().find(|l| l.clients == DAEMON_GOAL_CLIENTS))
+            .flat_map(|l| l.threads.iter().map(|(n, _)| n.clone()))
+            .collect();
+        names.sort();
+        names.dedup();
+        let daemon_threads = names
+            .into_iter()
+            .map(|name| {
+                let per_round = rounds
+                    .iter()
+                    .filter_map(|r| r.daemon.levels.iter().find(|l| l.clients == DAEMON_GOAL_CLIENTS))
+                    .map(|l| {
+                        let cpu = l.threads.iter().find(|(n, _)| *n == name).map(|(_, c)| *c).unwrap_or_default();
+                        per_1000(&l.m, cpu)
+                    });
+                Figure { label: thread_label(&name), unit: "ms", value: spread(per_round), goal: None, ratio: None }
+            })
+            .collect();
+
+        Self { rounds: rounds.len(), sign, latency, daemon, cpu, daemon_threads, checks }
     }
 }
 
@@ -427,11 +469,22 @@ pub(crate) mod tests {
         Round {
             raw: m(raw, 700),
             actor: m(actor, 710),
+            handoff: m(1000, 20),
             daemon: DaemonRound {
                 ready: Duration::from_millis(40),
                 rss_idle_kib: 10 * 1024,
                 rss_loaded_kib: 12 * 1024,
-                levels: vec![Level { clients: 1, m: m(raw * 9 / 10, 800) }, Level { clients: 16, m: m(d16, 10_000) }],
+                levels: vec![
+                    Level { clients: 1, m: m(raw * 9 / 10, 800), threads: vec![] },
+                    Level {
+                        clients: 16,
+                        m: m(d16, 10_000),
+                        threads: vec![
+                            ("tpm".into(), Duration::from_millis(d16 as u64 / 20)),
+                            ("tpm-vaultd".into(), Duration::from_millis(d16 as u64 / 5)),
+                        ],
+                    },
+                ],
                 requests: 5000,
                 log_lines: 10,
             },
@@ -456,6 +509,8 @@ pub(crate) mod tests {
         assert_eq!(tools.ratio.as_ref().map(|r| r.peer.as_str()), Some("daemon, 1 client"));
         let added = &s.latency[1];
         assert!((added.value.median - 100.0).abs() < 1e-6);
+        assert_eq!(s.daemon_threads.len(), 2);
+        assert!((s.daemon_threads[0].value.median - 50.0).abs() < 1e-6, "{:?}", s.daemon_threads[0]);
     }
 
     #[test]

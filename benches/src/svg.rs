@@ -7,10 +7,10 @@ use std::fmt::Write as _;
 use crate::report::num;
 use crate::summary::{Path, Summary};
 
-const WIDTH: f64 = 900.0;
+const WIDTH: f64 = 1000.0;
 const LABEL_X: f64 = 290.0;
 const BAR_X: f64 = 300.0;
-const BAR_MAX: f64 = 380.0;
+const BAR_MAX: f64 = 360.0;
 const TOP: f64 = 96.0;
 const ROW: f64 = 30.0;
 const BAR_H: f64 = 18.0;

@@ -3,13 +3,21 @@
 //! Owns a private current-thread tokio runtime and drives each call to completion with
 //! `block_on`, as mini-redis' blocking client does. It adds no behaviour of its own.
 
+use std::io::{Read, Write};
 use std::path::Path;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::runtime::Runtime;
+use zeroize::Zeroizing;
 
 use crate::{
-    Client, ClientBuilder, DaemonStatus, Error, KeyAlgorithm, KeyInfo, PcrBinding, PublicKey, SignInput, SignOptions,
-    Signature,
+    AccessCheck, AttestationKey, Operation, PcrValues, PolicyApproval, Quote, SealInfo, SealOptions, SignedPolicy,
+};
+use crate::{
+    Client, ClientBuilder, DaemonStatus, DataKey, Error, KeyAlgorithm, KeyAuth, KeyInfo, PcrBinding, PublicKey,
+    SignInput, SignOptions, Signature,
 };
 
 /// A synchronous client for `tpm-vaultd`.
@@ -61,6 +69,14 @@ impl BlockingClient {
         pcr_binding: Option<PcrBinding>,
     ) -> Result<KeyInfo, Error> {
         self.runtime.block_on(self.inner.create_key(name, algorithm, pcr_binding))
+    }
+
+    /// Creates a key that needs a password. See [`Client::create_key_with_auth`].
+    ///
+    /// # Errors
+    /// As [`Client::create_key`].
+    pub fn create_key_with_auth(&self, name: &str, algorithm: KeyAlgorithm, auth: &KeyAuth) -> Result<KeyInfo, Error> {
+        self.runtime.block_on(self.inner.create_key_with_auth(name, algorithm, auth))
     }
 
     /// A key's metadata. See [`Client::key`].
@@ -128,6 +144,187 @@ impl BlockingClient {
     /// As [`Client::status`].
     pub fn status(&self) -> Result<DaemonStatus, Error> {
         self.runtime.block_on(self.inner.status())
+    }
+
+    /// The access-policy decision for a local user. See [`Client::check_access`].
+    ///
+    /// # Errors
+    /// As [`Client::check_access`].
+    pub fn check_access(&self, uid: u32, operation: Operation, key: Option<&str>) -> Result<AccessCheck, Error> {
+        self.runtime.block_on(self.inner.check_access(uid, operation, key))
+    }
+
+    /// The attestation and endorsement keys. See [`Client::attestation_key`].
+    ///
+    /// # Errors
+    /// As [`Client::attestation_key`].
+    pub fn attestation_key(&self) -> Result<AttestationKey, Error> {
+        self.runtime.block_on(self.inner.attestation_key())
+    }
+
+    /// Quotes PCRs over a nonce. See [`Client::quote`].
+    ///
+    /// # Errors
+    /// As [`Client::quote`].
+    pub fn quote(&self, pcrs: &PcrBinding, nonce: &[u8]) -> Result<Quote, Error> {
+        self.runtime.block_on(self.inner.quote(pcrs, nonce))
+    }
+
+    /// Reads PCR values. See [`Client::read_pcrs`].
+    ///
+    /// # Errors
+    /// As [`Client::read_pcrs`].
+    pub fn read_pcrs(&self, pcrs: Option<&PcrBinding>) -> Result<PcrValues, Error> {
+        self.runtime.block_on(self.inner.read_pcrs(pcrs))
+    }
+
+    /// Recovers a credential made for the AK. See [`Client::activate_credential`].
+    ///
+    /// # Errors
+    /// As [`Client::activate_credential`].
+    pub fn activate_credential(
+        &self,
+        credential_blob: &[u8],
+        encrypted_secret: &[u8],
+    ) -> Result<Zeroizing<Vec<u8>>, Error> {
+        self.runtime.block_on(self.inner.activate_credential(credential_blob, encrypted_secret))
+    }
+
+    /// Seals a secret. See [`Client::seal`].
+    ///
+    /// # Errors
+    /// As [`Client::seal`].
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use tpm_vault_client::{BlockingClient, SealOptions};
+    ///
+    /// let client = BlockingClient::connect("/run/tpm-vault/vault.sock")?;
+    /// client.seal("disk", b"hunter2", &SealOptions::new().with_pcrs("sha256:9".parse()?))?;
+    /// assert_eq!(client.unseal("disk", None)?.as_slice(), b"hunter2");
+    /// # Ok::<(), tpm_vault_client::Error>(())
+    /// ```
+    pub fn seal(&self, name: &str, secret: &[u8], options: &SealOptions) -> Result<SealInfo, Error> {
+        self.runtime.block_on(self.inner.seal(name, secret, options))
+    }
+
+    /// Unseals a secret. See [`Client::unseal`].
+    ///
+    /// # Errors
+    /// As [`Client::unseal`].
+    pub fn unseal(&self, name: &str, signed_policy: Option<&[u8]>) -> Result<Zeroizing<Vec<u8>>, Error> {
+        self.runtime.block_on(self.inner.unseal(name, signed_policy))
+    }
+
+    /// Deletes a sealed secret. See [`Client::delete_sealed`].
+    ///
+    /// # Errors
+    /// As [`Client::delete_sealed`].
+    pub fn delete_sealed(&self, name: &str) -> Result<(), Error> {
+        self.runtime.block_on(self.inner.delete_sealed(name))
+    }
+
+    /// Approves PCR values with a vault key. See [`Client::sign_policy`].
+    ///
+    /// # Errors
+    /// As [`Client::sign_policy`].
+    pub fn sign_policy(&self, key_name: &str, approval: &PolicyApproval) -> Result<SignedPolicy, Error> {
+        self.runtime.block_on(self.inner.sign_policy(key_name, approval))
+    }
+
+    /// Creates a data key. See [`Client::create_data_key`].
+    ///
+    /// # Errors
+    /// As [`Client::create_data_key`].
+    pub fn create_data_key(&self, name: &str, pcr_binding: Option<PcrBinding>) -> Result<DataKey, Error> {
+        self.runtime.block_on(self.inner.create_data_key(name, pcr_binding))
+    }
+
+    /// Deletes a data key. See [`Client::delete_data_key`].
+    ///
+    /// # Errors
+    /// As [`Client::delete_data_key`].
+    pub fn delete_data_key(&self, name: &str) -> Result<(), Error> {
+        self.runtime.block_on(self.inner.delete_data_key(name))
+    }
+
+    /// Random bytes from the daemon. See [`Client::random`].
+    ///
+    /// # Errors
+    /// As [`Client::random`].
+    pub fn random(&self, len: usize) -> Result<Vec<u8>, Error> {
+        self.runtime.block_on(self.inner.random(len))
+    }
+
+    /// Encrypts everything `reader` yields into `writer` with data key `key`. See
+    /// [`Client::copy_encrypt`]; returns the bytes written.
+    ///
+    /// # Errors
+    /// As [`Client::copy_encrypt`].
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use std::fs::File;
+    /// use tpm_vault_client::BlockingClient;
+    ///
+    /// let client = BlockingClient::connect("/run/tpm-vault/vault.sock")?;
+    /// let mut plain = File::open("backup.tar")?;
+    /// let mut sealed = File::create("backup.tar.sealed")?;
+    /// client.encrypt("backups", b"", &mut plain, &mut sealed)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn encrypt(
+        &self,
+        key: &str,
+        context: &[u8],
+        reader: &mut (impl Read + ?Sized),
+        writer: &mut (impl Write + ?Sized),
+    ) -> Result<u64, Error> {
+        let (mut reader, mut writer) = (SyncIo(reader), SyncIo(writer));
+        self.runtime.block_on(self.inner.copy_encrypt(key, context, &mut reader, &mut writer))
+    }
+
+    /// Decrypts a stream made by [`encrypt`](BlockingClient::encrypt) into `writer`. See
+    /// [`Client::copy_decrypt`], including what `writer` holds after an error.
+    ///
+    /// # Errors
+    /// As [`Client::copy_decrypt`].
+    pub fn decrypt(
+        &self,
+        context: &[u8],
+        reader: &mut (impl Read + ?Sized),
+        writer: &mut (impl Write + ?Sized),
+    ) -> Result<u64, Error> {
+        let (mut reader, mut writer) = (SyncIo(reader), SyncIo(writer));
+        self.runtime.block_on(self.inner.copy_decrypt(context, &mut reader, &mut writer))
+    }
+}
+
+/// A blocking reader or writer used as a tokio one: each poll does the blocking call.
+///
+/// Fine on the blocking client's private current-thread runtime, whose only other work is
+/// the call these bytes feed; never use it on a shared runtime.
+struct SyncIo<'a, T: ?Sized>(&'a mut T);
+
+impl<T: Read + ?Sized> AsyncRead for SyncIo<'_, T> {
+    fn poll_read(self: Pin<&mut Self>, _cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let n = self.get_mut().0.read(buf.initialize_unfilled())?;
+        buf.advance(n);
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<T: Write + ?Sized> AsyncWrite for SyncIo<'_, T> {
+    fn poll_write(self: Pin<&mut Self>, _cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Poll::Ready(self.get_mut().0.write(buf))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(self.get_mut().0.flush())
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        self.poll_flush(cx)
     }
 }
 

@@ -17,14 +17,18 @@ use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint, Uri};
 use tonic::Request;
 use tpm_vault_proto::v1 as proto;
+use tpm_vault_proto::v1::attestation_service_client::AttestationServiceClient;
+use tpm_vault_proto::v1::crypto_service_client::CryptoServiceClient;
 use tpm_vault_proto::v1::key_service_client::KeyServiceClient;
+use tpm_vault_proto::v1::seal_service_client::SealServiceClient;
 use tpm_vault_proto::v1::status_service_client::StatusServiceClient;
 
-use crate::names::natural_hash;
+use crate::access::{AccessCheck, Operation};
+use crate::names::{natural_hash, Named};
 use crate::sign::{Hasher, INLINE_MESSAGE_LIMIT};
 use crate::{
-    BlockingClient, DaemonStatus, Error, HashAlgorithm, KeyAlgorithm, KeyInfo, PcrBinding, PublicKey, SignInput,
-    SignOptions, Signature,
+    BlockingClient, DaemonStatus, Error, HashAlgorithm, KeyAlgorithm, KeyAuth, KeyInfo, PcrBinding, PublicKey,
+    SignInput, SignOptions, Signature,
 };
 
 /// Where `tpm-vaultd` listens by default.
@@ -51,14 +55,24 @@ const SOCKET_AUTHORITY: &str = "http://tpm-vaultd";
 /// restarts, the next call reconnects.
 #[derive(Clone, Debug)]
 pub struct Client {
-    /// `tpmvault.v1.KeyService`.
-    keys: KeyServiceClient<Channel>,
+    /// `tpmvault.v1.KeyService` (certificates too: `crate::cert`).
+    pub(crate) keys: KeyServiceClient<Channel>,
     /// `tpmvault.v1.StatusService`.
     status: StatusServiceClient<Channel>,
+    /// `tpmvault.v1.CryptoService` (data keys, streams, random bytes: `crate::crypto`).
+    pub(crate) crypto: CryptoServiceClient<Channel>,
+    /// `tpmvault.v1.AttestationService` (quotes, PCRs, AK: `crate::attest`).
+    pub(crate) attestation: AttestationServiceClient<Channel>,
+    /// `tpmvault.v1.SealService` (sealed secrets, signed policies: `crate::seal`), allowed
+    /// messages as large as the biggest secret.
+    pub(crate) sealing: SealServiceClient<Channel>,
     /// Deadline of each call, so a stuck daemon cannot hang the caller forever.
     request_timeout: Duration,
     /// Longer deadline for `CreateKey`, which waits for TPM key generation.
     create_timeout: Duration,
+    /// Opens a connection of its own for each encryption or decryption stream (see
+    /// `crate::crypto`); `None` for a client made [`from_channel`](Client::from_channel).
+    pub(crate) dialer: Option<Dialer>,
 }
 
 impl Client {
@@ -93,9 +107,15 @@ impl Client {
     pub fn from_channel(channel: Channel) -> Client {
         Client {
             keys: KeyServiceClient::new(channel.clone()),
+            crypto: CryptoServiceClient::new(channel.clone()).max_decoding_message_size(crate::crypto::MAX_RESPONSE),
+            attestation: AttestationServiceClient::new(channel.clone()),
+            sealing: SealServiceClient::new(channel.clone())
+                .max_decoding_message_size(crate::seal::MAX_SEAL_MESSAGE)
+                .max_encoding_message_size(crate::seal::MAX_SEAL_MESSAGE),
             status: StatusServiceClient::new(channel),
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             create_timeout: DEFAULT_CREATE_TIMEOUT,
+            dialer: None,
         }
     }
 
@@ -122,11 +142,47 @@ impl Client {
         algorithm: KeyAlgorithm,
         pcr_binding: Option<PcrBinding>,
     ) -> Result<KeyInfo, Error> {
+        self.create_key_request(name, algorithm, pcr_binding, Vec::new()).await
+    }
+
+    /// Creates a key that needs a password to be used (pass it with
+    /// [`SignOptions::with_auth`]). A key is either password-protected or PCR-bound, not both.
+    ///
+    /// # Errors
+    /// As [`Client::create_key`].
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use tpm_vault_client::{Client, KeyAlgorithm, KeyAuth, SignInput, SignOptions};
+    ///
+    /// # async fn demo(client: Client) -> Result<(), tpm_vault_client::Error> {
+    /// let auth = KeyAuth::new(b"s3cret".to_vec())?;
+    /// client.create_key_with_auth("guarded", KeyAlgorithm::EccP256, &auth).await?;
+    /// let options = SignOptions::new().with_auth(auth);
+    /// client.sign("guarded", SignInput::Message(b"hello".to_vec()), &options).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn create_key_with_auth(
+        &self,
+        name: &str,
+        algorithm: KeyAlgorithm,
+        auth: &KeyAuth,
+    ) -> Result<KeyInfo, Error> {
+        self.create_key_request(name, algorithm, None, auth.bytes().to_vec()).await
+    }
+
+    async fn create_key_request(
+        &self,
+        name: &str,
+        algorithm: KeyAlgorithm,
+        pcr_binding: Option<PcrBinding>,
+        auth: Vec<u8>,
+    ) -> Result<KeyInfo, Error> {
         let mut request = Request::new(proto::CreateKeyRequest {
             name: name.to_owned(),
             algorithm: algorithm.into(),
             pcr_binding: pcr_binding.as_ref().map(PcrBinding::to_proto),
-            auth: Vec::new(),
+            auth,
         });
         request.set_timeout(self.create_timeout);
         let key = self.keys.clone().create_key(request).await?;
@@ -216,7 +272,7 @@ impl Client {
             input: Some(input.into_sign_proto()),
             hash: hash.into(),
             scheme: options.scheme().into(),
-            auth: Vec::new(),
+            auth: options.auth().map(|auth| auth.bytes().to_vec()).unwrap_or_default(),
         });
         let response = self.keys.clone().sign(request).await?;
         Ok(response.into_inner().into())
@@ -255,6 +311,35 @@ impl Client {
         Ok(status.into_inner().into())
     }
 
+    /// The access-policy decision for a local user: whether `uid` may do `operation` (on key
+    /// `key`, for operations on keys), and which rule allows it. The caller needs the `admin`
+    /// operation.
+    ///
+    /// # Errors
+    /// `InvalidArgument` (a bad key name), `PermissionDenied` (no `admin`), `Unavailable`.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use tpm_vault_client::{AccessDecision, Client, Operation};
+    ///
+    /// # async fn demo(client: Client) -> Result<(), tpm_vault_client::Error> {
+    /// let check = client.check_access(33, Operation::Sign, Some("web-1")).await?;
+    /// match check.decision {
+    ///     AccessDecision::Allow { rule } => println!("{} may sign with web-1 (rule {rule})", check.identity),
+    ///     AccessDecision::Deny => println!("{} may not sign with web-1", check.identity),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn check_access(&self, uid: u32, operation: Operation, key: Option<&str>) -> Result<AccessCheck, Error> {
+        let request = self.request(proto::CheckAccessRequest {
+            uid,
+            operation: operation.name().to_owned(),
+            key: key.unwrap_or_default().to_owned(),
+        });
+        let check = self.status.clone().check_access(request).await?;
+        Ok(check.into_inner().into())
+    }
+
     /// The hash to use for `name`: `hash` itself, or the key's natural hash if unspecified.
     pub(crate) async fn resolve_hash(&self, name: &str, hash: HashAlgorithm) -> Result<HashAlgorithm, Error> {
         if hash != HashAlgorithm::Unspecified {
@@ -286,7 +371,8 @@ impl Client {
         Ok((SignInput::Digest(digest), hash))
     }
 
-    fn request<T>(&self, message: T) -> Request<T> {
+    /// A request with the per-call deadline.
+    pub(crate) fn request<T>(&self, message: T) -> Request<T> {
         let mut request = Request::new(message);
         request.set_timeout(self.request_timeout);
         request
@@ -353,14 +439,15 @@ impl ClientBuilder {
     /// [`Error::Transport`] when the socket cannot be opened.
     pub async fn connect(self) -> Result<Client, Error> {
         let connector = UdsConnector { path: Arc::from(self.socket.as_path()) };
-        let channel = Endpoint::from_static(SOCKET_AUTHORITY)
-            .connect_timeout(self.connect_timeout)
-            .connect_with_connector(connector)
+        let endpoint = Endpoint::from_static(SOCKET_AUTHORITY).connect_timeout(self.connect_timeout);
+        let channel = endpoint
+            .connect_with_connector(connector.clone())
             .await
             .map_err(|e| Error::transport(self.socket.clone(), e))?;
         Ok(Client {
             request_timeout: self.request_timeout,
             create_timeout: self.create_timeout,
+            dialer: Some(Dialer { endpoint, connector }),
             ..Client::from_channel(channel)
         })
     }
@@ -372,6 +459,22 @@ impl ClientBuilder {
     /// [`connect`](ClientBuilder::connect).
     pub fn connect_blocking(self) -> Result<BlockingClient, Error> {
         BlockingClient::connect_with(self)
+    }
+}
+
+/// Makes new connections to the daemon's socket, each a channel of its own.
+#[derive(Clone, Debug)]
+pub(crate) struct Dialer {
+    /// The settings of the client's own connection (authority, connect timeout).
+    endpoint: Endpoint,
+    /// Opens the socket.
+    connector: UdsConnector,
+}
+
+impl Dialer {
+    /// A new channel, connected on first use (so this does not wait or fail).
+    pub(crate) fn channel(&self) -> Channel {
+        self.endpoint.connect_with_connector_lazy(self.connector.clone())
     }
 }
 

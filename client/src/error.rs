@@ -38,6 +38,13 @@ pub enum Error {
     /// The private runtime of a [`BlockingClient`](crate::BlockingClient) could not be started.
     #[error("cannot start the client runtime: {0}")]
     Runtime(#[source] io::Error),
+    /// Reading the caller's input of a streaming call (the data to encrypt or decrypt) failed.
+    #[error("cannot read the input: {}", io_reason(.0))]
+    Read(#[source] io::Error),
+    /// Writing the output of a streaming call (encrypted data, plaintext, random bytes) to the
+    /// caller's writer failed.
+    #[error("cannot write the output: {}", io_reason(.0))]
+    Write(#[source] io::Error),
 }
 
 impl Error {
@@ -50,7 +57,7 @@ impl Error {
             Error::Status(status) => status.code(),
             Error::Transport { .. } => Code::Unavailable,
             Error::InvalidInput(_) => Code::InvalidArgument,
-            Error::Runtime(_) => Code::Internal,
+            Error::Runtime(_) | Error::Read(_) | Error::Write(_) => Code::Internal,
         }
     }
 

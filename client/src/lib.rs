@@ -28,27 +28,57 @@
 //! - `error`: [`Error`];
 //! - `names`: the [`Named`] trait, the names users type for the API enums (`ecc-p256`, `sha384`, `pss`...);
 //! - `key`, `pcr`, `sign`, `status`: the friendly request/response types;
+//! - `key_auth`: [`KeyAuth`], a key password that is zeroed on drop;
+//! - `crypto`: data keys, streaming encryption and decryption ([`Client::copy_encrypt`],
+//!   [`Client::encrypt_reader`], ...) and random bytes;
+//! - [`attest`]: the attestation key, quotes and PCR reads, the in-core quote verifier
+//!   ([`Quote::verify`]) and the tpm2-tools file formats (`quote.pcrs`, credential files);
+//! - `seal`: sealed secrets ([`Client::seal`], [`SealOptions`]);
+//! - `policy`: signed PCR approvals for authorized secrets ([`SignedPolicy`]), signed offline
+//!   ([`PolicyAuthority`]) or by a vault key ([`Client::sign_policy`]);
+//! - `cert`: certificate requests, self-signed certificates and stored chains
+//!   ([`Client::create_csr`], [`CertSubject`], [`CertificateChain`]);
+//! - [`tls`]: TLS with vault keys: [`tls::VaultSigningKey`] (a rustls signing key), certificate
+//!   resolvers that follow rotation, and the TLS 1.3 defaults;
+//! - `access`: access-policy checks ([`Client::check_access`], [`Operation`]);
 //! - [`cli`]: the `tpm-vault` command line (the binary only parses arguments and calls [`cli::run`]).
 #![deny(missing_docs, missing_debug_implementations)]
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+mod access;
+pub mod attest;
 mod blocking;
+mod cert;
 pub mod cli;
 mod client;
+mod crypto;
 mod error;
 mod key;
+mod key_auth;
 mod names;
 mod pcr;
+mod policy;
+mod seal;
 mod sign;
 mod status;
+pub mod tls;
 
+pub use access::{AccessCheck, AccessDecision, Operation};
+pub use attest::{AttestationKey, PcrValues, Quote, QuoteError};
 pub use blocking::BlockingClient;
+pub use cert::{CertSubject, CertificateChain, San};
 pub use client::{Client, ClientBuilder, DEFAULT_SOCKET};
+pub use crypto::{
+    stream_key_name, CryptoReader, DataKey, IN_FLIGHT, MAX_RANDOM_REQUEST, MAX_STREAM_HEADER, MESSAGE_SIZE,
+};
 pub use error::Error;
 pub use key::{KeyInfo, PublicKey};
+pub use key_auth::{KeyAuth, MAX_KEY_AUTH};
 pub use names::Named;
 pub use pcr::PcrBinding;
+pub use policy::{PolicyApproval, PolicyAuthority, PolicyKeyError, SignedPolicy, MAX_SIGNED_POLICY};
+pub use seal::{SealInfo, SealOptions, MAX_SECRET};
 pub use sign::{SignInput, SignOptions, Signature};
 pub use status::{DaemonStatus, Metric};
 pub use tonic::Code;

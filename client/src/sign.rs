@@ -11,7 +11,7 @@ use sha2::Digest as _;
 use tpm_vault_proto::v1 as proto;
 
 use crate::names::Named;
-use crate::{HashAlgorithm, SignatureScheme};
+use crate::{HashAlgorithm, KeyAuth, SignatureScheme};
 
 /// Messages up to this size are sent whole; larger ones are hashed on the client.
 ///
@@ -82,6 +82,8 @@ pub struct SignOptions {
     hash: HashAlgorithm,
     /// `Unspecified` = ECDSA for ECC keys, RSA-PSS for RSA keys.
     scheme: SignatureScheme,
+    /// The key's password, for keys created with one; ignored by verification.
+    auth: Option<KeyAuth>,
 }
 
 impl SignOptions {
@@ -102,6 +104,13 @@ impl SignOptions {
         self
     }
 
+    /// Signs with a key that has a password (see
+    /// [`Client::create_key_with_auth`](crate::Client::create_key_with_auth)).
+    pub fn with_auth(mut self, auth: KeyAuth) -> SignOptions {
+        self.auth = Some(auth);
+        self
+    }
+
     /// The hash algorithm (`Unspecified` = the key's natural hash).
     pub fn hash(&self) -> HashAlgorithm {
         self.hash
@@ -110,6 +119,11 @@ impl SignOptions {
     /// The signature scheme (`Unspecified` = the key's natural scheme).
     pub fn scheme(&self) -> SignatureScheme {
         self.scheme
+    }
+
+    /// The key's password, if one was given.
+    pub fn auth(&self) -> Option<&KeyAuth> {
+        self.auth.as_ref()
     }
 }
 

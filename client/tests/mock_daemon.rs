@@ -179,6 +179,34 @@ impl KeyService for Mock {
         };
         Ok(Response::new(proto::VerifyResponse { valid: request.signature == fake_signature(hash, &digest) }))
     }
+
+    async fn create_csr(
+        &self,
+        _request: Request<proto::CreateCsrRequest>,
+    ) -> Result<Response<proto::CreateCsrResponse>, Status> {
+        Err(Status::unimplemented("not in the mock"))
+    }
+
+    async fn set_certificate(
+        &self,
+        _request: Request<proto::SetCertificateRequest>,
+    ) -> Result<Response<proto::CertificateChain>, Status> {
+        Err(Status::unimplemented("not in the mock"))
+    }
+
+    async fn get_certificate(
+        &self,
+        _request: Request<proto::GetCertificateRequest>,
+    ) -> Result<Response<proto::CertificateChain>, Status> {
+        Err(Status::unimplemented("not in the mock"))
+    }
+
+    async fn create_self_signed_certificate(
+        &self,
+        _request: Request<proto::CreateSelfSignedCertificateRequest>,
+    ) -> Result<Response<proto::CertificateChain>, Status> {
+        Err(Status::unimplemented("not in the mock"))
+    }
 }
 
 #[tonic::async_trait]

@@ -46,6 +46,14 @@ pub struct Args {
     /// Also serve gRPC over TLS 1.3 on ADDR:PORT (server key in the TPM, client certs required).
     #[arg(long, env = "TPM_VAULT_LISTEN")]
     pub listen: Option<SocketAddr>,
+    /// Vault key of the TLS listener's server certificate (its chain must be stored with it:
+    /// `tpm-vault cert import` or `cert self-sign`). Required with `--listen`.
+    #[arg(long, env = "TPM_VAULT_LISTEN_KEY")]
+    pub listen_key: Option<String>,
+    /// PEM file of the CA certificates that may issue TLS client certificates. Required with
+    /// `--listen`.
+    #[arg(long, env = "TPM_VAULT_LISTEN_CLIENT_CA")]
+    pub listen_client_ca: Option<PathBuf>,
     /// Most TPM transient objects kept loaded, the SRK included (firmware TPMs may have 3).
     #[arg(long)]
     pub max_loaded_objects: Option<usize>,
@@ -98,6 +106,10 @@ pub struct FileConfig {
     pub policies: Option<PathBuf>,
     /// See [`Args::listen`].
     pub listen: Option<SocketAddr>,
+    /// See [`Args::listen_key`].
+    pub listen_key: Option<String>,
+    /// See [`Args::listen_client_ca`].
+    pub listen_client_ca: Option<PathBuf>,
     /// See [`Args::max_loaded_objects`].
     pub max_loaded_objects: Option<usize>,
     /// See [`Args::tpm_timeout_ms`].
@@ -127,8 +139,8 @@ pub struct Config {
     pub socket: PathBuf,
     /// Policy directory.
     pub policies: PathBuf,
-    /// Optional TLS listener.
-    pub listen: Option<SocketAddr>,
+    /// Optional TLS listener: address, server key and client CAs (all three or none).
+    pub listen: Option<TlsListen>,
     /// Transient object budget.
     pub max_loaded_objects: usize,
     /// TPM operation deadline.
@@ -145,6 +157,18 @@ pub struct Config {
     pub datakey_idle: Duration,
     /// The config file that was read, if any (for `--check-config` and the startup log).
     pub file: Option<PathBuf>,
+}
+
+/// The TLS listener's settings ([`Args::listen`], [`Args::listen_key`],
+/// [`Args::listen_client_ca`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsListen {
+    /// Address to bind.
+    pub addr: SocketAddr,
+    /// Vault key holding the server certificate.
+    pub key: crate::model::KeyName,
+    /// PEM file of the CAs trusted to issue client certificates (read at start).
+    pub client_ca: PathBuf,
 }
 
 /// Why the configuration is unusable.
@@ -226,6 +250,24 @@ impl Config {
                 });
             }
         }
+        let listen = match args.listen.or(file.listen) {
+            None => None,
+            Some(addr) => {
+                let key = args.listen_key.clone().or(file.listen_key).ok_or_else(|| ConfigError::Invalid {
+                    field: "listen_key",
+                    reason: "required with listen: the vault key whose stored certificate the TLS listener serves"
+                        .into(),
+                })?;
+                let key = crate::model::KeyName::try_from(key.as_str())
+                    .map_err(|e| ConfigError::Invalid { field: "listen_key", reason: e.to_string() })?;
+                let client_ca =
+                    args.listen_client_ca.clone().or(file.listen_client_ca).ok_or_else(|| ConfigError::Invalid {
+                        field: "listen_client_ca",
+                        reason: "required with listen: client certificates are mandatory on the TLS listener".into(),
+                    })?;
+                Some(TlsListen { addr, key, client_ca })
+            }
+        };
         if tcti.as_deref().is_some_and(str::is_empty) {
             return Err(ConfigError::Invalid { field: "tcti", reason: "must not be empty".into() });
         }
@@ -235,7 +277,7 @@ impl Config {
             state_dir: args.state_dir.clone().or(file.state_dir).unwrap_or_else(|| "/var/lib/tpm-vault".into()),
             socket: args.socket.clone().or(file.socket).unwrap_or_else(|| "/run/tpm-vault/vault.sock".into()),
             policies: args.policies.clone().or(file.policies).unwrap_or_else(|| "/etc/tpm-vault/policies".into()),
-            listen: args.listen.or(file.listen),
+            listen,
             max_loaded_objects,
             tpm_timeout: Duration::from_millis(tpm_timeout_ms),
             shutdown_grace: Duration::from_millis(args.shutdown_grace_ms.or(file.shutdown_grace_ms).unwrap_or(10_000)),
@@ -335,6 +377,29 @@ mod tests {
         assert!(Config::load(&args(&["--metrics-listen", "[::1]:9464"])).is_ok());
         let err = Config::load(&args(&["--metrics-listen", "0.0.0.0:9464"]));
         assert!(matches!(err, Err(ConfigError::Invalid { field: "metrics_listen", .. })), "{err:?}");
+    }
+
+    #[test]
+    fn listen_needs_a_key_and_client_cas() {
+        let err = Config::load(&args(&["--listen", "127.0.0.1:8443"]));
+        assert!(matches!(err, Err(ConfigError::Invalid { field: "listen_key", .. })), "{err:?}");
+        let err = Config::load(&args(&["--listen", "127.0.0.1:8443", "--listen-key", "web"]));
+        assert!(matches!(err, Err(ConfigError::Invalid { field: "listen_client_ca", .. })), "{err:?}");
+        let err =
+            Config::load(&args(&["--listen", "127.0.0.1:8443", "--listen-key", "../x", "--listen-client-ca", "a"]));
+        assert!(matches!(err, Err(ConfigError::Invalid { field: "listen_key", .. })), "{err:?}");
+        let ok = Config::load(&args(&[
+            "--listen",
+            "127.0.0.1:8443",
+            "--listen-key",
+            "web",
+            "--listen-client-ca",
+            "/ca.pem",
+        ]))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let tls = ok.listen.unwrap_or_else(|| panic!("no listener"));
+        assert_eq!((tls.key.as_str(), tls.client_ca.as_path()), ("web", Path::new("/ca.pem")));
+        assert!(Config::load(&args(&[])).map(|c| c.listen.is_none()).unwrap_or(false));
     }
 
     #[test]

@@ -15,6 +15,9 @@ pub enum Error {
     /// No key with this name.
     #[error("key {0:?} not found")]
     KeyNotFound(String),
+    /// The key exists but carries no certificate chain (GetCertificate, the TLS listener).
+    #[error("key {0:?} has no certificate")]
+    NoCertificate(String),
     /// A key with this name already exists.
     #[error("key {0:?} already exists")]
     KeyExists(String),

@@ -11,6 +11,8 @@
 //! - [`model`]: validated domain types; [`error`]: the error type; [`metrics`]: counters.
 //! - [`config`], [`server`], [`simulator`]: configuration, the listener/lifecycle, and the
 //!   private swtpm used when the machine has no TPM.
+//! - [`tls`]: TPM-resident TLS keys in-process (a rustls signing key over the TPM actor) and
+//!   the `--listen` gRPC-over-TLS listener with client certificates.
 //! - [`systemd`], [`telemetry`]: readiness, stopping and watchdog messages to systemd, and the
 //!   optional Prometheus endpoint.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
@@ -29,6 +31,7 @@ pub mod simulator;
 pub mod store;
 pub mod systemd;
 pub mod telemetry;
+pub mod tls;
 pub mod tpm;
 pub mod vault;
 

@@ -53,7 +53,8 @@ fn main() -> ExitCode {
     if std::env::var_os("TSS2_LOG").is_none() {
         std::env::set_var("TSS2_LOG", "all+NONE");
     }
-    init_logging(config.log_format);
+    // Flushes buffered log lines when main returns.
+    let _log_guard = init_logging(config.log_format);
     let tpm = if config.simulator { "private swtpm" } else { config.tcti.as_str() };
     match &config.file {
         Some(file) => tracing::info!(config = %file.display(), tpm, "starting"),
@@ -114,7 +115,7 @@ fn check_config(config: &Config) -> ExitCode {
 
 /// Logs go to stderr (journald picks them up under systemd). `RUST_LOG` filters them
 /// (e.g. `RUST_LOG=debug` or `RUST_LOG=info,audit=warn`); without it, [`DEFAULT_LOG_FILTER`].
-fn init_logging(format: LogFormat) {
+fn init_logging(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
     let default = || tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER);
     let (filter, bad_filter) = match std::env::var("RUST_LOG") {
         Ok(spec) if !spec.is_empty() => match tracing_subscriber::EnvFilter::try_new(&spec) {
@@ -123,7 +124,14 @@ fn init_logging(format: LogFormat) {
         },
         _ => (default(), None),
     };
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Logging (audit events included, one per request) is written by a background thread, so a
+    // slow journal never sits on the request path. Not lossy: when the buffer is full, callers
+    // wait rather than drop audit events.
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(false)
+        .thread_name("log")
+        .finish(std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
     match format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Plain => builder.with_ansi(false).without_time().init(),
@@ -131,6 +139,7 @@ fn init_logging(format: LogFormat) {
     if let Some(why) = bad_filter {
         tracing::warn!("ignoring invalid RUST_LOG {why}; using {DEFAULT_LOG_FILTER}");
     }
+    guard
 }
 
 /// Installs the SIGTERM and SIGINT handlers; the future resolves at the first of either.

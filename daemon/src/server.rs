@@ -7,8 +7,9 @@
 //! serve one listener until a shutdown future resolves, then drain with a bound.
 //!
 //! Order at start: access policy loaded (a bad policy stops the daemon before anything else) →
-//! vault open (SRK loaded and its name checked) → metrics endpoint bound → Unix socket bound (or
-//! taken from systemd) → server accepting → `READY=1`. At shutdown:
+//! vault open (SRK loaded and its name checked) → metrics endpoint bound → TLS listener built
+//! and bound, if configured ([`crate::tls`]) → Unix socket bound (or taken from systemd) →
+//! servers accepting → `READY=1`. Both listeners serve the same services until shutdown. At shutdown:
 //! `STOPPING=1` → stop accepting → wait up to the grace period for in-flight requests (then
 //! answer the rest `UNAVAILABLE`) → stop the TPM actor, which flushes every transient object it
 //! loaded → remove our socket file.
@@ -81,6 +82,9 @@ pub enum ServerError {
     /// The SIGTERM/SIGINT handlers could not be installed.
     #[error("cannot install signal handlers: {0}")]
     Signals(#[source] std::io::Error),
+    /// The TLS listener could not be set up (key, chain, client CAs, address).
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
     /// The gRPC server failed.
     #[error("gRPC server: {0}")]
     Transport(#[from] tonic::transport::Error),
@@ -196,6 +200,14 @@ async fn serve_vault(
         }
         None => None,
     };
+    let tls = match &config.listen {
+        Some(l) => {
+            let tls = crate::tls::TlsListener::bind(&vault, l.addr, &l.key, &l.client_ca).await?;
+            tracing::info!(addr = %l.addr, key = %l.key, "TLS listener bound (client certificates required)");
+            Some(tls)
+        }
+        None => None,
+    };
     let (listener, owned_socket) = match activated {
         Some(l) => {
             tracing::info!("using the socket passed by systemd (socket activation)");
@@ -207,7 +219,7 @@ async fn serve_vault(
         .map_err(|source| ServerError::Socket { path: config.socket.clone(), source })?;
     let _watchdog = crate::systemd::spawn_watchdog(vault.tpm().clone()).map(AbortOnDrop);
     let ctx = Ctx::new(vault, metrics, access);
-    let result = serve_ctx(ctx, listener, shutdown, config.shutdown_grace).await;
+    let result = serve_ctx_with_tls(ctx, listener, tls, shutdown, config.shutdown_grace).await;
     drop(metrics_task);
     if let Some(path) = owned_socket {
         let _ = std::fs::remove_file(path);
@@ -244,16 +256,43 @@ pub async fn serve_ctx(
     shutdown: impl Future<Output = ()>,
     grace: std::time::Duration,
 ) -> Result<(), ServerError> {
+    serve_ctx_with_tls(ctx, listener, None, shutdown, grace).await
+}
+
+/// [`serve_ctx`] plus, when given, the TLS listener ([`crate::tls::TlsListener`]): both serve
+/// the same services and drain together at shutdown.
+///
+/// # Errors
+/// [`ServerError::Transport`] if either server fails.
+pub async fn serve_ctx_with_tls(
+    ctx: Ctx,
+    listener: UnixListener,
+    tls: Option<crate::tls::TlsListener>,
+    shutdown: impl Future<Output = ()>,
+    grace: std::time::Duration,
+) -> Result<(), ServerError> {
     let (expire_tx, expire_rx) = tokio::sync::watch::channel(false);
     let routes =
         Routes::from(AxumRouter::new().fallback_service(Draining { inner: rpc::routes(ctx)?, expired: expire_rx }));
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tonic::transport::Server::builder().add_routes(routes).serve_with_incoming_shutdown(
-        UnixListenerStream::new(listener),
-        async {
-            let _ = stop_rx.await;
-        },
-    );
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let unix = tonic::transport::Server::builder()
+        .add_routes(routes.clone())
+        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), stopped(stop_rx.clone()));
+    let tls = async {
+        match tls {
+            Some(tls) => {
+                tonic::transport::Server::builder()
+                    .add_routes(routes)
+                    .serve_with_incoming_shutdown(tls.incoming(), stopped(stop_rx))
+                    .await
+            }
+            None => Ok(()),
+        }
+    };
+    let server = async { tokio::try_join!(unix, tls).map(|_| ()) };
     tokio::pin!(server);
     crate::systemd::notify_ready("serving");
     tracing::info!("ready");
@@ -266,7 +305,7 @@ pub async fn serve_ctx(
         grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
         "shutting down: draining in-flight requests"
     );
-    let _ = stop_tx.send(());
+    let _ = stop_tx.send(true);
     if let Ok(r) = tokio::time::timeout(grace, &mut server).await {
         return r.map_err(ServerError::from);
     }

@@ -51,6 +51,7 @@ async fn another_uid_gets_exactly_what_its_rule_allows_and_the_audit_log_has_bot
     std::fs::set_permissions(env.tpm.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod dir");
     std::fs::set_permissions(&env.socket, std::fs::Permissions::from_mode(0o666)).expect("chmod socket");
     let exe = std::env::current_exe().expect("exe");
+    support::cloexec_all_fds();
     let out = std::process::Command::new("setpriv")
         .args(["--reuid", &NOBODY.to_string(), "--regid", &NOBODY.to_string(), "--clear-groups"])
         .arg(exe)

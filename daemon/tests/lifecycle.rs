@@ -201,6 +201,11 @@ async fn metrics_endpoint_serves_prometheus_text() {
     cmd.args(["--metrics-listen", "127.0.0.1:0"]);
     let mut child = KillOnDrop(cmd.spawn().expect("spawn tpm-vaultd"));
     assert!(env.wait_note("READY=1", Duration::from_secs(60)), "stderr:\n{}", env.stderr());
+    // Log lines are written by a background thread: give it a moment to catch up.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !env.stderr().contains("Prometheus metrics on http://") && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let stderr = env.stderr();
     let addr = stderr
         .split("Prometheus metrics on http://")

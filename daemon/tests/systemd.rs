@@ -212,6 +212,11 @@ async fn socket_activation_serves_with_peer_credentials() {
     let me = nix::unistd::getuid().as_raw();
     assert_eq!(mine.owner_uid, me);
     assert!(env.wait_note("READY=1", Duration::from_secs(5)), "{:?}", env.notes);
+    // Log lines are written by a background thread: give it a moment to catch up.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !env.stderr().contains("socket activation") && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let stderr = env.stderr();
     assert!(stderr.contains("socket activation"), "{stderr}");
 

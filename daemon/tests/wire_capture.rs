@@ -5,10 +5,6 @@
 
 mod support;
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::{Arc, Mutex};
-
 use support::TpmEnv;
 use tpm_vault_daemon::model::{PcrBank, PcrSelection};
 use tpm_vault_daemon::tpm::{pcr, templates, KeyBlob, PolicyAuth, TpmError};
@@ -16,70 +12,10 @@ use tpm_vault_daemon::VaultConfig;
 use tss_esapi::interface_types::session_handles::AuthSession;
 use tss_esapi::structures::{Digest, SensitiveData};
 
-/// Forwards (P, P+1) to swtpm's (T, T+1) and records everything.
-struct RecordingProxy {
-    port: u16,
-    captured: Arc<Mutex<Vec<u8>>>,
-    /// Keeps other tests (and their swtpm instances) off our ports.
-    _lock: nix::fcntl::Flock<std::fs::File>,
-}
-
-impl RecordingProxy {
-    fn start(target: u16) -> Self {
-        let captured = Arc::new(Mutex::new(Vec::new()));
-        let (port, listeners, lock) = (0..20)
-            .find_map(|_| {
-                let (p, lock) = tpm_vault_daemon::simulator::claim_port_pair().ok()?;
-                let a = TcpListener::bind(("127.0.0.1", p)).ok()?;
-                let b = TcpListener::bind(("127.0.0.1", p + 1)).ok()?;
-                Some((p, [a, b], lock))
-            })
-            .expect("free port pair");
-        for (i, listener) in listeners.into_iter().enumerate() {
-            let captured = captured.clone();
-            let to = target + i as u16;
-            std::thread::spawn(move || {
-                for client in listener.incoming().flatten() {
-                    let Ok(server) = TcpStream::connect(("127.0.0.1", to)) else { continue };
-                    pump(client.try_clone().expect("clone"), server.try_clone().expect("clone"), captured.clone());
-                    pump(server, client, captured.clone());
-                }
-            });
-        }
-        Self { port, captured, _lock: lock }
-    }
-
-    fn tcti(&self) -> String {
-        format!("swtpm:host=127.0.0.1,port={}", self.port)
-    }
-
-    fn contains(&self, needle: &[u8]) -> bool {
-        let data = self.captured.lock().expect("lock");
-        data.windows(needle.len()).any(|w| w == needle)
-    }
-
-    fn len(&self) -> usize {
-        self.captured.lock().expect("lock").len()
-    }
-}
-
-fn pump(mut from: TcpStream, mut to: TcpStream, captured: Arc<Mutex<Vec<u8>>>) {
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 8192];
-        while let Ok(n) = from.read(&mut buf) {
-            if n == 0 || to.write_all(&buf[..n]).is_err() {
-                break;
-            }
-            captured.lock().expect("lock").extend_from_slice(&buf[..n]);
-        }
-        let _ = to.shutdown(std::net::Shutdown::Both);
-    });
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sealed_bytes_never_cross_the_tpm_interface_in_clear() {
     let env = TpmEnv::start();
-    let proxy = RecordingProxy::start(env.swtpm.port());
+    let proxy = support::proxy::TpmProxy::start(env.swtpm.port());
     let cfg = VaultConfig { tcti: proxy.tcti(), ..env.vault_config() };
     let vault = tpm_vault_daemon::Vault::open(cfg).await.expect("open via proxy");
     assert!(proxy.len() > 0, "traffic goes through the proxy");

@@ -59,16 +59,41 @@ pub async fn create_key(state_dir: &Path, tcti: &str) -> Result<()> {
     result
 }
 
-/// Opens the vault, checks one signature in-core, signs in a loop, shuts the vault down (which
-/// flushes its objects and closes the TPM connection).
+/// What the library phase measured.
+#[derive(Debug, Clone)]
+pub struct ActorRound {
+    /// `Vault::sign` in a loop.
+    pub sign: Measurement,
+    /// Empty jobs through the actor (`TpmHandle::call` with a closure that does nothing): the
+    /// cost of the hand-off to the TPM thread and back, without a TPM command.
+    pub handoff: Measurement,
+}
+
+/// Opens the vault, checks one signature in-core, signs in a loop, times empty actor jobs,
+/// shuts the vault down (which flushes its objects and closes the TPM connection).
 ///
 /// # Errors
 /// Vault errors, or a signature that does not verify.
-pub async fn run(state_dir: &Path, tcti: &str, timing: Timing, pids: Pids) -> Result<Measurement> {
+pub async fn run(state_dir: &Path, tcti: &str, timing: Timing, pids: Pids) -> Result<ActorRound> {
     let vault = open(state_dir, tcti).await?;
-    let result = measure(&vault, timing, pids).await;
+    let result = async {
+        let sign = measure(&vault, timing, pids).await?;
+        let handoff = handoff(&vault, timing, pids).await?;
+        Ok(ActorRound { sign, handoff })
+    }
+    .await;
     vault.shutdown(SHUTDOWN_GRACE).await;
     result
+}
+
+/// Empty jobs for a tenth of the window (at least 0.2 s).
+async fn handoff(vault: &Vault, timing: Timing, pids: Pids) -> Result<Measurement> {
+    let short =
+        Timing { warmup: Duration::from_millis(50), window: (timing.window / 10).max(Duration::from_millis(200)) };
+    timed_async(short, pids, || async {
+        vault.tpm().call("bench-noop", |_tpm| Ok(())).await.map_err(anyhow::Error::from)
+    })
+    .await
 }
 
 async fn measure(vault: &Vault, timing: Timing, pids: Pids) -> Result<Measurement> {
@@ -78,7 +103,18 @@ async fn measure(vault: &Vault, timing: Timing, pids: Pids) -> Result<Measuremen
         .verify(&name, SignInput::Digest(DIGEST.to_vec()), &first.signature, Some(HashAlg::Sha256), Some(Scheme::Ecdsa))
         .await?;
     ensure!(valid, "vault signature does not verify");
+    timed_async(timing, pids, || async {
+        vault.sign(&name, request(), None).await.map(drop).map_err(anyhow::Error::from)
+    })
+    .await
+}
 
+/// Like [`super::timed_loop`], for an async operation.
+async fn timed_async<F, Fut>(timing: Timing, pids: Pids, mut op: F) -> Result<Measurement>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
     CpuSnapshot::take(pids)?;
     let t0 = Instant::now() + timing.warmup;
     let t1 = t0 + timing.window;
@@ -92,7 +128,7 @@ async fn measure(vault: &Vault, timing: Timing, pids: Pids) -> Result<Measuremen
         if cpu_start.is_none() && start >= t0 {
             cpu_start = Some(CpuSnapshot::take(pids)?);
         }
-        vault.sign(&name, request(), None).await?;
+        op().await?;
         let end = Instant::now();
         if end >= t0 && end <= t1 {
             latencies.push(end - start);

@@ -7,6 +7,7 @@
 //! connection, one request in flight per client. Afterwards it reads the RSS again and stops
 //! the daemon with SIGTERM (which flushes its TPM objects and closes the TPM connection).
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::net::UnixStream;
@@ -57,6 +58,20 @@ pub struct Level {
     pub clients: usize,
     /// Requests completed, latencies (as the client sees them) and CPU use.
     pub m: Measurement,
+    /// The daemon's CPU over the window by thread name (tokio workers share one name), sorted
+    /// by name.
+    pub threads: Vec<(String, Duration)>,
+}
+
+/// CPU used per thread name between two [`procfs::thread_cpu`] readings (threads that
+/// started in between count from zero).
+fn thread_delta(start: &[(u32, String, Duration)], end: &[(u32, String, Duration)]) -> Vec<(String, Duration)> {
+    let mut by_name: BTreeMap<String, Duration> = BTreeMap::new();
+    for (tid, name, cpu) in end {
+        let before = start.iter().find(|(t, n, _)| t == tid && n == name).map_or(Duration::ZERO, |(_, _, c)| *c);
+        *by_name.entry(name.clone()).or_default() += cpu.saturating_sub(before);
+    }
+    by_name.into_iter().collect()
 }
 
 /// What one daemon round measured.
@@ -287,13 +302,8 @@ async fn client_loop(
 
 /// Runs `clients` clients against the daemon for warm-up + window; also returns every request
 /// completed, warm-up included.
-async fn level(
-    socket: &Path,
-    policies: &Path,
-    clients: usize,
-    timing: Timing,
-    pids: Pids,
-) -> Result<(Measurement, u64)> {
+async fn level(socket: &Path, policies: &Path, clients: usize, timing: Timing, pids: Pids) -> Result<(Level, u64)> {
+    let daemon_pid = pids.daemon.context("no daemon pid")?;
     let mut conns = Vec::with_capacity(clients);
     for _ in 0..clients {
         conns.push(connect(socket).await?);
@@ -307,8 +317,10 @@ async fn level(
     }
     tokio::time::sleep_until(t0.into()).await;
     let cpu_start = CpuSnapshot::take(pids)?;
+    let threads_start = procfs::thread_cpu(daemon_pid)?;
     tokio::time::sleep_until(t1.into()).await;
     let cpu_end = CpuSnapshot::take(pids)?;
+    let threads_end = procfs::thread_cpu(daemon_pid)?;
     let mut latencies = Vec::new();
     let mut total = 0;
     while let Some(joined) = tasks.join_next().await {
@@ -317,7 +329,8 @@ async fn level(
         total += n;
     }
     let m = Measurement::finish(latencies, timing.window, cpu_end.since(&cpu_start));
-    Ok((m, total))
+    let threads = thread_delta(&threads_start, &threads_end);
+    Ok((Level { clients, m, threads }, total))
 }
 
 /// One daemon round: start, idle RSS, check, the load levels, loaded RSS, stop.
@@ -344,13 +357,34 @@ pub fn run(
     let mut requests = 2;
     let mut done = Vec::with_capacity(levels.len());
     for &clients in levels {
-        let (m, n) = rt.block_on(level(&daemon.socket, &policies, clients, timing, pids))?;
+        let (l, n) = rt.block_on(level(&daemon.socket, &policies, clients, timing, pids))?;
         requests += n;
-        progress(&format!("{clients} clients: {:.0} req/s, p50 {:.0} µs", m.rate(), m.p50().as_secs_f64() * 1e6));
-        done.push(Level { clients, m });
+        progress(&format!("{clients} clients: {:.0} req/s, p50 {:.0} µs", l.m.rate(), l.m.p50().as_secs_f64() * 1e6));
+        done.push(l);
     }
     let rss_loaded_kib = procfs::rss_kib(Proc::Pid(pid))?;
     let log_lines = daemon.log_lines();
     daemon.stop()?;
     Ok(DaemonRound { ready, rss_idle_kib, rss_loaded_kib, levels: done, requests, log_lines })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thread_deltas_group_by_name() {
+        let ms = Duration::from_millis;
+        let start = vec![(1, "w".to_owned(), ms(10)), (2, "w".to_owned(), ms(5)), (3, "tpm".to_owned(), ms(1))];
+        let end = vec![
+            (1, "w".to_owned(), ms(30)),
+            (2, "w".to_owned(), ms(6)),
+            (3, "tpm".to_owned(), ms(4)),
+            (4, "new".to_owned(), ms(2)),
+        ];
+        assert_eq!(
+            thread_delta(&start, &end),
+            vec![("new".to_owned(), ms(2)), ("tpm".to_owned(), ms(3)), ("w".to_owned(), ms(21))]
+        );
+    }
 }

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use tonic::Code;
 
 use crate::error::io_reason;
-use crate::Error;
+use crate::{Error, QuoteError};
 
 /// Why a command failed.
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +32,12 @@ pub(crate) enum CliError {
     /// does.
     #[error("Verification failure")]
     VerificationFailed,
+    /// `verify-quote` rejected the quote, for the reason given.
+    #[error("quote rejected: {0}")]
+    QuoteRejected(QuoteError),
+    /// `access check` found the operation denied: a result, already printed on stdout.
+    #[error("denied by the access policy")]
+    AccessDenied,
 }
 
 impl CliError {
@@ -63,7 +69,8 @@ impl CliError {
                 Code::ResourceExhausted => 8,
                 _ => 1,
             },
-            CliError::Io { .. } | CliError::VerificationFailed => 1,
+            CliError::Io { .. } | CliError::VerificationFailed | CliError::QuoteRejected(_) => 1,
+            CliError::AccessDenied => 5,
         }
     }
 
@@ -81,6 +88,7 @@ impl CliError {
         // Nothing sensible is left to do if stderr itself is gone.
         let _ = match self {
             CliError::VerificationFailed => writeln!(stderr, "{self}"),
+            CliError::AccessDenied => Ok(()),
             _ => writeln!(stderr, "tpm-vault: {self}"),
         };
         ExitCode::from(self.exit_code())

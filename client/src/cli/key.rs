@@ -7,11 +7,12 @@ use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{json, Value};
 
 use crate::pcr::parse_selection;
-use crate::{KeyAlgorithm, KeyInfo, Named, PcrBinding, PublicKey};
+use crate::{Error, KeyAlgorithm, KeyInfo, Named, PcrBinding, PublicKey};
 
 use super::error::CliError;
 use super::files;
 use super::output::{key_json, key_text, pcr_selection, rfc3339, table, yes_no, Report};
+use super::password::AuthArgs;
 use super::{Context, OutputFormat};
 
 /// `tpm-vault key ...`.
@@ -61,12 +62,27 @@ pub(crate) struct CreateArgs {
     /// (e.g. future) values. Banks: sha1, sha256, sha384; indices 0-23.
     #[arg(long, value_name = "BANK:IDX[,IDX]", value_parser = parse_pcr)]
     pub(crate) pcr: Option<PcrBinding>,
+    /// Protect the key with a password (a key is either PCR-bound or password-protected)
+    #[command(flatten)]
+    pub(crate) auth: AuthArgs,
 }
 
 impl CreateArgs {
     async fn run(self, ctx: &mut Context) -> Result<(), CliError> {
+        // Read the password before connecting, so a bad file is reported as such.
+        let auth = self.auth.load()?;
         let client = ctx.client().await?;
-        let key = client.create_key(&self.name, self.alg, self.pcr).await?;
+        let key = match auth {
+            Some(_) if self.pcr.is_some() => {
+                return Err(Error::InvalidInput(
+                    "a key is either PCR-bound (--pcr) or password-protected (--auth, --auth-file), not both"
+                        .to_owned(),
+                )
+                .into())
+            }
+            Some(auth) => client.create_key_with_auth(&self.name, self.alg, &auth).await?,
+            None => client.create_key(&self.name, self.alg, self.pcr).await?,
+        };
         ctx.emit(&KeyReport(key))
     }
 }

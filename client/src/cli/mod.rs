@@ -13,11 +13,18 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::{Client, DEFAULT_SOCKET};
 
+mod access;
+mod attest;
+mod cert;
 mod completions;
+mod crypto;
 mod error;
 mod files;
 mod key;
 mod output;
+mod password;
+mod progress;
+mod seal;
 mod sign;
 mod status;
 
@@ -28,12 +35,12 @@ use output::Report;
 const EXIT_STATUS_HELP: &str = "\
 Exit status:
   0  success
-  1  failure, including \"Verification failure\"
+  1  failure, including \"Verification failure\" and a rejected quote
   2  usage error or invalid argument (bad key name, digest length, scheme...)
   3  no such key
   4  a key with that name already exists
-  5  permission denied by the access policy
-  6  PCR values do not match the key's binding
+  5  permission denied by the access policy (or `access check` answered deny)
+  6  PCR values do not match the key's or the sealed secret's binding
   7  daemon not running, TPM unreachable, or no answer in time (retry later)
   8  TPM busy or in dictionary-attack lockout (retry later)";
 
@@ -94,6 +101,40 @@ enum Command {
     Sign(sign::SignArgs),
     /// Check a signature made with a key
     Verify(sign::VerifyArgs),
+    /// Print a certificate signing request (PKCS#10, PEM) for a key, signed in the TPM
+    Csr(cert::CsrArgs),
+    /// Self-sign, import and show the certificate chain stored with a key
+    #[command(subcommand)]
+    Cert(cert::CertCommand),
+    /// Create and delete data keys (TPM-sealed AES-256 keys for encrypt/decrypt)
+    #[command(subcommand)]
+    Datakey(crypto::DatakeyCommand),
+    /// Encrypt standard input to standard output with a data key
+    Encrypt(crypto::EncryptArgs),
+    /// Decrypt standard input (made by `encrypt`) to standard output
+    Decrypt(crypto::DecryptArgs),
+    /// Write N random bytes to standard output
+    Random(crypto::RandomArgs),
+    /// Quote PCRs with the attestation key into tpm2-tools files
+    Quote(attest::QuoteArgs),
+    /// Check a quote (signature, nonce, PCR values) in-core
+    VerifyQuote(attest::VerifyQuoteArgs),
+    /// Read PCR values
+    #[command(subcommand)]
+    Pcr(attest::PcrCommand),
+    /// Show the attestation key; activate credentials made for it
+    #[command(subcommand)]
+    Attest(attest::AttestCommand),
+    /// Seal a secret (from stdin) to PCR values, by default sha256:9
+    Seal(seal::SealArgs),
+    /// Write a sealed secret to stdout
+    Unseal(seal::UnsealArgs),
+    /// Sign PCR policies for secrets sealed with --authorized-by
+    #[command(subcommand)]
+    Policy(seal::PolicyCommand),
+    /// Check access-policy decisions
+    #[command(subcommand)]
+    Access(access::AccessCommand),
     /// Print a shell completion script
     Completions(completions::CompletionsArgs),
 }
@@ -117,6 +158,20 @@ impl Command {
             Command::Key(command) => command.run(ctx).await,
             Command::Sign(args) => args.run(ctx).await,
             Command::Verify(args) => args.run(ctx).await,
+            Command::Csr(args) => args.run(ctx).await,
+            Command::Cert(command) => command.run(ctx).await,
+            Command::Datakey(command) => command.run(ctx).await,
+            Command::Encrypt(args) => args.run(ctx).await,
+            Command::Decrypt(args) => args.run(ctx).await,
+            Command::Random(args) => args.run(ctx).await,
+            Command::Quote(args) => args.run(ctx).await,
+            Command::VerifyQuote(args) => args.run(ctx).await,
+            Command::Pcr(command) => command.run(ctx).await,
+            Command::Attest(command) => command.run(ctx).await,
+            Command::Seal(args) => args.run(ctx).await,
+            Command::Unseal(args) => args.run(ctx).await,
+            Command::Policy(command) => command.run(ctx).await,
+            Command::Access(command) => command.run(ctx).await,
             Command::Completions(args) => args.run(ctx),
         }
     }

@@ -15,6 +15,7 @@ use super::error::CliError;
 use super::files;
 use super::key::named_parser;
 use super::output::Report;
+use super::password::AuthArgs;
 use super::{Context, OutputFormat};
 
 /// What `sign` and `verify` share: the input and how it is hashed and signed.
@@ -58,14 +59,28 @@ pub(crate) struct SignArgs {
     /// With --output json and --out -, the signature is in the object (hex) instead.
     #[arg(long, value_name = "SIG")]
     pub(crate) out: PathBuf,
+    /// The key's password, for keys created with one
+    #[command(flatten)]
+    pub(crate) auth: AuthArgs,
 }
 
 impl SignArgs {
     pub(crate) async fn run(self, ctx: &mut Context) -> Result<(), CliError> {
+        if self.auth.reads_stdin() && files::is_std(&self.input.input) {
+            return Err(crate::Error::InvalidInput(
+                "--in and --auth-file cannot both be read from standard input".to_owned(),
+            )
+            .into());
+        }
+        let auth = self.auth.load()?;
         let requested = self.input.hash.unwrap_or_default();
         let (input, hash) =
             files::read_sign_input(ctx, &self.input.name, &self.input.input, self.input.digest, requested).await?;
-        let signature = ctx.client().await?.sign(&self.input.name, input, &self.input.options(hash)).await?;
+        let mut options = self.input.options(hash);
+        if let Some(auth) = auth {
+            options = options.with_auth(auth);
+        }
+        let signature = ctx.client().await?.sign(&self.input.name, input, &options).await?;
         let json = ctx.output == OutputFormat::Json;
         // With JSON on stdout, `--out -` would mix binary into it: the object carries the
         // signature instead.

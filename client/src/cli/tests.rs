@@ -183,7 +183,7 @@ fn completions_args_and_script() {
 fn no_command_shows_help_and_later_commands_do_not_exist() {
     let err = parse_err(&[]);
     assert_eq!(err.kind(), ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand);
-    assert_eq!(parse_err(&["seal", "x"]).kind(), ErrorKind::InvalidSubcommand);
+    assert_eq!(parse_err(&["fly", "x"]).kind(), ErrorKind::InvalidSubcommand);
 }
 
 #[test]

@@ -5,6 +5,7 @@
 //! [`Access::authorize`] before doing anything.
 
 pub mod audit;
+pub mod limits;
 pub mod peer;
 pub mod policy;
 
@@ -23,6 +24,7 @@ pub struct Access {
     dir: Option<PathBuf>,
     policy: RwLock<Arc<Policy>>,
     audit: audit::AuditLog,
+    limits: limits::ClientLimits,
 }
 
 /// A granted request, carried to the audit event once the operation finished.
@@ -36,6 +38,8 @@ pub struct Grant {
     pub key: Option<String>,
     /// The rule that allowed it.
     pub rule: String,
+    /// The client's TPM slot while the request runs (see [`limits`]).
+    pub slot: Option<Arc<tokio::sync::OwnedSemaphorePermit>>,
 }
 
 impl Access {
@@ -48,12 +52,28 @@ impl Access {
         if policy.is_empty() {
             tracing::warn!(dir = %dir.display(), "no access rules: every request will be denied");
         }
-        Ok(Self { dir: Some(dir.to_owned()), policy: RwLock::new(Arc::new(policy)), audit })
+        Ok(Self { dir: Some(dir.to_owned()), policy: RwLock::new(Arc::new(policy)), audit, limits: Default::default() })
     }
 
     /// A fixed policy (tests, embedding).
     pub fn with_policy(policy: Policy, audit: audit::AuditLog) -> Self {
-        Self { dir: None, policy: RwLock::new(Arc::new(policy)), audit }
+        Self { dir: None, policy: RwLock::new(Arc::new(policy)), audit, limits: Default::default() }
+    }
+
+    /// Sets the per-client limit of TPM requests in flight.
+    pub fn with_client_limits(mut self, limits: limits::ClientLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Takes a TPM slot for the granted client (fairness between clients).
+    ///
+    /// # Errors
+    /// RESOURCE_EXHAUSTED after waiting too long for a slot.
+    pub async fn take_slot(&self, grant: &mut Grant) -> Result<(), Error> {
+        let permit = self.limits.acquire(&grant.who).await?;
+        grant.slot = Some(Arc::new(permit));
+        Ok(())
     }
 
     /// Re-reads the policy directory. A bad new policy leaves the old one in force.
@@ -92,7 +112,7 @@ impl Access {
             return Err(Error::PermissionDenied(format!("{} denied: client identity unknown", op.as_str())));
         };
         match self.current().decide(&who, op, key, owner) {
-            Decision::Allow(rule) => Ok(Grant { who, op, key: key.map(|k| k.to_string()), rule }),
+            Decision::Allow(rule) => Ok(Grant { who, op, key: key.map(|k| k.to_string()), rule, slot: None }),
             Decision::Deny => {
                 self.audit.record(&who, op, key.map(KeyName::as_str), "deny", None, "denied");
                 Err(Error::PermissionDenied(match key {

@@ -102,5 +102,34 @@ pub fn identity<T>(req: &tonic::Request<T>) -> Option<Identity> {
         return Some(id.clone());
     }
     let p = Peer::of(req)?;
-    Some(Identity::Unix(UnixIdentity::resolve(p.uid, p.gid, p.pid)))
+    Some(Identity::Unix(resolve_cached(p.uid, p.gid, p.pid)))
+}
+
+/// How long a resolved user/group lookup is reused. Name and group changes take effect within
+/// this time (and at once for new uids).
+const RESOLVE_TTL: std::time::Duration = std::time::Duration::from_secs(30);
+
+type ResolveCache = std::collections::HashMap<(u32, u32), (std::time::Instant, UnixIdentity)>;
+
+/// [`UnixIdentity::resolve`] with a short-lived cache: NSS lookups read /etc/passwd and
+/// /etc/group (or ask a directory service) and would otherwise cost more than a TPM signature's
+/// share of the request path.
+fn resolve_cached(uid: u32, gid: u32, pid: Option<i32>) -> UnixIdentity {
+    static CACHE: std::sync::OnceLock<std::sync::Mutex<ResolveCache>> = std::sync::OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    if let Ok(map) = cache.lock() {
+        if let Some((at, id)) = map.get(&(uid, gid)) {
+            if at.elapsed() < RESOLVE_TTL {
+                return UnixIdentity { pid, ..id.clone() };
+            }
+        }
+    }
+    let id = UnixIdentity::resolve(uid, gid, pid);
+    if let Ok(mut map) = cache.lock() {
+        if map.len() > 4096 {
+            map.clear();
+        }
+        map.insert((uid, gid), (std::time::Instant::now(), id.clone()));
+    }
+    id
 }

@@ -90,7 +90,11 @@ impl FromStr for Operation {
     fn from_str(s: &str) -> Result<Self, String> {
         Self::ALL.into_iter().find(|o| o.as_str() == s).ok_or_else(|| {
             let all: Vec<_> = Self::ALL.iter().map(|o| o.as_str()).collect();
-            format!("unknown operation {s:?} (expected one of {})", all.join(", "))
+            format!(
+                "unknown operation {:?} (expected one of {})",
+                crate::model::truncate_for_message(s),
+                all.join(", ")
+            )
         })
     }
 }
@@ -334,6 +338,11 @@ impl Policy {
             return Decision::Allow(rule.name.clone());
         }
         Decision::Deny
+    }
+
+    /// True if any rule is owner-only (only then does a decision need the key's owner).
+    pub fn has_owner_rules(&self) -> bool {
+        self.rules.iter().any(|r| r.owner_only)
     }
 
     /// Number of rules.

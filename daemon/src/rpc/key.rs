@@ -12,7 +12,7 @@ use super::{observe, Ctx};
 use crate::auth::{identity, Operation, Peer};
 use crate::error::Error;
 use crate::model::{HashAlg, KeyAlg, KeyName, Scheme, SignInput};
-use crate::vault::{KeyInfo, SignRequest};
+use crate::vault::{CertSubject, KeyInfo, SignRequest, StoredChain};
 
 /// Largest page of ListKeys.
 const MAX_PAGE: usize = 1000;
@@ -116,6 +116,20 @@ fn key_to_pb(k: KeyInfo) -> pb::Key {
         }),
         owner_uid: k.owner_uid,
         has_auth: k.has_auth,
+    }
+}
+
+fn subject(s: Option<pb::CertificateSubject>) -> Result<CertSubject, Error> {
+    let s = s.ok_or_else(|| Error::InvalidArgument("a subject is required, e.g. CN=device-1,O=Example".into()))?;
+    CertSubject::parse(&s.subject, &s.dns_names, &s.ip_addresses, &s.uris)
+}
+
+fn chain_to_pb(c: StoredChain) -> pb::CertificateChain {
+    pb::CertificateChain {
+        name: c.name.to_string(),
+        chain_pem: c.chain_pem,
+        version: c.version,
+        tpm_name: hex::encode(&c.tpm_name),
     }
 }
 
@@ -258,6 +272,84 @@ impl KeyService for KeyRpc {
         }
         .await;
         observe(&self.ctx, "Verify", start, grant, result)
+    }
+
+    async fn create_csr(&self, req: Request<pb::CreateCsrRequest>) -> Result<Response<pb::CreateCsrResponse>, Status> {
+        let start = Instant::now();
+        let who = identity(&req);
+        let r = req.into_inner();
+        let mut grant = None;
+        let result = async {
+            let n = name(&r.name)?;
+            grant = Some(self.ctx.authorize(who, Operation::Sign, Some(&n)).await?);
+            let subject = subject(r.subject)?;
+            let (pem, der) = self.ctx.vault.create_csr(&n, subject, auth(r.auth)).await?;
+            Ok(pb::CreateCsrResponse { pem, der })
+        }
+        .await;
+        observe(&self.ctx, "CreateCsr", start, grant, result)
+    }
+
+    async fn set_certificate(
+        &self,
+        req: Request<pb::SetCertificateRequest>,
+    ) -> Result<Response<pb::CertificateChain>, Status> {
+        let start = Instant::now();
+        let who = identity(&req);
+        let r = req.into_inner();
+        let mut grant = None;
+        let result = async {
+            let n = name(&r.name)?;
+            grant = Some(self.ctx.authorize(who, Operation::Create, Some(&n)).await?);
+            self.ctx.vault.set_certificate(&n, &r.chain_pem).await
+        }
+        .await;
+        observe(&self.ctx, "SetCertificate", start, grant, result.map(chain_to_pb))
+    }
+
+    async fn get_certificate(
+        &self,
+        req: Request<pb::GetCertificateRequest>,
+    ) -> Result<Response<pb::CertificateChain>, Status> {
+        let start = Instant::now();
+        let who = identity(&req);
+        let r = req.into_inner();
+        let mut grant = None;
+        let result = async {
+            let n = name(&r.name)?;
+            grant = Some(self.ctx.authorize(who, Operation::Public, Some(&n)).await?);
+            self.ctx.vault.certificate(&n).await
+        }
+        .await;
+        observe(&self.ctx, "GetCertificate", start, grant, result.map(chain_to_pb))
+    }
+
+    async fn create_self_signed_certificate(
+        &self,
+        req: Request<pb::CreateSelfSignedCertificateRequest>,
+    ) -> Result<Response<pb::CertificateChain>, Status> {
+        let start = Instant::now();
+        let who = identity(&req);
+        let r = req.into_inner();
+        let mut grant = None;
+        let mut sign_grant = None;
+        let result = async {
+            let n = name(&r.name)?;
+            // The TPM signs (sign) and the result replaces the stored chain (create).
+            sign_grant = Some(self.ctx.authorize(who.clone(), Operation::Sign, Some(&n)).await?);
+            grant = Some(self.ctx.authorize(who, Operation::Create, Some(&n)).await?);
+            let subject = subject(r.subject)?;
+            self.ctx.vault.self_sign(&n, subject, r.days, auth(r.auth)).await
+        }
+        .await;
+        if let Some(g) = &sign_grant {
+            let outcome = match &result {
+                Ok(_) => "ok".to_owned(),
+                Err(e) => format!("{:?}", Status::from(e).code()),
+            };
+            self.ctx.access.finish(g, &outcome);
+        }
+        observe(&self.ctx, "CreateSelfSignedCertificate", start, grant, result.map(chain_to_pb))
     }
 }
 

@@ -50,10 +50,17 @@ impl Ctx {
     /// rules). Denials are audited here; grants when the request finishes.
     async fn authorize(&self, who: Option<Identity>, op: Operation, key: Option<&KeyName>) -> Result<Grant, Error> {
         let owner = match key {
-            Some(k) if op != Operation::Create => self.vault.key(k).await.ok().map(|i| i.owner_uid),
+            Some(k) if op != Operation::Create && self.access.current().has_owner_rules() => {
+                self.vault.key(k).await.ok().map(|i| i.owner_uid)
+            }
             _ => None,
         };
-        self.access.authorize(who, op, key, owner)
+        let mut grant = self.access.authorize(who, op, key, owner)?;
+        // Operations that queue TPM commands take one of the client's slots.
+        if matches!(op, Operation::Create | Operation::Sign | Operation::Quote | Operation::Seal | Operation::Unseal) {
+            self.access.take_slot(&mut grant).await?;
+        }
+        Ok(grant)
     }
 }
 

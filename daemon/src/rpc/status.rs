@@ -11,7 +11,7 @@ impl From<&Error> for Status {
     fn from(e: &Error) -> Status {
         match e {
             Error::InvalidArgument(m) => Status::invalid_argument(m.clone()),
-            Error::KeyNotFound(_) => Status::not_found(e.to_string()),
+            Error::KeyNotFound(_) | Error::NoCertificate(_) => Status::not_found(e.to_string()),
             Error::KeyExists(_) | Error::Store(StoreError::Exists(_)) => Status::already_exists(e.to_string()),
             Error::PermissionDenied(m) => Status::permission_denied(m.clone()),
             Error::PcrMismatch(m) => Status::failed_precondition(m.clone()),
@@ -41,7 +41,7 @@ impl From<Error> for Status {
 
 fn tpm_status(t: &TpmError) -> Status {
     match t {
-        TpmError::Unavailable(why) => {
+        TpmError::Unavailable(why) | TpmError::Reset(why) => {
             tracing::warn!(error = %why, "TPM unavailable");
             Status::unavailable("TPM unavailable; retry later")
         }
@@ -87,6 +87,7 @@ mod tests {
         let name = KeyName::try_from("k").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(code(Error::InvalidArgument("x".into())), Code::InvalidArgument);
         assert_eq!(code(Error::not_found(&name)), Code::NotFound);
+        assert_eq!(code(Error::NoCertificate("k".into())), Code::NotFound);
         assert_eq!(code(Error::KeyExists("k".into())), Code::AlreadyExists);
         assert_eq!(code(Error::Store(StoreError::Exists(name))), Code::AlreadyExists);
         assert_eq!(code(Error::PermissionDenied("no".into())), Code::PermissionDenied);

@@ -6,7 +6,8 @@
 //!  "tpm_name":"000b…","public":"<hex TPM2B_PUBLIC>","private":"<hex TPM2B_PRIVATE>",
 //!  "has_auth":false,"pcr_policy":null,"cert_chain_pem":null}
 //! ```
-//! `public` and `private` are exactly what tpm2-tools' `tpm2_load -u/-r` accept.
+//! `public` and `private` are exactly what tpm2-tools' `tpm2_load -u/-r` accept. A record with a
+//! certificate chain also has `"cert_version":N`, bumped each time the chain is replaced.
 
 use serde::{Deserialize, Serialize};
 
@@ -47,6 +48,14 @@ pub struct KeyRecord {
     /// Certificate chain, leaf first, PEM.
     #[serde(default)]
     pub cert_chain_pem: Option<String>,
+    /// Bumped each time `cert_chain_pem` is replaced, so TLS certificate resolvers that cache
+    /// the chain notice a new one. Absent (0) in records that never had a certificate.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cert_version: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// A key's PCR binding: the selection and the values the policy requires.
@@ -131,6 +140,7 @@ mod tests {
             has_auth: false,
             pcr_policy: None,
             cert_chain_pem: None,
+            cert_version: 0,
         }
     }
 

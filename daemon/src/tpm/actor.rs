@@ -168,6 +168,9 @@ pub struct Tpm {
     next_attempt: Instant,
     backoff: Duration,
     shared: Arc<Shared>,
+    /// Set while the TPM is refused (SRK mismatch): every request gets this error, not a
+    /// generic "unavailable", until a reconnect finds the right TPM again.
+    refused: Option<TpmError>,
 }
 
 fn wrap(what: &'static str) -> impl Fn(tss_esapi::Error) -> TpmError {
@@ -181,7 +184,8 @@ impl Tpm {
     /// [`TpmError::Unavailable`] if the TPM cannot be reached, [`TpmError::SrkMismatch`] if it
     /// is not the TPM the state directory belongs to.
     pub fn open(cfg: ActorConfig, shared: Arc<Shared>) -> Result<(Self, TpmInfo), TpmError> {
-        let mut tpm = Self { cfg, conn: None, next_attempt: Instant::now(), backoff: BACKOFF_MIN, shared };
+        let mut tpm =
+            Self { cfg, conn: None, next_attempt: Instant::now(), backoff: BACKOFF_MIN, shared, refused: None };
         tpm.connect()?;
         let info = tpm.conn.as_ref().map(|c| c.info.clone()).unwrap_or_default();
         if tpm.cfg.expected_srk_name.is_none() {
@@ -195,12 +199,14 @@ impl Tpm {
         match &result {
             Ok(info) => {
                 self.backoff = BACKOFF_MIN;
+                self.refused = None;
                 self.shared.set_state(TpmState::Ready, None, Some(info.clone()));
                 tracing::info!(srk = %hex::encode(&info.srk_name), manufacturer = %info.manufacturer, "TPM connected");
             }
             Err(e @ TpmError::SrkMismatch { .. }) => {
                 tracing::error!(error = %e, "refusing this TPM");
                 self.shared.set_state(TpmState::Mismatch, Some(e.to_string()), None);
+                self.refused = Some(e.clone());
                 self.schedule_retry();
             }
             Err(e) => {
@@ -302,11 +308,15 @@ impl Tpm {
     fn with_conn<T>(&mut self, mut f: impl FnMut(&mut Conn) -> Result<T, TpmError>) -> Result<T, TpmError> {
         if self.conn.is_none() {
             if Instant::now() < self.next_attempt {
+                if let Some(refused) = &self.refused {
+                    return Err(refused.clone());
+                }
                 return Err(TpmError::Unavailable(self.shared.last_error().unwrap_or_else(|| "reconnecting".into())));
             }
             self.connect()?;
         }
         let mut attempt = 0;
+        let mut reset_retried = false;
         loop {
             let Some(conn) = self.conn.as_mut() else {
                 return Err(TpmError::Unavailable("connection lost".into()));
@@ -316,6 +326,16 @@ impl Tpm {
                     attempt += 1;
                     tracing::debug!(%why, attempt, "TPM asked to retry");
                     std::thread::sleep(Duration::from_millis(10 * u64::from(attempt)));
+                }
+                Err(TpmError::Reset(why)) if !reset_retried => {
+                    // The TPM forgot our handles: reconnect now (re-checking the SRK, which
+                    // catches a cleared TPM) and run the operation once more.
+                    tracing::warn!(%why, "TPM was reset under the vault; reconnecting");
+                    reset_retried = true;
+                    if let Some(conn) = self.conn.take() {
+                        drop_quietly(conn);
+                    }
+                    self.connect()?;
                 }
                 Err(e) if e.is_connection_lost() => {
                     tracing::warn!(error = %e, "lost the TPM; will reconnect");
@@ -415,21 +435,30 @@ impl Tpm {
         policy: Option<&PolicyAuth>,
     ) -> Result<zeroize::Zeroizing<Vec<u8>>, TpmError> {
         self.with_conn(|conn| {
-            let handle = conn.load(blob)?;
             let result = match policy {
                 Some(policy) => {
+                    // The policy first: an authorized policy loads the authority's key, which
+                    // may need to evict loaded keys; the sealed object comes after.
                     let session = conn.policy_session(policy, true)?;
+                    let handle = match conn.load(blob) {
+                        Ok(h) => h,
+                        Err(e) => {
+                            conn.flush_session(session);
+                            return Err(e);
+                        }
+                    };
                     let r = conn.ctx.execute_with_session(Some(session), |c| c.unseal(handle.into()));
                     conn.flush_session(session);
                     r
                 }
                 None => {
+                    let handle = conn.load(blob)?;
                     // No policy: the object's empty auth value, through the salted HMAC session
                     // whose response encryption hides the data.
                     let session = conn.hmac_session()?;
                     let r = conn.ctx.execute_with_session(Some(session), |c| c.unseal(handle.into()));
                     if r.is_err() {
-                        let _ = conn.check_session::<()>(Err(TpmError::AuthFailed));
+                        conn.forget_hmac_session();
                     }
                     r
                 }
@@ -585,9 +614,7 @@ impl Tpm {
     pub fn flush_all(&mut self) {
         if let Some(mut conn) = self.conn.take() {
             while conn.evict_oldest() {}
-            if let Some(s) = conn.hmac.take() {
-                let _ = conn.ctx.flush_context(ObjectHandle::from(tss_esapi::handles::SessionHandle::from(s)));
-            }
+            conn.forget_hmac_session();
             if conn.srk_transient {
                 let _ = conn.ctx.flush_context(conn.srk.into());
             }
@@ -661,10 +688,18 @@ impl Conn {
             .execute_without_session(|c| c.policy_pcr(policy_session, Digest::default(), list))
             .map_err(wrap("TPM2_PolicyPCR"))?;
         if let PolicyAuth::Authorized { authority, approved_policy, policy_ref, signature, .. } = policy {
-            let key = self
-                .ctx
-                .execute_without_session(|c| c.load_external_public(authority.clone(), Hierarchy::Owner))
-                .map_err(wrap("TPM2_LoadExternal"))?;
+            let key = loop {
+                let loaded = self
+                    .ctx
+                    .execute_without_session(|c| c.load_external_public(authority.clone(), Hierarchy::Owner))
+                    .map_err(wrap("TPM2_LoadExternal"));
+                match loaded {
+                    Ok(k) => break k,
+                    // A 3-slot TPM may be full with the SRK and loaded keys: make room.
+                    Err(TpmError::ObjectMemory) if self.evict_oldest() => {}
+                    Err(e) => return Err(e),
+                }
+            };
             let result = (|| {
                 let (_, key_name, _) = self.ctx.read_public(key).map_err(wrap("TPM2_ReadPublic"))?;
                 let a_hash = crate::model::HashAlg::Sha256.digest(&[approved_policy.as_slice(), policy_ref].concat());
@@ -734,11 +769,16 @@ impl Conn {
     /// starts a fresh one.
     fn check_session<T>(&mut self, r: Result<T, TpmError>) -> Result<T, TpmError> {
         if r.is_err() {
-            if let Some(s) = self.hmac.take() {
-                let _ = self.ctx.flush_context(ObjectHandle::from(tss_esapi::handles::SessionHandle::from(s)));
-            }
+            self.forget_hmac_session();
         }
         r
+    }
+
+    /// Flushes the HMAC session; the next command that needs one starts a fresh one.
+    fn forget_hmac_session(&mut self) {
+        if let Some(s) = self.hmac.take() {
+            self.flush_session(s);
+        }
     }
 }
 

@@ -13,6 +13,11 @@ pub enum TpmError {
     /// actor reconnects with backoff.
     #[error("TPM unavailable: {0}")]
     Unavailable(String),
+    /// The TPM lost its volatile state under the vault (it was reset or restarted behind a
+    /// transport that reconnected silently): loaded handles and sessions are gone. The actor
+    /// reconnects, re-checks the SRK and retries once.
+    #[error("TPM was reset: {0}")]
+    Reset(String),
     /// The operation did not finish before its deadline (the TPM hangs or the queue is long).
     #[error("TPM did not answer within {0} ms")]
     Timeout(u64),
@@ -72,6 +77,7 @@ impl TpmError {
         };
         match rc.class() {
             RcClass::Communication => Self::Unavailable(format!("{command}: {rc}")),
+            RcClass::Reset => Self::Reset(format!("{command}: {rc}")),
             RcClass::Retry => Self::Busy(format!("{command}: {rc}")),
             RcClass::Lockout => Self::Lockout,
             RcClass::ObjectMemory => Self::ObjectMemory,
@@ -83,7 +89,7 @@ impl TpmError {
 
     /// True when the connection to the TPM should be dropped and re-established.
     pub fn is_connection_lost(&self) -> bool {
-        matches!(self, Self::Unavailable(_))
+        matches!(self, Self::Unavailable(_) | Self::Reset(_))
     }
 }
 
@@ -92,6 +98,9 @@ impl TpmError {
 pub enum RcClass {
     /// The TCTI (transport) failed: the TPM is gone or the link broke.
     Communication,
+    /// TPM_RC_INITIALIZE, TPM_RC_HANDLE, TPM_RC_REFERENCE_*: the TPM no longer knows our
+    /// handles or sessions (it was reset).
+    Reset,
     /// TPM_RC_RETRY, YIELDED, TESTING, NV_RATE...: try again shortly.
     Retry,
     /// TPM_RC_LOCKOUT.
@@ -115,6 +124,11 @@ const LAYER_TPM: u32 = 0;
 const LAYER_TCTI: u32 = 10;
 const LAYER_RESMGR_TPM: u32 = 12;
 
+/// TSS2 base response codes (any software layer) that mean the connection is unusable:
+/// GENERAL_FAILURE, BAD_SEQUENCE (ESYS left mid-command), NO_CONNECTION, TRY_AGAIN, IO_ERROR,
+/// MALFORMED_RESPONSE, INSUFFICIENT_RESPONSE, RSP_AUTH_FAILED (response HMAC broken).
+const TRANSPORT_BASE_CODES: [u32; 8] = [1, 7, 8, 9, 10, 17, 19, 27];
+
 /// TPM 2.0 response codes the vault acts on (Part 2, 6.6).
 pub mod rc {
     /// Format-one base.
@@ -125,6 +139,12 @@ pub mod rc {
     pub const PCR_CHANGED: u32 = 0x128;
     /// TPM_RC_VALUE.
     pub const VALUE: u32 = FMT1 + 0x004;
+    /// TPM_RC_HANDLE: the handle is not loaded.
+    pub const HANDLE: u32 = FMT1 + 0x00B;
+    /// TPM_RC_REFERENCE_H0: the first handle refers to nothing (first of the H0-H6, S0-S6 range).
+    pub const REFERENCE_H0: u32 = 0x910;
+    /// TPM_RC_REFERENCE_S6, last of that range.
+    pub const REFERENCE_S6: u32 = 0x91E;
     /// TPM_RC_AUTH_FAIL.
     pub const AUTH_FAIL: u32 = FMT1 + 0x00E;
     /// TPM_RC_POLICY_FAIL.
@@ -200,12 +220,14 @@ impl ResponseCode {
             Some(rc::RETRY | rc::YIELDED | rc::TESTING | rc::NV_RATE | rc::NV_UNAVAILABLE)
             | Some(rc::CANCELED | rc::CONTEXT_GAP | rc::PCR_CHANGED) => RcClass::Retry,
             Some(rc::LOCKOUT) => RcClass::Lockout,
+            Some(rc::INITIALIZE | rc::HANDLE) => RcClass::Reset,
+            Some(code) if (rc::REFERENCE_H0..=rc::REFERENCE_S6).contains(&code) => RcClass::Reset,
             Some(rc::OBJECT_MEMORY | rc::SESSION_MEMORY | rc::MEMORY) => RcClass::ObjectMemory,
             Some(rc::AUTH_FAIL | rc::BAD_AUTH) => RcClass::AuthFail,
             Some(rc::POLICY_FAIL) => RcClass::PolicyFail,
-            // Raised by the TSS when it cannot talk to the TPM at all (e.g. ESYS try-again or
-            // IO errors bubbled up under another layer number).
-            None if self.0 & 0xffff == 0x000a => RcClass::Communication,
+            // Raised by the software stack (ESYS, SYS, MU, RM) when the link broke or its
+            // state machine was left mid-command by a broken link: reconnect.
+            None if TRANSPORT_BASE_CODES.contains(&(self.0 & 0xffff)) => RcClass::Communication,
             _ => RcClass::Permanent,
         }
     }
@@ -249,6 +271,11 @@ mod tests {
     #[test]
     fn classifies_the_codes_the_vault_acts_on() {
         assert_eq!(ResponseCode(0x000a000a).class(), RcClass::Communication);
+        // ESYS bad sequence / malformed response after a broken link.
+        assert_eq!(ResponseCode(0x0007_0007).class(), RcClass::Communication);
+        assert_eq!(ResponseCode(0x0007_0011).class(), RcClass::Communication);
+        // ESYS bad value (a caller bug) is not a connection problem.
+        assert_eq!(ResponseCode(0x0007_000b).class(), RcClass::Permanent);
         assert_eq!(ResponseCode(0x922).class(), RcClass::Retry);
         assert_eq!(ResponseCode(0x90a).class(), RcClass::Retry);
         assert_eq!(ResponseCode(0x908).class(), RcClass::Retry);
@@ -262,6 +289,10 @@ mod tests {
         assert_eq!(ResponseCode(0x1c4).tpm_code(), Some(rc::VALUE));
         // Resource-manager wrapped TPM code.
         assert_eq!(ResponseCode(0x000c0902).class(), RcClass::ObjectMemory);
+        // Stale handles after a TPM reset: handle 1 unknown (0x18b), REFERENCE_H0, INITIALIZE.
+        assert_eq!(ResponseCode(0x18b).class(), RcClass::Reset);
+        assert_eq!(ResponseCode(0x910).class(), RcClass::Reset);
+        assert_eq!(ResponseCode(0x100).class(), RcClass::Reset);
     }
 
     #[test]

@@ -68,6 +68,7 @@ impl Vault {
             has_auth: false,
             pcr_policy: None,
             cert_chain_pem: None,
+            cert_version: 0,
         };
         let store = self.store().clone();
         let r = record.clone();

@@ -16,9 +16,11 @@ use tss_esapi::traits::{Marshall, UnMarshall};
 use zeroize::Zeroizing;
 
 pub mod attest;
+pub mod cert;
 pub mod datakey;
 pub mod seal;
 
+pub use cert::{CertSubject, StoredChain};
 pub use seal::{SealInfo, SealTarget};
 
 use crate::crypto::verify;
@@ -126,6 +128,8 @@ pub(crate) struct Inner {
     store: Store,
     cache: Mutex<HashMap<KeyName, Arc<Loaded>>>,
     pss: AtomicU8,
+    /// Serialises certificate replacement with itself and with key deletion.
+    cert_lock: tokio::sync::Mutex<()>,
     tcti: String,
     simulator: bool,
     started: Instant,
@@ -176,6 +180,7 @@ impl Vault {
                 store,
                 cache: Mutex::new(HashMap::new()),
                 pss: AtomicU8::new(PSS_UNKNOWN),
+                cert_lock: tokio::sync::Mutex::new(()),
                 tcti: cfg.tcti,
                 simulator: cfg.simulator,
                 started: Instant::now(),
@@ -270,6 +275,7 @@ impl Vault {
             has_auth,
             pcr_policy,
             cert_chain_pem: None,
+            cert_version: 0,
         };
         let info = KeyInfo::from(&record);
         let store = self.inner.store.clone();
@@ -322,6 +328,7 @@ impl Vault {
     /// # Errors
     /// [`Error::KeyNotFound`], store errors.
     pub async fn delete(&self, name: &KeyName) -> Result<(), Error> {
+        let _guard = self.inner.cert_lock.lock().await;
         let cached = self.cache_remove(name);
         let store = self.inner.store.clone();
         let n = name.clone();
@@ -564,7 +571,9 @@ pub(crate) fn marshal_private(p: &Private) -> Vec<u8> {
     out
 }
 
-pub(crate) fn unmarshal_private(b: &[u8]) -> Option<Private> {
+/// Parses a TPM2B_PRIVATE as written by `marshal_private`; `None` if the size prefix does not
+/// match or the blob is too large for the TPM.
+pub fn unmarshal_private(b: &[u8]) -> Option<Private> {
     let (len, rest) = b.split_first_chunk::<2>()?;
     if usize::from(u16::from_be_bytes(*len)) != rest.len() {
         return None;

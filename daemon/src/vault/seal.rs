@@ -292,7 +292,11 @@ pub(super) fn describe_mismatch(sel: &PcrSelection, current: &[Vec<u8>], expecte
 
 /// Checks an approval against the recorded authority in software (so a foreign, expired or
 /// revoked approval gets a clear error) and converts it for the TPM, which checks it again.
-fn check_approval(
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a malformed approval or one for other PCRs;
+/// [`Error::PermissionDenied`] for a foreign, expired or revoked one.
+pub fn check_approval(
     approval: &pb::SignedPolicy,
     selection: &PcrSelection,
     authority_spki: &[u8],

@@ -1,0 +1,126 @@
+//! Access-policy checks: the operations the daemon's policies name, and the answer of
+//! `CheckAccess` (which rule, if any, lets a local user do something).
+//!
+//! Owns [`Operation`] and its names, and [`AccessCheck`]. It does not evaluate policies: only
+//! the daemon knows them.
+
+use tpm_vault_proto::v1 as proto;
+
+use crate::Named;
+
+/// An operation of the access policies (`policies/README.md` lists the RPCs each covers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Operation {
+    /// CreateKey.
+    Create,
+    /// Sign, and SignPolicy with that key.
+    Sign,
+    /// GetKey, GetPublicKey, Verify, ListKeys.
+    Public,
+    /// DeleteKey.
+    Delete,
+    /// Quote, ReadPcrs, GetAttestationKey, ActivateCredential.
+    Quote,
+    /// Seal, DeleteSealed.
+    Seal,
+    /// Unseal.
+    Unseal,
+    /// Bulk encryption.
+    Encrypt,
+    /// Bulk decryption.
+    Decrypt,
+    /// Random bytes.
+    Random,
+    /// GetStatus, CheckAccess.
+    Admin,
+}
+
+impl Named for Operation {
+    const KIND: &'static str = "operation";
+    const VALUES: &'static [(&'static str, Self)] = &[
+        ("create", Operation::Create),
+        ("sign", Operation::Sign),
+        ("public", Operation::Public),
+        ("delete", Operation::Delete),
+        ("quote", Operation::Quote),
+        ("seal", Operation::Seal),
+        ("unseal", Operation::Unseal),
+        ("encrypt", Operation::Encrypt),
+        ("decrypt", Operation::Decrypt),
+        ("random", Operation::Random),
+        ("admin", Operation::Admin),
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Operation::Create => "create",
+            Operation::Sign => "sign",
+            Operation::Public => "public",
+            Operation::Delete => "delete",
+            Operation::Quote => "quote",
+            Operation::Seal => "seal",
+            Operation::Unseal => "unseal",
+            Operation::Encrypt => "encrypt",
+            Operation::Decrypt => "decrypt",
+            Operation::Random => "random",
+            Operation::Admin => "admin",
+        }
+    }
+}
+
+/// The daemon's access decision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AccessDecision {
+    /// Allowed by the named rule.
+    Allow {
+        /// The rule's name (or `file:index` for an unnamed rule).
+        rule: String,
+    },
+    /// No rule allows it (the policies deny by default).
+    Deny,
+}
+
+/// The answer of [`Client::check_access`](crate::Client::check_access).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AccessCheck {
+    /// The identity as the daemon resolved it, e.g. `uid 33 (www-data)`.
+    pub identity: String,
+    /// Allowed, and by which rule, or denied.
+    pub decision: AccessDecision,
+}
+
+impl AccessCheck {
+    /// True if allowed.
+    pub fn is_allowed(&self) -> bool {
+        matches!(self.decision, AccessDecision::Allow { .. })
+    }
+}
+
+impl From<proto::CheckAccessResponse> for AccessCheck {
+    fn from(r: proto::CheckAccessResponse) -> AccessCheck {
+        let decision = if r.allowed { AccessDecision::Allow { rule: r.rule } } else { AccessDecision::Deny };
+        AccessCheck { identity: r.identity, decision }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for (name, op) in Operation::VALUES {
+            assert_eq!(op.name(), *name);
+            assert_eq!(Operation::from_name(name).unwrap(), *op);
+        }
+        assert!(Operation::from_name("fly").unwrap_err().to_string().contains("unknown operation \"fly\""));
+    }
+
+    #[test]
+    fn decision_from_proto() {
+        let allow = proto::CheckAccessResponse { allowed: true, rule: "web".into(), identity: "uid 33".into() };
+        assert_eq!(AccessCheck::from(allow).decision, AccessDecision::Allow { rule: "web".into() });
+        let deny = proto::CheckAccessResponse { allowed: false, rule: String::new(), identity: "uid 1".into() };
+        assert!(!AccessCheck::from(deny).is_allowed());
+    }
+}

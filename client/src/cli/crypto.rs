@@ -1,0 +1,301 @@
+//! `tpm-vault datakey ...`, `encrypt`, `decrypt` and `random`: bulk cryptography.
+//!
+//! `encrypt` and `decrypt` stream standard input to standard output through the daemon, which
+//! holds the data key and does the AES-256-GCM work, so files of any size go through in bounded
+//! memory; a progress line goes to stderr for long streams when it is a terminal. The stream
+//! format and its checks belong to the daemon; this module only moves bytes and, for
+//! `decrypt NAME`, compares NAME with the key named in the stream header.
+
+use std::io::{self, IsTerminal, Write};
+use std::path::Path;
+
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use crate::pcr::parse_selection;
+use crate::{stream_key_name, DataKey, Error, PcrBinding, MAX_STREAM_HEADER};
+
+use super::error::CliError;
+use super::output::{fields, Report};
+use super::progress::{stdin_size, Progress};
+use super::Context;
+
+/// `tpm-vault datakey ...`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum DatakeyCommand {
+    /// Create a data key: 256 random bits sealed by the TPM, used by `encrypt` and `decrypt`
+    Create(DatakeyCreateArgs),
+    /// Delete a data key for good: what was encrypted with it can no longer be decrypted
+    Delete(DatakeyDeleteArgs),
+}
+
+impl DatakeyCommand {
+    pub(crate) async fn run(self, ctx: &mut Context) -> Result<(), CliError> {
+        match self {
+            DatakeyCommand::Create(args) => args.run(ctx).await,
+            DatakeyCommand::Delete(args) => args.run(ctx).await,
+        }
+    }
+}
+
+/// `tpm-vault datakey create`.
+#[derive(Debug, Args)]
+pub(crate) struct DatakeyCreateArgs {
+    /// Data key name: [a-z0-9][a-z0-9._-]{0,63}
+    #[arg(value_name = "NAME")]
+    pub(crate) name: String,
+    /// Make the key usable only while PCRs hold given values, e.g. sha256:9
+    ///
+    /// BANK:IDX[,IDX] binds to the values at creation; BANK:IDX=HEX[,IDX=HEX] to given
+    /// (e.g. future) values.
+    #[arg(long, value_name = "BANK:IDX[,IDX]", value_parser = parse_pcr)]
+    pub(crate) pcr: Option<PcrBinding>,
+}
+
+impl DatakeyCreateArgs {
+    async fn run(self, ctx: &mut Context) -> Result<(), CliError> {
+        let key = ctx.client().await?.create_data_key(&self.name, self.pcr).await?;
+        ctx.emit(&DataKeyReport(key))
+    }
+}
+
+/// `tpm-vault datakey delete`.
+#[derive(Debug, Args)]
+pub(crate) struct DatakeyDeleteArgs {
+    /// Data key name
+    #[arg(value_name = "NAME")]
+    pub(crate) name: String,
+}
+
+impl DatakeyDeleteArgs {
+    async fn run(self, ctx: &mut Context) -> Result<(), CliError> {
+        ctx.client().await?.delete_data_key(&self.name).await?;
+        ctx.emit(&DataKeyDeletedReport { name: self.name })
+    }
+}
+
+/// `tpm-vault encrypt`.
+#[derive(Debug, Args)]
+#[command(after_help = "Example: tpm-vault encrypt backups --context host-1 < backup.tar > backup.tar.sealed\n\n\
+The output is authenticated in 64 KiB chunks: decryption detects any change, truncation or \
+reordering, and a wrong key or context.")]
+pub(crate) struct EncryptArgs {
+    /// The data key to encrypt with
+    #[arg(value_name = "NAME")]
+    pub(crate) name: String,
+    /// Bound into the encrypted data: decryption needs the same string
+    #[arg(long, value_name = "STR", default_value = "")]
+    pub(crate) context: String,
+}
+
+impl EncryptArgs {
+    pub(crate) async fn run(self, ctx: &mut Context) -> Result<(), CliError> {
+        if io::stdout().is_terminal() {
+            return Err(Error::InvalidInput(
+                "refusing to write encrypted data to a terminal: redirect standard output".to_owned(),
+            )
+            .into());
+        }
+        let client = ctx.client().await?;
+        let mut input = Progress::new(tokio::io::stdin(), "encrypting", stdin_size());
+        let mut output = tokio::io::stdout();
+        client
+            .copy_encrypt(&self.name, self.context.as_bytes(), &mut input, &mut output)
+            .await
+            .map_err(stream_error)?;
+        Ok(())
+    }
+}
+
+/// `tpm-vault decrypt`.
+#[derive(Debug, Args)]
+#[command(after_help = "Example: tpm-vault decrypt --context host-1 < backup.tar.sealed > backup.tar\n\n\
+Only authenticated data is written. If the input was tampered with or truncated, the command \
+fails (exit 2) naming the chunk; what it wrote before that chunk is authentic but incomplete.")]
+pub(crate) struct DecryptArgs {
+    /// The data key the input must have been encrypted with (the input names its key)
+    #[arg(value_name = "NAME")]
+    pub(crate) name: Option<String>,
+    /// The string given to `encrypt --context`
+    #[arg(long, value_name = "STR", default_value = "")]
+    pub(crate) context: String,
+}
+
+impl DecryptArgs {
+    pub(crate) async fn run(self, ctx: &mut Context) -> Result<(), CliError> {
+        let mut stdin = tokio::io::stdin();
+        let mut head = Vec::new();
+        if let Some(expected) = &self.name {
+            let found = read_header(&mut stdin, &mut head).await?;
+            if &found != expected {
+                return Err(Error::InvalidInput(format!(
+                    "the input was encrypted with data key {found:?}, not {expected:?}"
+                ))
+                .into());
+            }
+        }
+        let client = ctx.client().await?;
+        let mut input = Progress::new(io::Cursor::new(head).chain(stdin), "decrypting", stdin_size());
+        let mut output = tokio::io::stdout();
+        client.copy_decrypt(self.context.as_bytes(), &mut input, &mut output).await.map_err(stream_error)?;
+        Ok(())
+    }
+}
+
+/// `tpm-vault random`.
+#[derive(Debug, Args)]
+#[command(after_help = "Example: tpm-vault random 32 > key.bin\n\n\
+The bytes come from the daemon's DRBG, seeded from the OS and the TPM; up to 16 MiB per request, \
+larger amounts in several. The output is raw bytes, also with --output json.")]
+pub(crate) struct RandomArgs {
+    /// How many bytes
+    #[arg(value_name = "N")]
+    pub(crate) len: u64,
+}
+
+impl RandomArgs {
+    pub(crate) async fn run(self, ctx: &mut Context) -> Result<(), CliError> {
+        let client = ctx.client().await?;
+        let mut output = Progress::new(tokio::io::stdout(), "random", Some(self.len));
+        client.write_random(self.len, &mut output).await.map_err(stream_error)?;
+        Ok(())
+    }
+}
+
+/// Reads standard input until the stream header is complete; returns the key it names. The
+/// bytes read are left in `head`, to be sent on.
+async fn read_header<R: AsyncRead + Unpin>(input: &mut R, head: &mut Vec<u8>) -> Result<String, CliError> {
+    let mut buf = [0u8; MAX_STREAM_HEADER];
+    loop {
+        if let Some(name) = stream_key_name(head)? {
+            return Ok(name);
+        }
+        let n = input.read(&mut buf).await.map_err(CliError::read(Path::new("-")))?;
+        if n == 0 {
+            return Err(Error::InvalidInput(
+                "stream truncated: it ended before the tpm-vault stream header".to_owned(),
+            )
+            .into());
+        }
+        head.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// A streaming call's error, with failures of stdin and stdout worded as such.
+fn stream_error(error: Error) -> CliError {
+    match error {
+        Error::Read(source) => CliError::read(Path::new("-"))(source),
+        Error::Write(source) => CliError::stdout(source),
+        other => CliError::Client(other),
+    }
+}
+
+/// Parses `--pcr`, leaving the "invalid value" context to clap.
+fn parse_pcr(text: &str) -> Result<PcrBinding, String> {
+    parse_selection(text).map_err(|e| e.to_string())
+}
+
+/// A data key, from `datakey create`.
+pub(crate) struct DataKeyReport(pub(crate) DataKey);
+
+impl Report for DataKeyReport {
+    fn text(&self, out: &mut dyn Write) -> io::Result<()> {
+        fields(out, &[("name", self.0.name.clone()), ("key id", self.0.key_id.clone())])
+    }
+
+    fn json(&self) -> Value {
+        json!({ "name": self.0.name, "key_id": self.0.key_id })
+    }
+}
+
+/// A deleted data key, from `datakey delete`.
+pub(crate) struct DataKeyDeletedReport {
+    /// The key's name.
+    pub(crate) name: String,
+}
+
+impl Report for DataKeyDeletedReport {
+    fn text(&self, out: &mut dyn Write) -> io::Result<()> {
+        writeln!(out, "Deleted data key {:?}", self.name)
+    }
+
+    fn json(&self) -> Value {
+        json!({ "name": self.name, "deleted": true })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::super::{Cli, Command};
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Command, clap::Error> {
+        Cli::try_parse_from(std::iter::once("tpm-vault").chain(args.iter().copied())).map(|cli| cli.command)
+    }
+
+    #[test]
+    fn commands_parse() {
+        let Ok(Command::Datakey(DatakeyCommand::Create(args))) =
+            parse(&["datakey", "create", "dk", "--pcr", "sha256:9"])
+        else {
+            panic!("datakey create");
+        };
+        assert_eq!((args.name.as_str(), args.pcr.map(|p| p.to_string())), ("dk", Some("sha256:9".to_owned())));
+        let Ok(Command::Encrypt(args)) = parse(&["encrypt", "dk", "--context", "t1"]) else { panic!("encrypt") };
+        assert_eq!((args.name.as_str(), args.context.as_str()), ("dk", "t1"));
+        let Ok(Command::Decrypt(args)) = parse(&["decrypt"]) else { panic!("decrypt") };
+        assert_eq!((args.name, args.context.as_str()), (None, ""));
+        let Ok(Command::Decrypt(args)) = parse(&["decrypt", "dk"]) else { panic!("decrypt NAME") };
+        assert_eq!(args.name.as_deref(), Some("dk"));
+        let Ok(Command::Random(args)) = parse(&["random", "1048576"]) else { panic!("random") };
+        assert_eq!(args.len, 1 << 20);
+        assert!(parse(&["encrypt"]).is_err(), "NAME is required");
+        assert!(parse(&["random", "lots"]).is_err());
+        assert!(parse(&["datakey", "create", "dk", "--pcr", "sha256:99"]).is_err());
+    }
+
+    fn header(name: &str) -> Vec<u8> {
+        let mut h = b"TPMVAEAD".to_vec();
+        h.push(1);
+        h.push(name.len() as u8);
+        h.extend_from_slice(name.as_bytes());
+        h.extend_from_slice(&[0u8; 27]);
+        h
+    }
+
+    #[tokio::test]
+    async fn header_is_read_and_kept() {
+        let mut stream = header("backups");
+        stream.extend_from_slice(&[9u8; 1000]);
+        let mut input = &stream[..];
+        let mut head = Vec::new();
+        assert_eq!(read_header(&mut input, &mut head).await.unwrap(), "backups");
+        // Nothing is lost: what was read is in `head`, the rest still in the input.
+        let mut rest = head.clone();
+        rest.extend_from_slice(input);
+        assert_eq!(rest, stream);
+    }
+
+    #[tokio::test]
+    async fn short_or_foreign_input() {
+        let h = header("k");
+        let mut input = &h[..h.len() - 1];
+        let err = read_header(&mut input, &mut Vec::new()).await.unwrap_err();
+        assert!(err.to_string().starts_with("stream truncated"), "{err}");
+        let mut input = &b"plain text, not encrypted"[..];
+        let err = read_header(&mut input, &mut Vec::new()).await.unwrap_err();
+        assert_eq!(err.to_string(), "not a tpm-vault encrypted stream: bad magic");
+        assert_eq!(err.exit_code(), 2);
+    }
+
+    #[test]
+    fn io_failures_name_stdin_and_stdout() {
+        let err = stream_error(Error::Read(io::Error::from_raw_os_error(5)));
+        assert_eq!(err.to_string(), "cannot read standard input: Input/output error");
+        let err = stream_error(Error::Write(io::Error::from_raw_os_error(28)));
+        assert_eq!(err.to_string(), "cannot write standard output: No space left on device");
+    }
+}

@@ -1,0 +1,214 @@
+//! Test helpers: the real daemon (the `tpm-vault-daemon` library, in-process) over a per-test
+//! swtpm, served on a temp Unix socket from its own thread and runtime, so that tests can run
+//! the `tpm-vault` binary with blocking calls or use the async client, alike.
+#![allow(dead_code, missing_docs)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tempfile::TempDir;
+use tokio::sync::oneshot;
+use tpm_vault_client::Client;
+use tpm_vault_daemon::auth::{audit::AuditLog, Access, Policy};
+use tpm_vault_daemon::simulator::Swtpm;
+use tpm_vault_daemon::tpm::QueueConfig;
+use tpm_vault_daemon::{Vault, VaultConfig};
+
+/// A daemon serving the test's own uid on `socket`, over its own swtpm; stopped on drop.
+pub struct Daemon {
+    /// Socket, state dir and swtpm state live here.
+    pub dir: TempDir,
+    /// The daemon's Unix socket.
+    pub socket: PathBuf,
+    /// Tells the server to stop.
+    stop: Option<oneshot::Sender<()>>,
+    /// The thread running the server's runtime.
+    thread: Option<std::thread::JoinHandle<()>>,
+    /// Dropped after the daemon has stopped.
+    swtpm: Option<Swtpm>,
+    /// The daemon's vault and runtime, for what only the TPM's owner can do (extend a PCR).
+    vault: Option<(Vault, tokio::runtime::Handle)>,
+}
+
+impl Daemon {
+    /// A daemon whose policy grants the test's uid everything.
+    pub fn start() -> Daemon {
+        Daemon::start_with_policy(&format!(
+            "[[rule]]\nname = \"test-self\"\nclients = [\"uid:{}\"]\nkeys = [\"*\"]\noperations = [\"*\"]\n",
+            nix::unistd::getuid().as_raw()
+        ))
+    }
+
+    /// A daemon with the access policy `rules` (TOML, as in `policies/`).
+    pub fn start_with_policy(rules: &str) -> Daemon {
+        let access = policy(rules);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let swtpm = Swtpm::start(&dir.path().join("swtpm")).expect("start swtpm");
+        let config = VaultConfig {
+            state_dir: dir.path().join("state"),
+            tcti: swtpm.tcti(),
+            max_loaded_objects: 3,
+            queue: QueueConfig { capacity: 1024, timeout: Duration::from_secs(30) },
+            simulator: true,
+            datakey_idle: Duration::from_secs(300),
+        };
+        let socket = dir.path().join("vault.sock");
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<(Vault, tokio::runtime::Handle)>();
+        let (stop, stop_rx) = oneshot::channel::<()>();
+        let path = socket.clone();
+        let thread = std::thread::Builder::new()
+            .name("daemon".into())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .expect("daemon runtime");
+                runtime.block_on(async move {
+                    let vault = Vault::open(config).await.expect("open vault");
+                    let listener = tpm_vault_daemon::server::bind_unix(&path).expect("bind");
+                    let listener = tokio::net::UnixListener::from_std(listener).expect("listener");
+                    let _ = ready_tx.send((vault.clone(), tokio::runtime::Handle::current()));
+                    let shutdown = async {
+                        let _ = stop_rx.await;
+                    };
+                    tpm_vault_daemon::server::serve(
+                        vault.clone(),
+                        Arc::new(access),
+                        listener,
+                        shutdown,
+                        Duration::from_secs(5),
+                    )
+                    .await
+                    .expect("serve");
+                    vault.shutdown(Duration::from_secs(5)).await;
+                });
+            })
+            .expect("daemon thread");
+        let mut daemon =
+            Daemon { dir, socket, stop: Some(stop), thread: Some(thread), swtpm: Some(swtpm), vault: None };
+        match ready_rx.recv_timeout(Duration::from_secs(120)) {
+            Ok(vault) => daemon.vault = Some(vault),
+            Err(_) => {
+                // The thread died (its panic is re-raised) or hangs.
+                daemon.join();
+                panic!("the daemon did not start");
+            }
+        }
+        daemon
+    }
+
+    /// Kills the swtpm (like a TPM that went away); the daemon keeps running.
+    pub fn kill_tpm(&mut self) {
+        if let Some(swtpm) = &mut self.swtpm {
+            swtpm.kill();
+        }
+    }
+
+    /// A connected async client (call from a runtime of the test's own).
+    pub async fn client(&self) -> Client {
+        Client::connect(&self.socket).await.expect("connect")
+    }
+
+    /// `tpm-vault --socket SOCKET ARGS...` with empty stdin.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        self.cli_in(args, b"")
+    }
+
+    /// `tpm-vault --socket SOCKET ARGS...` with `stdin` as its standard input.
+    pub fn cli_in(&self, args: &[&str], stdin: &[u8]) -> Output {
+        run_cli(&self.socket, args, stdin, self.dir.path())
+    }
+
+    /// Extends sha256 PCR `pcr` with SHA-256(`measurement`), as a boot loader measures a kernel.
+    pub fn extend_pcr(&self, pcr: u8, measurement: &[u8]) {
+        use sha2::Digest as _;
+        let (vault, handle) = self.vault.as_ref().expect("daemon running");
+        let digest = sha2::Sha256::digest(measurement).to_vec();
+        handle.block_on(vault.pcr_extend(tpm_vault_daemon::model::PcrBank::Sha256, pcr, digest)).expect("PCR extend");
+    }
+
+    /// Stops the server and re-raises a panic of its thread.
+    pub fn join(&mut self) {
+        self.vault.take();
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            if let Err(panic) = thread.join() {
+                if !std::thread::panicking() {
+                    std::panic::resume_unwind(panic);
+                }
+            }
+        }
+        self.swtpm.take();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.join();
+    }
+}
+
+/// Runs the `tpm-vault` binary against `socket` in `cwd`, feeding `stdin` from a thread (so
+/// large inputs cannot deadlock against a full stdout pipe).
+pub fn run_cli(socket: &Path, args: &[&str], stdin: &[u8], cwd: &Path) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tpm-vault"))
+        .arg("--socket")
+        .arg(socket)
+        .args(args)
+        .current_dir(cwd)
+        .env_remove("TPM_VAULT_SOCKET")
+        .env_remove("TPM_VAULT_KEY_AUTH")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tpm-vault");
+    let mut pipe = child.stdin.take().expect("stdin");
+    let input = stdin.to_vec();
+    let feeder = std::thread::spawn(move || {
+        // The command may exit without reading everything (an error): a broken pipe is fine.
+        let _ = pipe.write_all(&input);
+    });
+    let output = child.wait_with_output().expect("wait for tpm-vault");
+    feeder.join().expect("stdin feeder");
+    output
+}
+
+/// Asserts success and returns stdout.
+#[track_caller]
+pub fn ok(output: Output) -> Vec<u8> {
+    assert!(
+        output.status.success(),
+        "exit {:?}, stderr: {}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output.stdout
+}
+
+/// Asserts failure with `code` and returns the single stderr line.
+#[track_caller]
+pub fn fails(output: &Output, code: i32) -> String {
+    let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+    assert_eq!(output.status.code(), Some(code), "stderr: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line on stderr: {stderr:?}");
+    stderr.trim_end().to_owned()
+}
+
+/// The access policy `rules`.
+fn policy(rules: &str) -> Access {
+    let mut policy = Policy::default();
+    policy.add_file(Path::new("test.toml"), rules).expect("policy");
+    Access::with_policy(policy, AuditLog::tracing_only())
+}
+
+/// Deterministic test data of `len` bytes (not all zero, not periodic at chunk size).
+pub fn data(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i.wrapping_mul(31) % 253) as u8).collect()
+}

@@ -1,0 +1,474 @@
+//! TLS with TPM-resident keys inside the daemon: the in-process rustls signing key, and the
+//! `--listen` gRPC-over-TLS listener built on it.
+//!
+//! - [`TpmSigningKey`]: a `rustls::sign::SigningKey` whose signatures come from the TPM actor
+//!   through [`Vault::sign_blocking`]. rustls' `Signer::sign` is synchronous and runs on the
+//!   worker polling the handshake, so the wait is wrapped in `block_in_place` on a
+//!   multi-thread runtime and is a plain wait elsewhere; the actor is its own thread, so
+//!   neither flavour can deadlock.
+//! - [`TpmCertResolver`]: serves the key's stored chain and picks up a replaced chain (or a
+//!   re-created key) before the next handshake, without a restart.
+//! - [`TlsListener`]: TLS 1.3 only, client certificates required ([`WebPkiClientVerifier`]),
+//!   ALPN `h2`. It terminates TLS itself (tonic's own TLS takes only PEM private keys) and
+//!   hands [`TlsConn`]s to tonic's `serve_with_incoming`; each carries the client's
+//!   [`Identity`], which tonic inserts into every request's extensions, where
+//!   [`crate::auth::identity`] finds it, so `cert:SUBJECT` access rules apply.
+//!
+//! It does not own certificates (see [`crate::vault::cert`]) or the server lifecycle
+//! ([`crate::server`]).
+
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, RwLock};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, SubjectPublicKeyInfoDer};
+use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
+use rustls::sign::{CertifiedKey, Signer, SigningKey};
+use rustls::{RootCertStore, ServerConfig, SignatureAlgorithm, SignatureScheme};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsAcceptor;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::server::Connected;
+use x509_cert::der::Decode as _;
+
+use crate::auth::Identity;
+use crate::error::Error;
+use crate::model::{HashAlg, KeyAlg, KeyName, Scheme, SignInput};
+use crate::vault::{SignRequest, Vault};
+
+/// Time a client gets to complete its handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Handshaken connections waiting for the gRPC server to take them.
+const ACCEPT_QUEUE: usize = 64;
+
+/// Why the TLS listener cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// The listen key has no usable certificate chain, or the vault failed reading it.
+    #[error("TLS listener key {key}: {source}")]
+    Key {
+        /// The configured key.
+        key: KeyName,
+        /// What the vault said.
+        #[source]
+        source: Error,
+    },
+    /// The stored chain does not parse or does not match the key.
+    #[error("TLS listener key {key}: {reason}")]
+    Chain {
+        /// The configured key.
+        key: KeyName,
+        /// Why.
+        reason: String,
+    },
+    /// The client CA file cannot be read or holds no usable certificate.
+    #[error("client CA file {path}: {reason}")]
+    ClientCa {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// rustls refused the configuration.
+    #[error("TLS configuration: {0}")]
+    Config(String),
+    /// The address cannot be bound.
+    #[error("TLS listener {addr}: {source}")]
+    Bind {
+        /// The configured address.
+        addr: SocketAddr,
+        /// Bind error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// The daemon's TLS defaults, explicit rather than inherited from feature flags: aws-lc-rs,
+/// key exchange X25519MLKEM768 first, then X25519, then P-256.
+pub fn provider() -> CryptoProvider {
+    use rustls::crypto::aws_lc_rs::{self, kx_group};
+    CryptoProvider {
+        kx_groups: vec![kx_group::X25519MLKEM768, kx_group::X25519, kx_group::SECP256R1],
+        ..aws_lc_rs::default_provider()
+    }
+}
+
+/// A rustls signing key whose private half is a vault key in the TPM.
+#[derive(Clone)]
+pub struct TpmSigningKey {
+    vault: Vault,
+    key: KeyName,
+    alg: KeyAlg,
+    spki: Vec<u8>,
+}
+
+impl std::fmt::Debug for TpmSigningKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TpmSigningKey").field("key", &self.key).field("alg", &self.alg).finish_non_exhaustive()
+    }
+}
+
+impl TpmSigningKey {
+    /// The signing key for vault key `key` (its record is loaded and cached here, so that
+    /// [`Vault::sign_blocking`] finds it).
+    ///
+    /// # Errors
+    /// [`Error::KeyNotFound`], store errors.
+    pub async fn new(vault: &Vault, key: &KeyName) -> Result<Self, Error> {
+        let (alg, spki) = vault.public_key(key).await?;
+        Ok(Self { vault: vault.clone(), key: key.clone(), alg, spki })
+    }
+
+    /// The TLS schemes this key can sign, best first. RSA keys do PSS only (TLS 1.3 has no
+    /// PKCS#1 v1.5 signatures), with salt = hash length.
+    fn schemes(&self) -> &'static [SignatureScheme] {
+        match self.alg {
+            KeyAlg::EccP256 => &[SignatureScheme::ECDSA_NISTP256_SHA256],
+            KeyAlg::EccP384 => &[SignatureScheme::ECDSA_NISTP384_SHA384],
+            KeyAlg::Rsa2048 | KeyAlg::Rsa3072 => &[SignatureScheme::RSA_PSS_SHA256, SignatureScheme::RSA_PSS_SHA384],
+        }
+    }
+}
+
+impl SigningKey for TpmSigningKey {
+    fn choose_scheme(&self, offered: &[SignatureScheme]) -> Option<Box<dyn Signer>> {
+        let scheme = self.schemes().iter().find(|s| offered.contains(s))?;
+        Some(Box::new(TpmSigner { key: self.clone(), scheme: *scheme }))
+    }
+
+    fn public_key(&self) -> Option<SubjectPublicKeyInfoDer<'_>> {
+        Some(SubjectPublicKeyInfoDer::from(self.spki.as_slice()))
+    }
+
+    fn algorithm(&self) -> SignatureAlgorithm {
+        if self.alg.is_rsa() {
+            SignatureAlgorithm::RSA
+        } else {
+            SignatureAlgorithm::ECDSA
+        }
+    }
+}
+
+/// One handshake's signer.
+#[derive(Debug)]
+struct TpmSigner {
+    key: TpmSigningKey,
+    scheme: SignatureScheme,
+}
+
+impl Signer for TpmSigner {
+    fn sign(&self, message: &[u8]) -> Result<Vec<u8>, rustls::Error> {
+        let (hash, scheme) = match self.scheme {
+            SignatureScheme::ECDSA_NISTP256_SHA256 => (HashAlg::Sha256, Scheme::Ecdsa),
+            SignatureScheme::ECDSA_NISTP384_SHA384 => (HashAlg::Sha384, Scheme::Ecdsa),
+            SignatureScheme::RSA_PSS_SHA256 => (HashAlg::Sha256, Scheme::RsaPss),
+            SignatureScheme::RSA_PSS_SHA384 => (HashAlg::Sha384, Scheme::RsaPss),
+            other => return Err(rustls::Error::General(format!("unsupported signature scheme {other:?}"))),
+        };
+        let request =
+            SignRequest { input: SignInput::Message(message.to_vec()), hash: Some(hash), scheme: Some(scheme) };
+        let sign = || self.key.vault.sign_blocking(&self.key.key, request);
+        let result = match tokio::runtime::Handle::try_current() {
+            // Lets the runtime move this worker's other tasks elsewhere while the TPM works.
+            Ok(h) if matches!(h.runtime_flavor(), tokio::runtime::RuntimeFlavor::MultiThread) => {
+                tokio::task::block_in_place(sign)
+            }
+            // Current-thread runtime or no runtime: block_in_place would panic; the TPM actor is
+            // its own thread, so a plain wait cannot deadlock.
+            _ => sign(),
+        };
+        result.map(|out| out.signature).map_err(|e| {
+            tracing::warn!(key = %self.key.key, error = %e, "TLS handshake signature failed");
+            rustls::Error::General(format!("TPM signature failed: {e}"))
+        })
+    }
+
+    fn scheme(&self) -> SignatureScheme {
+        self.scheme
+    }
+}
+
+/// Serves a vault key's stored chain with a [`TpmSigningKey`]; [`TpmCertResolver::refresh`]
+/// swaps in a new chain or key version.
+#[derive(Debug)]
+pub struct TpmCertResolver {
+    vault: Vault,
+    key: KeyName,
+    current: RwLock<Served>,
+}
+
+/// What the resolver serves, and which stored version it came from.
+#[derive(Debug, Clone)]
+struct Served {
+    version: u64,
+    tpm_name: Vec<u8>,
+    certified: Arc<CertifiedKey>,
+}
+
+impl TpmCertResolver {
+    /// A resolver for `key`, which must have a certificate chain whose leaf is the key's.
+    ///
+    /// # Errors
+    /// [`TlsError::Key`] (no such key, no certificate), [`TlsError::Chain`].
+    pub async fn new(vault: &Vault, key: &KeyName) -> Result<Self, TlsError> {
+        let served = load(vault, key).await?;
+        Ok(Self { vault: vault.clone(), key: key.clone(), current: RwLock::new(served) })
+    }
+
+    /// Reloads the chain and key if the stored version changed; returns whether it did. Cheap
+    /// when nothing changed (the record is cached in memory).
+    ///
+    /// # Errors
+    /// As [`TpmCertResolver::new`]; the served chain stays as it was.
+    pub async fn refresh(&self) -> Result<bool, TlsError> {
+        let stored = self
+            .vault
+            .certificate(&self.key)
+            .await
+            .map_err(|source| TlsError::Key { key: self.key.clone(), source })?;
+        let unchanged =
+            self.current.read().map(|c| c.version == stored.version && c.tpm_name == stored.tpm_name).unwrap_or(false);
+        if unchanged {
+            return Ok(false);
+        }
+        let served = load(&self.vault, &self.key).await?;
+        tracing::info!(key = %self.key, version = served.version, "TLS listener certificate reloaded");
+        if let Ok(mut current) = self.current.write() {
+            *current = served;
+        }
+        Ok(true)
+    }
+
+    /// The certified key served now.
+    pub fn current(&self) -> Option<Arc<CertifiedKey>> {
+        self.current.read().ok().map(|c| c.certified.clone())
+    }
+}
+
+impl ResolvesServerCert for TpmCertResolver {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        self.current()
+    }
+}
+
+async fn load(vault: &Vault, key: &KeyName) -> Result<Served, TlsError> {
+    let key_err = |source| TlsError::Key { key: key.clone(), source };
+    let stored = vault.certificate(key).await.map_err(key_err)?;
+    let signing = TpmSigningKey::new(vault, key).await.map_err(key_err)?;
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(stored.chain_pem.as_bytes())
+        .collect::<Result<_, _>>()
+        .map_err(|e| TlsError::Chain { key: key.clone(), reason: format!("stored chain: {e}") })?;
+    let certified = CertifiedKey::new(chain, Arc::new(signing));
+    certified.keys_match().map_err(|e| TlsError::Chain { key: key.clone(), reason: e.to_string() })?;
+    Ok(Served { version: stored.version, tpm_name: stored.tpm_name, certified: Arc::new(certified) })
+}
+
+/// The daemon's TLS listener: a bound TCP socket, the rustls configuration and the resolver.
+pub struct TlsListener {
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    resolver: Arc<TpmCertResolver>,
+}
+
+impl std::fmt::Debug for TlsListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsListener")
+            .field("addr", &self.listener.local_addr().ok())
+            .field("resolver", &self.resolver)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TlsListener {
+    /// Builds the TLS configuration (key `key`'s stored chain, client CAs from `client_ca`) and
+    /// binds `addr`. Everything is checked before anything is bound.
+    ///
+    /// # Errors
+    /// [`TlsError`] naming the key, file or address at fault.
+    pub async fn bind(vault: &Vault, addr: SocketAddr, key: &KeyName, client_ca: &Path) -> Result<Self, TlsError> {
+        let pem = tokio::fs::read(client_ca)
+            .await
+            .map_err(|e| TlsError::ClientCa { path: client_ca.to_owned(), reason: e.to_string() })?;
+        let (acceptor, resolver) = server_config(vault, key, &pem).await.map_err(|e| match e {
+            TlsError::ClientCa { reason, .. } => TlsError::ClientCa { path: client_ca.to_owned(), reason },
+            other => other,
+        })?;
+        let listener = TcpListener::bind(addr).await.map_err(|source| TlsError::Bind { addr, source })?;
+        Ok(Self { listener, acceptor, resolver })
+    }
+
+    /// The bound address (the port, when bound to port 0).
+    ///
+    /// # Errors
+    /// The socket's error.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// The resolver serving the certificate.
+    pub fn resolver(&self) -> &Arc<TpmCertResolver> {
+        &self.resolver
+    }
+
+    /// Starts accepting: each connection's handshake runs in its own task (bounded by a
+    /// timeout); finished ones come out of the stream, ready for `serve_with_incoming`.
+    /// Accepting stops when the stream is dropped.
+    pub fn incoming(self) -> ReceiverStream<io::Result<TlsConn>> {
+        let (tx, rx) = tokio::sync::mpsc::channel(ACCEPT_QUEUE);
+        tokio::spawn(accept_loop(self, tx));
+        ReceiverStream::new(rx)
+    }
+}
+
+/// Builds the TLS 1.3 server configuration: TPM key, required client certificates, ALPN h2.
+///
+/// # Errors
+/// [`TlsError`].
+pub async fn server_config(
+    vault: &Vault,
+    key: &KeyName,
+    client_ca_pem: &[u8],
+) -> Result<(TlsAcceptor, Arc<TpmCertResolver>), TlsError> {
+    let ca_err = |reason: String| TlsError::ClientCa { path: PathBuf::new(), reason };
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(client_ca_pem) {
+        let cert = cert.map_err(|e| ca_err(format!("not valid PEM: {e}")))?;
+        roots.add(cert).map_err(|e| ca_err(format!("unusable CA certificate: {e}")))?;
+    }
+    if roots.is_empty() {
+        return Err(ca_err("no CERTIFICATE in the file".into()));
+    }
+    let provider = Arc::new(provider());
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .build()
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    let resolver = Arc::new(TpmCertResolver::new(vault, key).await?);
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| TlsError::Config(e.to_string()))?
+        .with_client_cert_verifier(verifier)
+        .with_cert_resolver(resolver.clone());
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok((TlsAcceptor::from(Arc::new(config)), resolver))
+}
+
+async fn accept_loop(listener: TlsListener, tx: tokio::sync::mpsc::Sender<io::Result<TlsConn>>) {
+    loop {
+        let (tcp, peer) = tokio::select! {
+            () = tx.closed() => return,
+            accepted = listener.listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    tracing::warn!(error = %e, "TLS listener accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let acceptor = listener.acceptor.clone();
+        let resolver = listener.resolver.clone();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            if let Err(e) = resolver.refresh().await {
+                tracing::warn!(error = %e, "TLS certificate refresh failed; serving the previous one");
+            }
+            let _ = tcp.set_nodelay(true);
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                Ok(Ok(stream)) => {
+                    let identity = stream
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|c| c.first())
+                        .and_then(|c| client_identity(c.as_ref()))
+                        .map_or(Identity::Unknown, |subject| Identity::Cert { subject });
+                    tracing::debug!(%peer, client = %identity, "TLS client connected");
+                    let _ = tx.send(Ok(TlsConn { stream, identity })).await;
+                }
+                Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+            }
+        });
+    }
+}
+
+/// The identity a client certificate stands for: its SPIFFE ID (a `spiffe://` URI SAN) if it
+/// has one, otherwise its subject DN in certificate order with RFC 4514 escaping
+/// (`CN=agent-1,O=Example`). `None` if the certificate does not parse.
+pub fn client_identity(cert_der: &[u8]) -> Option<String> {
+    let cert = x509_cert::Certificate::from_der(cert_der).ok()?;
+    let tbs = &cert.tbs_certificate;
+    if let Ok(Some((_, san))) = tbs.get::<x509_cert::ext::pkix::SubjectAltName>() {
+        for name in &san.0 {
+            if let x509_cert::ext::pkix::name::GeneralName::UniformResourceIdentifier(uri) = name {
+                if uri.as_str().starts_with("spiffe://") {
+                    return Some(uri.as_str().to_owned());
+                }
+            }
+        }
+    }
+    let rdns: Vec<String> =
+        tbs.subject.0.iter().map(|rdn| rdn.0.iter().map(ToString::to_string).collect::<Vec<_>>().join("+")).collect();
+    Some(rdns.join(","))
+}
+
+/// A TLS connection handed to tonic, with the client identity tonic puts into each request's
+/// extensions.
+pub struct TlsConn {
+    stream: tokio_rustls::server::TlsStream<TcpStream>,
+    identity: Identity,
+}
+
+impl std::fmt::Debug for TlsConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsConn").field("identity", &self.identity).finish_non_exhaustive()
+    }
+}
+
+impl Connected for TlsConn {
+    type ConnectInfo = Identity;
+
+    fn connect_info(&self) -> Identity {
+        self.identity.clone()
+    }
+}
+
+impl AsyncRead for TlsConn {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for TlsConn {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}

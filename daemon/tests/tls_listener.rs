@@ -1,0 +1,359 @@
+//! The daemon's gRPC-over-TLS listener (`--listen`): server key in the TPM, client
+//! certificates required, client certificate subjects (or SPIFFE IDs) matched by access
+//! policies; plus the certificate operations of the vault it relies on.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, PublicKeyData, SanType, SignatureAlgorithm,
+};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use spki::der::Decode as _;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tonic::transport::{Channel, Endpoint};
+use tonic::Code;
+use tpm_vault_daemon::auth::audit::AuditLog;
+use tpm_vault_daemon::auth::{Access, Policy};
+use tpm_vault_daemon::metrics::Metrics;
+use tpm_vault_daemon::model::{HashAlg, KeyAlg, KeyName, Scheme, SignInput};
+use tpm_vault_daemon::rpc::Ctx;
+use tpm_vault_daemon::tls::{self, TlsListener};
+use tpm_vault_daemon::{Error, Vault};
+use tpm_vault_proto::v1 as pb;
+use tpm_vault_proto::v1::key_service_client::KeyServiceClient;
+
+use support::{key, TpmEnv};
+
+/// A CA with a software P-256 key.
+struct TestCa {
+    issuer: Issuer<'static, KeyPair>,
+    pem: String,
+}
+
+impl TestCa {
+    fn new(name: &str) -> TestCa {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let cert = params.self_signed(&key).unwrap();
+        TestCa { pem: cert.pem(), issuer: Issuer::new(params, key) }
+    }
+
+    /// A client certificate (software key) for `subject` attributes, with optional URI SAN.
+    fn client(&self, attrs: &[(DnType, &str)], uri: Option<&str>) -> (CertificateDer<'static>, PrivateKeyDer<'static>) {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        for (ty, value) in attrs {
+            params.distinguished_name.push(ty.clone(), *value);
+        }
+        if let Some(uri) = uri {
+            params.subject_alt_names.push(SanType::URI(uri.try_into().unwrap()));
+        }
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        (cert.der().clone(), PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())))
+    }
+}
+
+/// A vault key's public half, for a CA to certify.
+struct VaultPublic(Vec<u8>);
+
+impl PublicKeyData for VaultPublic {
+    fn der_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    fn algorithm(&self) -> &'static SignatureAlgorithm {
+        &rcgen::PKCS_ECDSA_P256_SHA256
+    }
+}
+
+async fn server_leaf(vault: &Vault, name: &KeyName, ca: &TestCa) -> String {
+    let (_, spki) = vault.public_key(name).await.unwrap();
+    let raw = spki::SubjectPublicKeyInfoRef::from_der(&spki).unwrap().subject_public_key.raw_bytes().to_vec();
+    let mut params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+    params.distinguished_name.push(DnType::CommonName, "tpm-vaultd");
+    params.signed_by(&VaultPublic(raw), &ca.issuer).unwrap().pem()
+}
+
+fn client_config(
+    server_ca: &TestCa,
+    cert: Option<(CertificateDer<'static>, PrivateKeyDer<'static>)>,
+) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    let ca = rustls::pki_types::pem::PemObject::from_pem_slice(server_ca.pem.as_bytes()).unwrap();
+    roots.add(ca).unwrap();
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(tls::provider()))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates(roots);
+    let mut config = match cert {
+        Some((c, k)) => builder.with_client_auth_cert(vec![c], k).unwrap(),
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Arc::new(config)
+}
+
+async fn tls_connect(
+    addr: SocketAddr,
+    config: Arc<rustls::ClientConfig>,
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let name = ServerName::try_from("localhost").unwrap();
+    tokio_rustls::TlsConnector::from(config).connect(name, tcp).await
+}
+
+async fn channel(addr: SocketAddr, config: Arc<rustls::ClientConfig>) -> Result<Channel, tonic::transport::Error> {
+    Endpoint::from_static("http://localhost")
+        .connect_with_connector(tower::service_fn(move |_| {
+            let config = config.clone();
+            async move { tls_connect(addr, config).await.map(hyper_util::rt::TokioIo::new) }
+        }))
+        .await
+}
+
+async fn sign(
+    addr: SocketAddr,
+    config: Arc<rustls::ClientConfig>,
+    name: &str,
+) -> Result<pb::SignResponse, tonic::Status> {
+    let channel = channel(addr, config).await.map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    let request = pb::SignRequest {
+        name: name.into(),
+        input: Some(pb::sign_request::Input::Message(b"over TLS".to_vec())),
+        ..Default::default()
+    };
+    KeyServiceClient::new(channel).sign(request).await.map(tonic::Response::into_inner)
+}
+
+/// A daemon with the Unix socket and the TLS listener, in this test's runtime.
+struct TlsDaemon {
+    env: TpmEnv,
+    vault: Vault,
+    addr: SocketAddr,
+    server_ca: TestCa,
+    client_ca: TestCa,
+    listener_key: KeyName,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl TlsDaemon {
+    async fn start() -> TlsDaemon {
+        let env = TpmEnv::start();
+        let vault = env.vault().await;
+        let uid = nix::unistd::getuid().as_raw();
+        let listener_key = key("listener");
+        for k in ["listener", "svc"] {
+            vault.create_key(key(k), KeyAlg::EccP256, uid, None, None).await.unwrap();
+        }
+        let server_ca = TestCa::new("Server CA");
+        let client_ca = TestCa::new("Client CA");
+        let leaf = server_leaf(&vault, &listener_key, &server_ca).await;
+        vault.set_certificate(&listener_key, &format!("{leaf}{}", server_ca.pem)).await.unwrap();
+        let ca_path = env.path().join("client-ca.pem");
+        std::fs::write(&ca_path, &client_ca.pem).unwrap();
+
+        let policy_text = format!(
+            "[[rule]]\nname = \"self\"\nclients = [\"uid:{uid}\"]\nkeys = [\"*\"]\noperations = [\"*\"]\n\n\
+             [[rule]]\nname = \"agent-1\"\nclients = [\"cert:CN=agent-1,O=Example\"]\nkeys = [\"svc\"]\n\
+             operations = [\"sign\", \"public\"]\n\n\
+             [[rule]]\nname = \"spiffe\"\nclients = [\"cert:spiffe://example.org/agent-3\"]\nkeys = [\"svc\"]\n\
+             operations = [\"sign\"]\n"
+        );
+        let mut policy = Policy::default();
+        policy.add_file(std::path::Path::new("tls.toml"), &policy_text).unwrap();
+        let access = Arc::new(Access::with_policy(policy, AuditLog::tracing_only()));
+
+        let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let tls = TlsListener::bind(&vault, addr, &listener_key, &ca_path).await.unwrap();
+        let addr = tls.local_addr().unwrap();
+        let unix = tpm_vault_daemon::server::bind_unix(&env.path().join("vault.sock")).unwrap();
+        let unix = tokio::net::UnixListener::from_std(unix).unwrap();
+        let ctx = Ctx::new(vault.clone(), Arc::new(Metrics::default()), access);
+        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let shutdown = async {
+                let _ = stop_rx.await;
+            };
+            tpm_vault_daemon::server::serve_ctx_with_tls(ctx, unix, Some(tls), shutdown, Duration::from_secs(5))
+                .await
+                .unwrap();
+        });
+        TlsDaemon { env, vault, addr, server_ca, client_ca, listener_key, stop, task }
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        if let Err(e) = self.task.await {
+            if e.is_panic() {
+                std::panic::resume_unwind(e.into_panic());
+            }
+        }
+        self.vault.shutdown(Duration::from_secs(5)).await;
+        drop(self.env);
+    }
+}
+
+fn agent(ca: &TestCa, cn: &str) -> (CertificateDer<'static>, PrivateKeyDer<'static>) {
+    ca.client(&[(DnType::CommonName, cn), (DnType::OrganizationName, "Example")], None)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_certificates_are_required_and_matched_by_policy() {
+    let d = TlsDaemon::start().await;
+
+    // Allowed by the cert:CN=agent-1,O=Example rule: Sign works, and the signature verifies.
+    let allowed = client_config(&d.server_ca, Some(agent(&d.client_ca, "agent-1")));
+    let out = sign(d.addr, allowed.clone(), "svc").await.unwrap();
+    let valid = d
+        .vault
+        .verify(
+            &key("svc"),
+            SignInput::Message(b"over TLS".to_vec()),
+            &out.signature,
+            Some(HashAlg::Sha256),
+            Some(Scheme::Ecdsa),
+        )
+        .await
+        .unwrap();
+    assert!(valid);
+    // ... but only sign and public on svc.
+    let channel = channel(d.addr, allowed).await.unwrap();
+    let err = KeyServiceClient::new(channel)
+        .create_key(pb::CreateKeyRequest { name: "new".into(), ..Default::default() })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied, "{err:?}");
+    assert!(err.message().contains("CN=agent-1,O=Example"), "{err:?}");
+
+    // A valid certificate the policy does not name: PERMISSION_DENIED.
+    let other = client_config(&d.server_ca, Some(agent(&d.client_ca, "agent-2")));
+    assert_eq!(sign(d.addr, other, "svc").await.unwrap_err().code(), Code::PermissionDenied);
+
+    // A SPIFFE ID in a URI SAN is the identity, whatever the subject.
+    let spiffe = d.client_ca.client(&[(DnType::CommonName, "whatever")], Some("spiffe://example.org/agent-3"));
+    sign(d.addr, client_config(&d.server_ca, Some(spiffe)), "svc").await.unwrap();
+
+    // No client certificate: the handshake fails (TLS 1.3 reports it on the first read).
+    let anonymous = client_config(&d.server_ca, None);
+    let failed = async {
+        let mut tls = tls_connect(d.addr, anonymous.clone()).await?;
+        tls.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await?;
+        let mut buf = [0u8; 64];
+        let n = tls.read(&mut buf).await?;
+        if n == 0 {
+            return Err(std::io::Error::other("closed"));
+        }
+        Ok(n)
+    }
+    .await;
+    let err = failed.expect_err("a client without a certificate must not get through");
+    assert!(err.to_string().to_lowercase().contains("certificate") || err.to_string() == "closed", "{err}");
+    assert!(sign(d.addr, anonymous, "svc").await.is_err());
+
+    // A certificate from a CA the listener does not trust.
+    let stranger = TestCa::new("Client CA");
+    assert!(sign(d.addr, client_config(&d.server_ca, Some(agent(&stranger, "agent-1"))), "svc").await.is_err());
+
+    // The Unix socket still serves alongside.
+    let unix = Endpoint::from_static("http://tpm-vaultd")
+        .connect_with_connector(tower::service_fn({
+            let path = d.env.path().join("vault.sock");
+            move |_| {
+                let path = path.clone();
+                async move { tokio::net::UnixStream::connect(path).await.map(hyper_util::rt::TokioIo::new) }
+            }
+        }))
+        .await
+        .unwrap();
+    let key_info =
+        KeyServiceClient::new(unix).get_key(pb::GetKeyRequest { name: "svc".into() }).await.unwrap().into_inner();
+    assert_eq!(key_info.name, "svc");
+
+    // A new server certificate is served from the next handshake on, without a restart.
+    let new_leaf = server_leaf(&d.vault, &d.listener_key, &d.server_ca).await;
+    let stored = d.vault.set_certificate(&d.listener_key, &new_leaf).await.unwrap();
+    assert_eq!(stored.version, 2);
+    let tls = tls_connect(d.addr, client_config(&d.server_ca, Some(agent(&d.client_ca, "agent-1")))).await.unwrap();
+    let served = tls.get_ref().1.peer_certificates().unwrap()[0].clone();
+    let expected: CertificateDer<'static> =
+        rustls::pki_types::pem::PemObject::from_pem_slice(new_leaf.as_bytes()).unwrap();
+    assert_eq!(served, expected);
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    drop(tls);
+    d.stop().await;
+}
+
+/// The in-process TPM signer on a current-thread runtime: a plain wait for the TPM actor.
+#[tokio::test(flavor = "current_thread")]
+async fn listener_works_on_a_current_thread_runtime() {
+    let d = TlsDaemon::start().await;
+    let allowed = client_config(&d.server_ca, Some(agent(&d.client_ca, "agent-1")));
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..10 {
+        let config = allowed.clone();
+        let addr = d.addr;
+        tasks.spawn(async move { sign(addr, config, "svc").await });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.unwrap().unwrap();
+    }
+    d.stop().await;
+}
+
+#[tokio::test]
+async fn certificate_operations_check_the_key_and_the_chain() {
+    let env = TpmEnv::start();
+    let vault = env.vault().await;
+    let (a, b) = (key("a"), key("b"));
+    for k in [&a, &b] {
+        vault.create_key(k.clone(), KeyAlg::EccP256, 0, None, None).await.unwrap();
+    }
+    assert!(matches!(vault.certificate(&a).await, Err(Error::NoCertificate(_))));
+    assert!(matches!(vault.certificate(&key("none")).await, Err(Error::KeyNotFound(_))));
+    let ca = TestCa::new("CA");
+    let leaf_a = server_leaf(&vault, &a, &ca).await;
+    // b's chain cannot start with a's certificate.
+    assert!(matches!(vault.set_certificate(&b, &leaf_a).await, Err(Error::InvalidArgument(_))));
+    assert!(matches!(vault.set_certificate(&a, "garbage").await, Err(Error::InvalidArgument(_))));
+    let first = vault.set_certificate(&a, &format!("{leaf_a}{}", ca.pem)).await.unwrap();
+    assert_eq!(first.version, 1);
+    assert_eq!(first.chain_pem.matches("BEGIN CERTIFICATE").count(), 2);
+    // Versions survive a reopen (they are in the record).
+    vault.shutdown(Duration::from_secs(5)).await;
+    let vault = env.vault().await;
+    assert_eq!(vault.certificate(&a).await.unwrap(), first);
+    let second = vault.set_certificate(&a, &leaf_a).await.unwrap();
+    assert_eq!(second.version, 2);
+    // The TLS identity of a client certificate: subject in certificate order, or SPIFFE ID.
+    let (cert, _) = ca.client(&[(DnType::CommonName, "agent-1"), (DnType::OrganizationName, "Example, Inc.")], None);
+    assert_eq!(tls::client_identity(&cert).as_deref(), Some("CN=agent-1,O=Example\\, Inc."));
+    let (cert, _) = ca.client(&[(DnType::CommonName, "x")], Some("spiffe://example.org/a"));
+    assert_eq!(tls::client_identity(&cert).as_deref(), Some("spiffe://example.org/a"));
+    assert_eq!(tls::client_identity(b"junk"), None);
+    vault.shutdown(Duration::from_secs(5)).await;
+}
+
+/// The real binary: `--listen` with a key that has no certificate stops the daemon at start,
+/// naming the key, before anything is bound.
+#[test]
+fn daemon_refuses_to_listen_without_a_certificate() {
+    let env = support::ProcEnv::new();
+    let ca = env.tpm.path().join("client-ca.pem");
+    std::fs::write(&ca, TestCa::new("CA").pem).unwrap();
+    let mut cmd = env.command();
+    cmd.args(["--listen", "127.0.0.1:0", "--listen-key", "nokey", "--listen-client-ca"]).arg(&ca);
+    let mut child = support::KillOnDrop(cmd.spawn().unwrap());
+    let status = support::wait_exit(&mut child.0, Duration::from_secs(60));
+    let stderr = env.stderr();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("TLS listener key nokey"), "{stderr}");
+    assert!(!env.socket.exists(), "nothing may be bound");
+}

@@ -1,0 +1,68 @@
+//! The streaming AEAD format (`Decrypt` input): `crypto::stream::Header::parse`, then a
+//! `Decryptor` with a fixed data key over the rest, fed once whole and once in random-sized
+//! pieces the way the `Decrypt` RPC receives them (header accumulated message by message).
+//!
+//! Input: 8 bytes that choose the piece sizes, then the stream.
+//!
+//! Properties: no panic; the result (plaintext released, error) does not depend on how the
+//! stream is split; a stream that decrypts is the one and only encoding of its plaintext
+//! (re-encrypting it under the parsed header gives back the same bytes).
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use tpm_vault_daemon::crypto::stream::{Decryptor, Encryptor, Header};
+use tpm_vault_fuzz::{pieces, STREAM_CONTEXT, STREAM_KEY};
+
+/// Plaintext released, and the error (as text) if the stream was rejected.
+type Outcome = (Vec<u8>, Result<(), String>);
+
+fuzz_target!(|data: &[u8]| {
+    let Some((seed, stream)) = data.split_first_chunk::<8>() else { return };
+    let seed = u64::from_le_bytes(*seed);
+    let whole = decrypt(stream, &[stream.len()]);
+    let split = decrypt(stream, &pieces(seed, stream.len()));
+    assert_eq!(whole, split, "the outcome depends on message boundaries");
+    if let (plain, Ok(())) = whole {
+        let (header, used) = Header::parse(stream).ok().flatten().unwrap_or_else(|| panic!("header vanished"));
+        assert_eq!(header.encode(), stream[..used], "header does not re-encode to its bytes");
+        let mut e = Encryptor::new(&STREAM_KEY, &header, STREAM_CONTEXT).unwrap_or_else(|e| panic!("{e}"));
+        let mut again = Vec::new();
+        e.update(&plain, &mut again).unwrap_or_else(|e| panic!("{e}"));
+        e.finish(&mut again).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(again, stream, "an accepted stream is not the canonical encoding of its plaintext");
+    }
+});
+
+/// Decrypts `stream` delivered in messages of the given sizes, like `CryptoRpc::decrypt`.
+fn decrypt(stream: &[u8], sizes: &[usize]) -> Outcome {
+    let mut out = Vec::new();
+    let mut messages = Vec::new();
+    let mut at = 0;
+    for &n in sizes {
+        messages.push(&stream[at..at + n]);
+        at += n;
+    }
+    let mut messages = messages.into_iter();
+    let mut buf = Vec::new();
+    let (header, used) = loop {
+        let Some(m) = messages.next() else { return (out, Err("truncated before the header".into())) };
+        buf.extend_from_slice(m);
+        match Header::parse(&buf) {
+            Ok(Some(h)) => break h,
+            Ok(None) => {}
+            Err(e) => return (out, Err(e.to_string())),
+        }
+    };
+    let mut d = match Decryptor::new(&STREAM_KEY, &header, STREAM_CONTEXT) {
+        Ok(d) => d,
+        Err(e) => return (out, Err(e.to_string())),
+    };
+    let rest = buf.split_off(used);
+    for m in std::iter::once(rest.as_slice()).chain(messages) {
+        if let Err(e) = d.update(m, &mut out) {
+            return (out, Err(e.to_string()));
+        }
+    }
+    let result = d.finish(&mut out).map_err(|e| e.to_string());
+    (out, result)
+}

@@ -1,0 +1,257 @@
+//! Writes the seed corpora `corpus/<target>/` from the real code, so that every seed is an input
+//! the daemon really produces or reads:
+//! - `policy_file`, `config_file`: the shipped policy files and example config, plus a few
+//!   rules that use every client kind and glob;
+//! - `store_record`, `tpm_public`: key, sealed-secret and data-key records (and their TPM public
+//!   areas) made by a vault over a private swtpm;
+//! - `signed_policy`: approvals signed by the fuzz authority (`tpm_vault_fuzz::authority`) over
+//!   real PCR policy digests, valid, revoked, expired and for other banks;
+//! - `aead_stream`: streams made by `crypto::stream::Encryptor` under the fuzz data key;
+//! - `certificate`: a self-signed certificate and a CSR of a vault key, and subjects;
+//! - `quote`: a real quote of the vault's AK, a tpm2-tools `quote.pcrs` and a credential file.
+//!
+//! Run with `./scripts/fuzz --seeds` (needs swtpm). The files are small: keep the corpora well
+//! under 1 MiB in all.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use p256::ecdsa::signature::Signer;
+use prost::Message;
+use tpm_vault_daemon::crypto::stream::{Encryptor, Header};
+use tpm_vault_daemon::model::{KeyAlg, KeyName, PcrBank, PcrSelection, PcrTarget};
+use tpm_vault_daemon::simulator::Swtpm;
+use tpm_vault_daemon::store::Store;
+use tpm_vault_daemon::tpm::{pcr, QueueConfig};
+use tpm_vault_daemon::vault::cert::CertSubject;
+use tpm_vault_daemon::vault::SealTarget;
+use tpm_vault_daemon::{Vault, VaultConfig};
+use tpm_vault_client::attest::{encode_pcrs, CredentialFile};
+use tpm_vault_client::PcrValues;
+use tpm_vault_fuzz::{authority, authority_spki, RECORD_NAME, STREAM_CONTEXT, STREAM_KEY};
+use tpm_vault_proto::signed_policy;
+use tpm_vault_proto::v1::SignedPolicy;
+use zeroize::Zeroizing;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).to_owned()
+}
+
+/// Empties `corpus/<target>` and returns it.
+fn corpus(target: &str) -> PathBuf {
+    let dir = root().join("corpus").join(target);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    dir
+}
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) {
+    std::fs::write(dir.join(name), bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn name() -> KeyName {
+    KeyName::try_from(RECORD_NAME).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+#[ignore = "rewrites fuzz/corpus; run by ./scripts/fuzz --seeds"]
+fn text_seeds() {
+    let dir = corpus("policy_file");
+    for sub in ["", "examples"] {
+        let from = root().join("../policies").join(sub);
+        for entry in std::fs::read_dir(&from).unwrap_or_else(|e| panic!("{}: {e}", from.display())) {
+            let path = entry.unwrap_or_else(|e| panic!("{e}")).path();
+            if path.extension().is_some_and(|x| x == "toml") {
+                let file = path.file_name().map(|f| f.to_string_lossy().to_string()).unwrap_or_default();
+                write(&dir, &file, &std::fs::read(&path).unwrap_or_else(|e| panic!("{e}")));
+            }
+        }
+    }
+    write(
+        &dir,
+        "every-kind.toml",
+        b"[[rule]]\nclients = [\"any\", \"uid:1000\", \"user:www-data\", \"gid:990\", \"group:tpm-vault\", \
+          \"cert:CN=agent\"]\nkeys = [\"web-*\", \"db-?\", \"*.prod\"]\noperations = [\"sign\", \"public\"]\n\
+          owner_only = true\n\n[[rule]]\nname = \"keyless\"\nclients = [\"uid:0\"]\noperations = [\"quote\", \
+          \"random\", \"admin\"]\n",
+    );
+
+    let dir = corpus("config_file");
+    write(
+        &dir,
+        "example.toml",
+        &std::fs::read(root().join("../systemd/config.toml")).unwrap_or_else(|e| panic!("{e}")),
+    );
+    write(
+        &dir,
+        "every-field.toml",
+        b"tcti = \"swtpm:host=127.0.0.1,port=2321\"\nsimulator = false\nstate_dir = \"/var/lib/tpm-vault\"\n\
+          socket = \"/run/tpm-vault/vault.sock\"\npolicies = \"/etc/tpm-vault/policies\"\n\
+          listen = \"127.0.0.1:8443\"\nmax_loaded_objects = 3\ntpm_timeout_ms = 10000\n\
+          shutdown_grace_ms = 10000\nlog_format = \"json\"\nmetrics_listen = \"[::1]:9464\"\n\
+          audit_log = \"/var/log/tpm-vault/audit.jsonl\"\ndatakey_idle_secs = 300\n",
+    );
+    write(&dir, "bad-value.toml", b"# comment\nmax_loaded_objects = 1\nmetrics_listen = \"0.0.0.0:9464\"\n");
+}
+
+#[test]
+#[ignore = "rewrites fuzz/corpus; run by ./scripts/fuzz --seeds"]
+fn signed_policy_seeds() {
+    let dir = corpus("signed_policy");
+    let key = authority();
+    let sign = |msg: &[u8]| -> Vec<u8> {
+        let sig: p256::ecdsa::Signature = key.sign(msg);
+        sig.to_der().as_bytes().to_vec()
+    };
+    let cases: [(&str, PcrBank, &[u32], u64, i64, &[u8]); 6] = [
+        ("sha256-9-v2", PcrBank::Sha256, &[9], 2, 0, b""),
+        ("sha256-multi-v7-expires-2100", PcrBank::Sha256, &[0, 7, 9, 23], 7, 4_102_444_800, b""),
+        ("revoked-v1", PcrBank::Sha256, &[9], 1, 0, b""),
+        ("expired", PcrBank::Sha256, &[9], 3, 1, b""),
+        ("sha1-with-ref", PcrBank::Sha1, &[4, 9], 2, 0, b"ref"),
+        ("sha384", PcrBank::Sha384, &[9, 10], 2, 0, b""),
+    ];
+    for (file, bank, pcrs, version, expires, policy_ref) in cases {
+        let sel = PcrSelection::new(bank, pcrs).unwrap_or_else(|e| panic!("{e}"));
+        let values: Vec<Vec<u8>> = sel.pcrs.iter().map(|&p| vec![p.wrapping_mul(17); bank.digest_len()]).collect();
+        let approved = pcr::policy_pcr_digest(&sel, &values).unwrap_or_else(|e| panic!("{e}"));
+        let approval = SignedPolicy {
+            format_version: 1,
+            pcr_bank: bank.as_str().into(),
+            pcrs: sel.pcrs.iter().map(|&p| u32::from(p)).collect(),
+            pcr_values: values,
+            signature: sign(&signed_policy::approval_message(&approved, policy_ref)),
+            envelope_signature: sign(&signed_policy::envelope_message(&approved, policy_ref, version, expires)),
+            approved_policy: approved,
+            policy_ref: policy_ref.to_vec(),
+            policy_version: version,
+            expires_unix: expires,
+            authority_spki: authority_spki().to_vec(),
+        };
+        write(&dir, &format!("{file}.pb"), &approval.encode_to_vec());
+    }
+}
+
+#[test]
+#[ignore = "rewrites fuzz/corpus; run by ./scripts/fuzz --seeds"]
+fn aead_stream_seeds() {
+    let dir = corpus("aead_stream");
+    // Small chunk sizes, so that a seed of a few hundred bytes has several chunks.
+    for (chunk_size, len, seed) in [(16u32, 0usize, 1u64), (16, 40, 2), (64, 64, 3), (64, 200, 4), (65536, 100, 5)] {
+        let header = Header { key_name: RECORD_NAME.into(), key_id: [0x11; 16], chunk_size, nonce_prefix: [7; 7] };
+        let plain: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+        let mut e = Encryptor::new(&STREAM_KEY, &header, STREAM_CONTEXT).unwrap_or_else(|e| panic!("{e}"));
+        let mut out = seed.to_le_bytes().to_vec();
+        e.update(&plain, &mut out).unwrap_or_else(|e| panic!("{e}"));
+        e.finish(&mut out).unwrap_or_else(|e| panic!("{e}"));
+        write(&dir, &format!("chunk{chunk_size}-len{len}.bin"), &out);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "rewrites fuzz/corpus; needs swtpm; run by ./scripts/fuzz --seeds"]
+async fn tpm_seeds() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let swtpm = Swtpm::start(&tmp.path().join("swtpm")).unwrap_or_else(|e| panic!("swtpm: {e}"));
+    let state = tmp.path().join("state");
+    let vault = Vault::open(VaultConfig {
+        state_dir: state.clone(),
+        tcti: swtpm.tcti(),
+        max_loaded_objects: 3,
+        queue: QueueConfig { capacity: 64, timeout: Duration::from_secs(60) },
+        simulator: true,
+        datakey_idle: Duration::from_secs(300),
+    })
+    .await
+    .unwrap_or_else(|e| panic!("open vault: {e}"));
+    let store = Store::open(&state).unwrap_or_else(|e| panic!("{e}"));
+    let records = corpus("store_record");
+    let publics = corpus("tpm_public");
+    let n = name();
+    let sel = PcrSelection::new(PcrBank::Sha256, &[9, 16]).unwrap_or_else(|e| panic!("{e}"));
+
+    for alg in KeyAlg::ALL {
+        vault.create_key(n.clone(), alg, 1000, None, None).await.unwrap_or_else(|e| panic!("create {alg}: {e}"));
+        let r = store.get(&n).unwrap_or_else(|e| panic!("{e}")).unwrap_or_else(|| panic!("no record"));
+        write(&records, &format!("key-{alg}.json"), &r.to_bytes());
+        write(&publics, &format!("key-{alg}.bin"), &r.public);
+        vault.delete(&n).await.unwrap_or_else(|e| panic!("{e}"));
+    }
+    // Certificates of a real key (self-signed, made by the vault through the TPM).
+    let certs = corpus("certificate");
+    vault.create_key(n.clone(), KeyAlg::EccP256, 0, None, None).await.unwrap_or_else(|e| panic!("{e}"));
+    let subject = CertSubject::parse(
+        "CN=fuzz,O=tpm-vault",
+        &["fuzz.example".into()],
+        &["127.0.0.1".into()],
+        &["spiffe://example.org/fuzz".into()],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let chain = vault.self_sign(&n, subject.clone(), 30, None).await.unwrap_or_else(|e| panic!("{e}")).chain_pem;
+    write(&certs, "chain-self-signed.pem", &[b"\0", chain.as_bytes()].concat());
+    write(&certs, "chain-twice.pem", &[b"\0", chain.as_bytes(), chain.as_bytes()].concat());
+    let (csr, _) = vault.create_csr(&n, subject, None).await.unwrap_or_else(|e| panic!("{e}"));
+    write(&certs, "csr.pem", &[b"\0", csr.as_bytes()].concat());
+    write(&certs, "subject.txt", b"\x01CN=device-1,O=Example\\, Inc.,C=DE\ndns:a.example\ndns:*.example.org\nip:::1\nuri:spiffe://example.org/a");
+    write(&certs, "subject-bad.txt", b"\x01CN=x,CN=y,Q\ndns:-a..b\nip:1.2.3\nuri:nope");
+    vault.delete(&n).await.unwrap_or_else(|e| panic!("{e}"));
+
+    let bound = PcrTarget { selection: sel.clone(), values: None };
+    vault.create_key(n.clone(), KeyAlg::EccP256, 0, None, Some(bound.clone())).await.unwrap_or_else(|e| panic!("{e}"));
+    let r = store.get(&n).unwrap_or_else(|e| panic!("{e}")).unwrap_or_else(|| panic!("no record"));
+    write(&records, "key-pcr-bound.json", &r.to_bytes());
+    vault.delete(&n).await.unwrap_or_else(|e| panic!("{e}"));
+
+    let secret = || Zeroizing::new(b"seed secret".to_vec());
+    vault
+        .seal(n.clone(), secret(), SealTarget::Pcr { selection: sel.clone(), values: None }, 0, false)
+        .await
+        .unwrap_or_else(|e| panic!("seal: {e}"));
+    let r = store.get_sealed(&n).unwrap_or_else(|e| panic!("{e}")).unwrap_or_else(|| panic!("no record"));
+    write(&records, "sealed-pcr.json", &r.to_bytes());
+    write(&publics, "sealed.bin", &r.public);
+    let target = SealTarget::Authorized { selection: sel.clone(), authority_spki: authority_spki().to_vec() };
+    vault.seal(n.clone(), secret(), target, 0, true).await.unwrap_or_else(|e| panic!("seal: {e}"));
+    let r = store.get_sealed(&n).unwrap_or_else(|e| panic!("{e}")).unwrap_or_else(|| panic!("no record"));
+    write(&records, "sealed-authorized.json", &r.to_bytes());
+
+    vault.create_data_key(n.clone(), 0, None).await.unwrap_or_else(|e| panic!("data key: {e}"));
+    let r = store.get_datakey(&n).unwrap_or_else(|e| panic!("{e}")).unwrap_or_else(|| panic!("no record"));
+    write(&records, "datakey.json", &r.to_bytes());
+    write(&publics, "datakey.bin", &r.public);
+    vault.delete_data_key(&n).await.unwrap_or_else(|e| panic!("{e}"));
+    vault.create_data_key(n.clone(), 0, Some(bound)).await.unwrap_or_else(|e| panic!("data key: {e}"));
+    let r = store.get_datakey(&n).unwrap_or_else(|e| panic!("{e}")).unwrap_or_else(|| panic!("no record"));
+    write(&records, "datakey-pcr-bound.json", &r.to_bytes());
+
+    // A real quote, as the verifier gets it (fields of the `quote` target, see its header),
+    // with the TPM's signature (flags 0) and for the harness's own AK (flags 1), and tpm2-tools
+    // files with its PCR values and a credential.
+    let quotes = corpus("quote");
+    let quoted = PcrSelection::new(PcrBank::Sha256, &[0, 7, 9]).unwrap_or_else(|e| panic!("{e}"));
+    let nonce = b"fuzz nonce".to_vec();
+    let q = vault.quote(quoted.clone(), nonce.clone()).await.unwrap_or_else(|e| panic!("quote: {e}"));
+    let pcrs: Vec<u8> = quoted.pcrs.clone();
+    let values: Vec<u8> = q.values.iter().flat_map(|v| [&[v.len() as u8][..], v].concat()).collect();
+    let expected = format!("sha256:9={}", hex(&q.values[2]));
+    let fields = [&q.attest[..], &q.signature, &q.ak.spki, &nonce, b"sha256", &pcrs, &values, expected.as_bytes()];
+    let body: Vec<u8> = fields.iter().flat_map(|f| [&(f.len() as u16).to_be_bytes()[..], f].concat()).collect();
+    write(&quotes, "quote-tpm.bin", &[&[0u8][..], &body].concat());
+    write(&quotes, "quote-resigned.bin", &[&[1u8][..], &body].concat());
+    let file = encode_pcrs(&PcrValues {
+        bank: "sha256".into(),
+        pcrs: quoted.pcrs.iter().map(|&p| u32::from(p)).collect(),
+        values: q.values.clone(),
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    write(&quotes, "quote.pcrs", &file);
+    let tpm2b = |n: usize| [&(n as u16).to_be_bytes()[..], &vec![0xa5; n]].concat();
+    let cred = CredentialFile { credential_blob: tpm2b(68), encrypted_secret: tpm2b(256) };
+    write(&quotes, "credential.bin", &cred.to_bytes());
+
+    vault.shutdown(Duration::from_secs(5)).await;
+}
