@@ -63,6 +63,7 @@ fn python_grpc_client_creates_a_key_and_signs() {
     std::fs::create_dir_all(&stubs).unwrap();
     generate_stubs(&python, &stubs);
 
+    support::cloexec_all_fds();
     let out = Command::new(&python)
         .arg("-c")
         .arg(SCRIPT)
@@ -103,6 +104,7 @@ fn venv_python() -> PathBuf {
         return python;
     }
     let _ = std::fs::remove_dir_all(&venv);
+    support::cloexec_all_fds();
     let out = Command::new("python3").arg("-m").arg("venv").arg(&venv).output();
     match out {
         Ok(out) if out.status.success() => {}
@@ -113,6 +115,7 @@ fn venv_python() -> PathBuf {
         ),
         Err(e) => panic!("cannot run python3 ({e}); install python3 and python3-venv"),
     }
+    support::cloexec_all_fds();
     let out = Command::new(&python)
         .args(["-m", "pip", "install", "--disable-pip-version-check", "--quiet", "grpcio", "grpcio-tools"])
         .output()
@@ -123,6 +126,7 @@ fn venv_python() -> PathBuf {
          them and does not pass without them.\n{}",
         text(&out.stderr)
     );
+    support::cloexec_all_fds();
     let out = Command::new(&python).args(["-c", "import grpc, grpc_tools.protoc"]).output().expect("run python");
     assert!(out.status.success(), "grpcio installed but does not import:\n{}", text(&out.stderr));
     std::fs::write(&ready, "grpcio grpcio-tools\n").unwrap();
@@ -139,6 +143,7 @@ fn generate_stubs(python: &Path, out: &Path) {
         .collect();
     protos.sort();
     assert!(protos.iter().any(|p| p.ends_with("keys.proto")), "{protos:?}");
+    support::cloexec_all_fds();
     let result: Output = Command::new(python)
         .args(["-m", "grpc_tools.protoc"])
         .arg("-I")

@@ -11,6 +11,7 @@ use support::{fails, ok, run_cli, Daemon};
 
 /// `openssl ARGS...` in `dir`.
 fn openssl(dir: &Path, args: &[&str]) -> Output {
+    support::cloexec_all_fds();
     Command::new("openssl").args(args).current_dir(dir).output().expect("run openssl (is it installed?)")
 }
 
@@ -98,6 +99,7 @@ fn key_passwords_from_env_and_file() {
 
     // From TPM_VAULT_KEY_AUTH with --auth.
     let with_env = |args: &[&str], password: &str| -> Output {
+        support::cloexec_all_fds();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_tpm-vault"));
         cmd.arg("--socket").arg(&d.socket).args(args).current_dir(dir).env("TPM_VAULT_KEY_AUTH", password);
         cmd.output().unwrap()

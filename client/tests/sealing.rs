@@ -36,6 +36,7 @@ fn run(cmd: &mut Command) {
 fn openssl_authority(dir: &Path, name: &str) -> (String, String) {
     let key = format!("{name}.key");
     let public = format!("{name}.pem");
+    support::cloexec_all_fds();
     run(Command::new("openssl").current_dir(dir).args([
         "genpkey",
         "-algorithm",
@@ -45,6 +46,7 @@ fn openssl_authority(dir: &Path, name: &str) -> (String, String) {
         "-out",
         &key,
     ]));
+    support::cloexec_all_fds();
     run(Command::new("openssl").current_dir(dir).args(["pkey", "-in", &key, "-pubout", "-out", &public]));
     (key, public)
 }
@@ -177,6 +179,7 @@ fn signed_policies_carry_a_secret_across_a_kernel_update() {
     fails(&d.cli(&["unseal", "fleet", "--policy", "forged.policy"]), 5);
 
     // A SEC1 key works too, and the library's offline signer produces what the CLI does.
+    support::cloexec_all_fds();
     run(Command::new("openssl").current_dir(dir).args(["ec", "-in", &key, "-out", "authority.sec1"]));
     let pem = std::fs::read_to_string(dir.join("authority.sec1")).unwrap();
     assert!(pem.contains("BEGIN EC PRIVATE KEY"), "{pem}");
