@@ -36,6 +36,26 @@ impl Measurement {
         Self { ops: latencies.len() as u64, window, latencies, cpu }
     }
 
+    /// Joins measurements of the same path taken in several slices: operations, windows,
+    /// latencies and CPU add up.
+    pub fn merge(parts: Vec<Measurement>) -> Self {
+        let mut latencies = Vec::new();
+        let mut window = Duration::ZERO;
+        let mut cpu = CpuUse::default();
+        for p in parts {
+            latencies.extend(p.latencies);
+            window += p.window;
+            cpu.bench += p.cpu.bench;
+            cpu.children += p.cpu.children;
+            cpu.swtpm += p.cpu.swtpm;
+            cpu.daemon = match (cpu.daemon, p.cpu.daemon) {
+                (Some(a), Some(b)) => Some(a + b),
+                (a, b) => a.or(b),
+            };
+        }
+        Self::finish(latencies, window, cpu)
+    }
+
     /// Operations per second.
     pub fn rate(&self) -> f64 {
         let secs = self.window.as_secs_f64();
@@ -121,6 +141,20 @@ mod tests {
         assert!((m.rate() - 5.0).abs() < 1e-9);
         assert_eq!(percentile(&[], 50.0), Duration::ZERO);
         assert_eq!(percentile(&ms(&[7]), 1.0), Duration::from_millis(7));
+    }
+
+    #[test]
+    fn merge_adds_up() {
+        let cpu = CpuUse { bench: Duration::from_millis(10), swtpm: Duration::from_millis(5), ..CpuUse::default() };
+        let a = Measurement::finish(ms(&[3, 1]), Duration::from_secs(1), cpu);
+        let b = Measurement::finish(ms(&[2]), Duration::from_secs(2), cpu);
+        let m = Measurement::merge(vec![a, b]);
+        assert_eq!(m.ops, 3);
+        assert_eq!(m.window, Duration::from_secs(3));
+        assert_eq!(m.latencies, ms(&[1, 2, 3]));
+        assert_eq!(m.cpu.bench, Duration::from_millis(20));
+        assert_eq!(m.cpu.daemon, None);
+        assert!((m.rate() - 1.0).abs() < 1e-9);
     }
 
     #[test]

@@ -117,7 +117,13 @@ pub struct Check {
     pub decimals: usize,
     /// The goal.
     pub goal: Goal,
+    /// The path beat its ceiling by more than [`CEILING_SLACK`]: impossible for a TPM path, so
+    /// the reference was depressed (machine load) and a PASS here is not evidence.
+    pub suspect: bool,
 }
+
+/// How far above the raw ESAPI ceiling a ratio may be before it is flagged as noise.
+pub const CEILING_SLACK: f64 = 1.05;
 
 impl Check {
     /// PASS or MISS.
@@ -403,6 +409,7 @@ impl Summary {
                     unit: "×",
                     decimals: 2,
                     goal: *goal,
+                    suspect: value.median > CEILING_SLACK,
                 });
             }
         }
@@ -414,6 +421,7 @@ impl Summary {
                     unit: " µs",
                     decimals: 0,
                     goal,
+                    suspect: false,
                 });
             }
         }
@@ -518,6 +526,9 @@ pub(crate) mod tests {
         let s = Summary::new(&[round(1000, 900, 500)]);
         let verdicts: Vec<&str> = s.checks.iter().map(Check::verdict).collect();
         assert_eq!(verdicts, ["MISS", "MISS", "PASS"]);
+        assert!(s.checks.iter().all(|c| !c.suspect));
+        let above = Summary::new(&[round(1000, 1200, 1100)]);
+        assert!(above.checks[0].suspect && above.checks[1].suspect && !above.checks[2].suspect);
         assert!(Goal::Below(150.0).met(149.0) && !Goal::Below(150.0).met(150.0));
         assert_eq!(Goal::AtLeast(0.97).describe(2), "≥ 0.97");
     }

@@ -24,11 +24,11 @@ use tpm_vault_proto::v1::seal_service_client::SealServiceClient;
 use tpm_vault_proto::v1::status_service_client::StatusServiceClient;
 
 use crate::access::{AccessCheck, Operation};
-use crate::names::{natural_hash, Named};
+use crate::names::{natural_hash, signs_whole_messages, Named};
 use crate::sign::{Hasher, INLINE_MESSAGE_LIMIT};
 use crate::{
     BlockingClient, DaemonStatus, Error, HashAlgorithm, KeyAlgorithm, KeyAuth, KeyInfo, PcrBinding, PublicKey,
-    SignInput, SignOptions, Signature,
+    SignInput, SignOptions, Signature, SignatureScheme,
 };
 
 /// Where `tpm-vaultd` listens by default.
@@ -244,7 +244,8 @@ impl Client {
     /// Signs a message or a digest with a key.
     ///
     /// Messages above 1 MiB are hashed here and sent as a digest (the signature is the same);
-    /// if the hash is unspecified, the key's algorithm is looked up first to pick it.
+    /// the key's algorithm is looked up first to pick the hash if it is unspecified. ML-DSA and
+    /// hybrid keys sign whole messages (at most 4 MiB), so theirs are always sent whole.
     ///
     /// # Errors
     /// `NotFound` (no such key), `InvalidArgument` (wrong digest length, a scheme that does not
@@ -266,7 +267,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn sign(&self, name: &str, input: SignInput, options: &SignOptions) -> Result<Signature, Error> {
-        let (input, hash) = self.shrink(name, input, options.hash()).await?;
+        let (input, hash) = self.shrink(name, input, options.hash(), options.scheme()).await?;
         let request = self.request(proto::SignRequest {
             name: name.to_owned(),
             input: Some(input.into_sign_proto()),
@@ -289,7 +290,7 @@ impl Client {
         signature: &[u8],
         options: &SignOptions,
     ) -> Result<bool, Error> {
-        let (input, hash) = self.shrink(name, input, options.hash()).await?;
+        let (input, hash) = self.shrink(name, input, options.hash(), options.scheme()).await?;
         let request = self.request(proto::VerifyRequest {
             name: name.to_owned(),
             input: Some(input.into_verify_proto()),
@@ -299,6 +300,39 @@ impl Client {
         });
         let response = self.keys.clone().verify(request).await?;
         Ok(response.into_inner().valid)
+    }
+
+    /// Decapsulates an ML-KEM ciphertext with a vault ML-KEM key and returns the 32-byte shared
+    /// secret (zeroed on drop). The key's private part never leaves the daemon.
+    ///
+    /// # Errors
+    /// `NotFound`, `InvalidArgument` (not an ML-KEM key, wrong ciphertext length),
+    /// `FailedPrecondition` (PCR values differ from the key's binding), `PermissionDenied`
+    /// (needs the `decrypt` operation), `Unavailable`.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(client: tpm_vault_client::Client) -> Result<(), tpm_vault_client::Error> {
+    /// let sent = client.encapsulate("kem").await?; // anyone with the public key can do this
+    /// let secret = client.decapsulate("kem", &sent.ciphertext).await?;
+    /// assert_eq!(secret.as_slice(), sent.shared_secret());
+    /// # Ok(()) }
+    /// ```
+    pub async fn decapsulate(&self, name: &str, ciphertext: &[u8]) -> Result<zeroize::Zeroizing<Vec<u8>>, Error> {
+        let request =
+            self.request(proto::DecapsulateRequest { name: name.to_owned(), ciphertext: ciphertext.to_vec() });
+        let response = self.keys.clone().decapsulate(request).await?.into_inner();
+        Ok(zeroize::Zeroizing::new(response.shared_secret))
+    }
+
+    /// Encapsulates a fresh shared secret to ML-KEM key `name`, in-core with its public key (the
+    /// daemon only serves the public key).
+    ///
+    /// # Errors
+    /// As [`Client::public_key`]; [`Error::InvalidInput`] if the key is not an ML-KEM key.
+    pub async fn encapsulate(&self, name: &str) -> Result<crate::pq::Encapsulated, Error> {
+        let public = self.public_key(name).await?;
+        crate::pq::KemPublicKey::from_spki(&public.der)?.encapsulate()
     }
 
     /// The daemon's and the TPM's state.
@@ -340,26 +374,27 @@ impl Client {
         Ok(check.into_inner().into())
     }
 
-    /// The hash to use for `name`: `hash` itself, or the key's natural hash if unspecified.
-    pub(crate) async fn resolve_hash(&self, name: &str, hash: HashAlgorithm) -> Result<HashAlgorithm, Error> {
-        if hash != HashAlgorithm::Unspecified {
-            return Ok(hash);
-        }
-        Ok(natural_hash(self.key(name).await?.algorithm))
-    }
-
-    /// Replaces a message too large to send by its digest.
+    /// Replaces a message too large to send by its digest, unless the key signs whole messages
+    /// (ML-DSA, hybrid), whose messages go whole (the daemon takes up to 4 MiB).
     async fn shrink(
         &self,
         name: &str,
         input: SignInput,
         hash: HashAlgorithm,
+        scheme: SignatureScheme,
     ) -> Result<(SignInput, HashAlgorithm), Error> {
         let message = match input {
             SignInput::Message(message) if message.len() > INLINE_MESSAGE_LIMIT => message,
             small => return Ok((small, hash)),
         };
-        let hash = self.resolve_hash(name, hash).await?;
+        if signs_whole_messages(KeyAlgorithm::Unspecified, scheme) {
+            return Ok((SignInput::Message(message), hash));
+        }
+        let algorithm = self.key(name).await?.algorithm;
+        if signs_whole_messages(algorithm, scheme) {
+            return Ok((SignInput::Message(message), hash));
+        }
+        let hash = if hash == HashAlgorithm::Unspecified { natural_hash(algorithm) } else { hash };
         let mut hasher = Hasher::new(hash)?;
         // Hashing megabytes takes milliseconds: keep it off the runtime's worker.
         let digest = tokio::task::spawn_blocking(move || {

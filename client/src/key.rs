@@ -50,20 +50,24 @@ impl From<proto::Key> for KeyInfo {
     }
 }
 
-/// A key's public part as a SubjectPublicKeyInfo, readable by OpenSSL.
+/// A key's public part as a SubjectPublicKeyInfo, readable by OpenSSL (ML-DSA keys: RFC 9881
+/// `id-ml-dsa-*`; ML-KEM keys: `id-alg-ml-kem-*`, draft-ietf-lamps-kyber-certificates).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PublicKey {
-    /// DER SubjectPublicKeyInfo.
+    /// DER SubjectPublicKeyInfo (a hybrid key's ECDSA P-256 half).
     pub der: Vec<u8>,
     /// The same as PEM (`-----BEGIN PUBLIC KEY-----`).
     pub pem: String,
     /// The key's algorithm.
     pub algorithm: KeyAlgorithm,
+    /// A hybrid key's ML-DSA-65 half: DER SubjectPublicKeyInfo and PEM. `None` for other keys.
+    pub ml_dsa: Option<(Vec<u8>, String)>,
 }
 
 impl From<proto::PublicKey> for PublicKey {
     fn from(key: proto::PublicKey) -> PublicKey {
-        PublicKey { algorithm: key.algorithm(), der: key.der, pem: key.pem }
+        let ml_dsa = (!key.ml_dsa_der.is_empty()).then(|| (key.ml_dsa_der.clone(), key.ml_dsa_pem.clone()));
+        PublicKey { algorithm: key.algorithm(), der: key.der, pem: key.pem, ml_dsa }
     }
 }
 

@@ -41,6 +41,10 @@
 //! - [`tls`]: TLS with vault keys: [`tls::VaultSigningKey`] (a rustls signing key), certificate
 //!   resolvers that follow rotation, and the TLS 1.3 defaults;
 //! - `access`: access-policy checks ([`Client::check_access`], [`Operation`]);
+//! - `pq`: post-quantum keys on the client: ML-KEM encapsulation ([`Client::encapsulate`],
+//!   [`KemPublicKey`]) and in-core ML-DSA and hybrid signature checks
+//!   ([`PublicKey::verify_signature`], [`verify_hybrid`]); [`hybrid`] is the hybrid signature
+//!   format;
 //! - [`cli`]: the `tpm-vault` command line (the binary only parses arguments and calls [`cli::run`]).
 #![deny(missing_docs, missing_debug_implementations)]
 #![forbid(unsafe_code)]
@@ -59,6 +63,7 @@ mod key_auth;
 mod names;
 mod pcr;
 mod policy;
+mod pq;
 mod seal;
 mod sign;
 mod status;
@@ -78,10 +83,13 @@ pub use key_auth::{KeyAuth, MAX_KEY_AUTH};
 pub use names::Named;
 pub use pcr::PcrBinding;
 pub use policy::{PolicyApproval, PolicyAuthority, PolicyKeyError, SignedPolicy, MAX_SIGNED_POLICY};
+pub use pq::{verify_hybrid, verify_ml_dsa, Encapsulated, KemPublicKey};
 pub use seal::{SealInfo, SealOptions, MAX_SECRET};
 pub use sign::{SignInput, SignOptions, Signature};
 pub use status::{DaemonStatus, Metric};
 pub use tonic::Code;
+/// The hybrid ECDSA P-256 + ML-DSA-65 signature format (`--scheme hybrid`), shared with the daemon.
+pub use tpm_vault_proto::hybrid;
 pub use tpm_vault_proto::v1::{HashAlgorithm, KeyAlgorithm, SignatureScheme, TpmState};
 
 /// The generated gRPC types and service clients, for calls this crate does not wrap.

@@ -52,6 +52,12 @@ impl Named for KeyAlgorithm {
         ("ecc-p384", KeyAlgorithm::EccP384),
         ("rsa-2048", KeyAlgorithm::Rsa2048),
         ("rsa-3072", KeyAlgorithm::Rsa3072),
+        ("ml-dsa-44", KeyAlgorithm::MlDsa44),
+        ("ml-dsa-65", KeyAlgorithm::MlDsa65),
+        ("ml-dsa-87", KeyAlgorithm::MlDsa87),
+        ("ml-kem-768", KeyAlgorithm::MlKem768),
+        ("ml-kem-1024", KeyAlgorithm::MlKem1024),
+        ("hybrid-p256-mldsa65", KeyAlgorithm::HybridP256MlDsa65),
     ];
 
     fn name(self) -> &'static str {
@@ -61,6 +67,12 @@ impl Named for KeyAlgorithm {
             KeyAlgorithm::EccP384 => "ecc-p384",
             KeyAlgorithm::Rsa2048 => "rsa-2048",
             KeyAlgorithm::Rsa3072 => "rsa-3072",
+            KeyAlgorithm::MlDsa44 => "ml-dsa-44",
+            KeyAlgorithm::MlDsa65 => "ml-dsa-65",
+            KeyAlgorithm::MlDsa87 => "ml-dsa-87",
+            KeyAlgorithm::MlKem768 => "ml-kem-768",
+            KeyAlgorithm::MlKem1024 => "ml-kem-1024",
+            KeyAlgorithm::HybridP256MlDsa65 => "hybrid-p256-mldsa65",
         }
     }
 }
@@ -81,8 +93,13 @@ impl Named for HashAlgorithm {
 
 impl Named for SignatureScheme {
     const KIND: &'static str = "signature scheme";
-    const VALUES: &'static [(&'static str, Self)] =
-        &[("ecdsa", SignatureScheme::Ecdsa), ("pss", SignatureScheme::RsaPss), ("pkcs1", SignatureScheme::RsaPkcs1)];
+    const VALUES: &'static [(&'static str, Self)] = &[
+        ("ecdsa", SignatureScheme::Ecdsa),
+        ("pss", SignatureScheme::RsaPss),
+        ("pkcs1", SignatureScheme::RsaPkcs1),
+        ("ml-dsa", SignatureScheme::MlDsa),
+        ("hybrid", SignatureScheme::Hybrid),
+    ];
 
     fn name(self) -> &'static str {
         match self {
@@ -90,6 +107,8 @@ impl Named for SignatureScheme {
             SignatureScheme::Ecdsa => "ecdsa",
             SignatureScheme::RsaPss => "pss",
             SignatureScheme::RsaPkcs1 => "pkcs1",
+            SignatureScheme::MlDsa => "ml-dsa",
+            SignatureScheme::Hybrid => "hybrid",
         }
     }
 }
@@ -118,6 +137,16 @@ pub(crate) fn natural_hash(algorithm: KeyAlgorithm) -> HashAlgorithm {
     }
 }
 
+/// True for keys that sign whole messages, which are therefore never hashed on the client:
+/// ML-DSA and hybrid keys (and, for the scheme, `ml-dsa` and `hybrid`).
+pub(crate) fn signs_whole_messages(algorithm: KeyAlgorithm, scheme: SignatureScheme) -> bool {
+    matches!(scheme, SignatureScheme::MlDsa | SignatureScheme::Hybrid)
+        || matches!(
+            algorithm,
+            KeyAlgorithm::MlDsa44 | KeyAlgorithm::MlDsa65 | KeyAlgorithm::MlDsa87 | KeyAlgorithm::HybridP256MlDsa65
+        )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,11 +169,25 @@ mod tests {
     #[test]
     fn spec_names() {
         let algs: Vec<_> = KeyAlgorithm::names().collect();
-        assert_eq!(algs, ["ecc-p256", "ecc-p384", "rsa-2048", "rsa-3072"]);
+        assert_eq!(
+            algs,
+            [
+                "ecc-p256",
+                "ecc-p384",
+                "rsa-2048",
+                "rsa-3072",
+                "ml-dsa-44",
+                "ml-dsa-65",
+                "ml-dsa-87",
+                "ml-kem-768",
+                "ml-kem-1024",
+                "hybrid-p256-mldsa65"
+            ]
+        );
         let hashes: Vec<_> = HashAlgorithm::names().collect();
         assert_eq!(hashes, ["sha256", "sha384"]);
         let schemes: Vec<_> = SignatureScheme::names().collect();
-        assert_eq!(schemes, ["ecdsa", "pss", "pkcs1"]);
+        assert_eq!(schemes, ["ecdsa", "pss", "pkcs1", "ml-dsa", "hybrid"]);
     }
 
     #[test]
@@ -152,7 +195,8 @@ mod tests {
         let err = KeyAlgorithm::from_name("ecc-p521").unwrap_err();
         assert_eq!(
             err.to_string(),
-            "unknown key algorithm \"ecc-p521\" (expected one of: ecc-p256, ecc-p384, rsa-2048, rsa-3072)"
+            "unknown key algorithm \"ecc-p521\" (expected one of: ecc-p256, ecc-p384, rsa-2048, rsa-3072, ml-dsa-44, \
+             ml-dsa-65, ml-dsa-87, ml-kem-768, ml-kem-1024, hybrid-p256-mldsa65)"
         );
         assert!(KeyAlgorithm::from_name("unspecified").is_err());
         assert!(KeyAlgorithm::from_name("ECC-P256").is_err());

@@ -18,13 +18,18 @@ use crate::{HashAlgorithm, KeyAuth, SignatureScheme};
 /// Well under the daemon's 4 MiB limit, so request framing never pushes a message over it.
 pub(crate) const INLINE_MESSAGE_LIMIT: usize = 1024 * 1024;
 
+/// The largest message the daemon signs whole (ML-DSA and hybrid keys sign nothing else).
+pub(crate) const MAX_WHOLE_MESSAGE: usize = 4 * 1024 * 1024;
+
 /// What is signed (or was signed, for verification).
 #[derive(Clone, PartialEq, Eq)]
 pub enum SignInput {
     /// The message itself. It is hashed with the chosen hash, by the daemon or, when larger than
-    /// 1 MiB, by the client; the TPM only ever sees the digest.
+    /// 1 MiB, by the client; the TPM only ever sees the digest. ML-DSA and hybrid keys sign the
+    /// whole message (at most 4 MiB) in the daemon.
     Message(Vec<u8>),
-    /// A precomputed digest; its length must match the hash (32 bytes for SHA-256, 48 for SHA-384).
+    /// A precomputed digest; its length must match the hash (32 bytes for SHA-256, 48 for
+    /// SHA-384). Not for ML-DSA or hybrid keys.
     Digest(Vec<u8>),
 }
 

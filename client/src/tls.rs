@@ -283,7 +283,11 @@ impl VaultSigningKey {
         algorithm: KeyAlgorithm,
         spki: Vec<u8>,
     ) -> Result<VaultSigningKey, TlsError> {
-        if algorithm == KeyAlgorithm::Unspecified {
+        // TLS keys are ECC or RSA; ML-DSA, ML-KEM and hybrid keys have no TLS signature scheme here.
+        if !matches!(
+            algorithm,
+            KeyAlgorithm::EccP256 | KeyAlgorithm::EccP384 | KeyAlgorithm::Rsa2048 | KeyAlgorithm::Rsa3072
+        ) {
             return Err(TlsError::Algorithm(name.to_owned()));
         }
         Ok(VaultSigningKey { client: client.clone(), name: name.to_owned(), algorithm, spki })
@@ -302,7 +306,8 @@ impl VaultSigningKey {
             KeyAlgorithm::Rsa2048 | KeyAlgorithm::Rsa3072 => {
                 &[SignatureScheme::RSA_PSS_SHA256, SignatureScheme::RSA_PSS_SHA384]
             }
-            KeyAlgorithm::Unspecified => &[],
+            // Refused by `from_public`.
+            _ => &[],
         }
     }
 }

@@ -139,6 +139,7 @@ impl KeyService for Mock {
             der: vec![0x30, 0x59, 0x30, 0x13],
             pem: "-----BEGIN PUBLIC KEY-----\nMFkwEw==\n-----END PUBLIC KEY-----".to_owned(),
             algorithm: key.algorithm,
+            ..Default::default()
         }))
     }
 
@@ -205,6 +206,13 @@ impl KeyService for Mock {
         &self,
         _request: Request<proto::CreateSelfSignedCertificateRequest>,
     ) -> Result<Response<proto::CertificateChain>, Status> {
+        Err(Status::unimplemented("not in the mock"))
+    }
+
+    async fn decapsulate(
+        &self,
+        _request: Request<proto::DecapsulateRequest>,
+    ) -> Result<Response<proto::DecapsulateResponse>, Status> {
         Err(Status::unimplemented("not in the mock"))
     }
 }

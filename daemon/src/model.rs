@@ -89,7 +89,8 @@ pub(crate) fn truncate_for_message(s: &str) -> String {
     }
 }
 
-/// Key algorithm. The private part is generated inside the TPM.
+/// Key algorithm. ECC and RSA private parts are generated inside the TPM; TPMs cannot do ML-DSA
+/// or ML-KEM, so those are generated in-core and sealed by the TPM (see `vault::pq`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum KeyAlg {
     /// ECDSA on NIST P-256.
@@ -104,11 +105,40 @@ pub enum KeyAlg {
     /// RSA with a 3072-bit modulus.
     #[serde(rename = "rsa-3072")]
     Rsa3072,
+    /// ML-DSA-44 (FIPS 204), TPM-sealed.
+    #[serde(rename = "ml-dsa-44")]
+    MlDsa44,
+    /// ML-DSA-65 (FIPS 204), TPM-sealed.
+    #[serde(rename = "ml-dsa-65")]
+    MlDsa65,
+    /// ML-DSA-87 (FIPS 204), TPM-sealed.
+    #[serde(rename = "ml-dsa-87")]
+    MlDsa87,
+    /// ML-KEM-768 (FIPS 203), TPM-sealed; decapsulation only.
+    #[serde(rename = "ml-kem-768")]
+    MlKem768,
+    /// ML-KEM-1024 (FIPS 203), TPM-sealed; decapsulation only.
+    #[serde(rename = "ml-kem-1024")]
+    MlKem1024,
+    /// An ECC P-256 key in the TPM paired with a TPM-sealed ML-DSA-65 key, for hybrid signatures.
+    #[serde(rename = "hybrid-p256-mldsa65")]
+    HybridP256MlDsa65,
 }
 
 impl KeyAlg {
     /// Every algorithm, in documentation order.
-    pub const ALL: [KeyAlg; 4] = [Self::EccP256, Self::EccP384, Self::Rsa2048, Self::Rsa3072];
+    pub const ALL: [KeyAlg; 10] = [
+        Self::EccP256,
+        Self::EccP384,
+        Self::Rsa2048,
+        Self::Rsa3072,
+        Self::MlDsa44,
+        Self::MlDsa65,
+        Self::MlDsa87,
+        Self::MlKem768,
+        Self::MlKem1024,
+        Self::HybridP256MlDsa65,
+    ];
 
     /// The CLI / file-format name (`ecc-p256`, ...).
     pub fn as_str(self) -> &'static str {
@@ -117,7 +147,39 @@ impl KeyAlg {
             Self::EccP384 => "ecc-p384",
             Self::Rsa2048 => "rsa-2048",
             Self::Rsa3072 => "rsa-3072",
+            Self::MlDsa44 => "ml-dsa-44",
+            Self::MlDsa65 => "ml-dsa-65",
+            Self::MlDsa87 => "ml-dsa-87",
+            Self::MlKem768 => "ml-kem-768",
+            Self::MlKem1024 => "ml-kem-1024",
+            Self::HybridP256MlDsa65 => "hybrid-p256-mldsa65",
         }
+    }
+
+    /// The algorithm of the key that lives in the TPM: the key itself for ECC and RSA, the
+    /// ECDSA half (P-256) of a hybrid key, none for ML-DSA and ML-KEM keys (whose TPM object is
+    /// the sealed wrapping key).
+    pub fn tpm_key(self) -> Option<KeyAlg> {
+        match self {
+            Self::EccP256 | Self::EccP384 | Self::Rsa2048 | Self::Rsa3072 => Some(self),
+            Self::HybridP256MlDsa65 => Some(Self::EccP256),
+            Self::MlDsa44 | Self::MlDsa65 | Self::MlDsa87 | Self::MlKem768 | Self::MlKem1024 => None,
+        }
+    }
+
+    /// True for the keys that carry TPM-sealed post-quantum material (ML-DSA, ML-KEM, hybrid).
+    pub fn has_pq(self) -> bool {
+        !matches!(self, Self::EccP256 | Self::EccP384 | Self::Rsa2048 | Self::Rsa3072)
+    }
+
+    /// True for ML-KEM keys.
+    pub fn is_kem(self) -> bool {
+        matches!(self, Self::MlKem768 | Self::MlKem1024)
+    }
+
+    /// True for ML-DSA keys (not hybrid ones).
+    pub fn is_ml_dsa(self) -> bool {
+        matches!(self, Self::MlDsa44 | Self::MlDsa65 | Self::MlDsa87)
     }
 
     /// True for the RSA algorithms.
@@ -133,12 +195,14 @@ impl KeyAlg {
         }
     }
 
-    /// The scheme used when the caller names none.
+    /// The scheme used when the caller names none (ML-KEM keys do not sign; theirs is refused
+    /// by [`KeyAlg::check_scheme`]).
     pub fn default_scheme(self) -> Scheme {
-        if self.is_rsa() {
-            Scheme::RsaPss
-        } else {
-            Scheme::Ecdsa
+        match self {
+            Self::Rsa2048 | Self::Rsa3072 => Scheme::RsaPss,
+            Self::MlDsa44 | Self::MlDsa65 | Self::MlDsa87 | Self::MlKem768 | Self::MlKem1024 => Scheme::MlDsa,
+            Self::HybridP256MlDsa65 => Scheme::Hybrid,
+            Self::EccP256 | Self::EccP384 => Scheme::Ecdsa,
         }
     }
 
@@ -147,9 +211,17 @@ impl KeyAlg {
     /// # Errors
     /// [`Error::InvalidArgument`] naming the pair when it does not fit.
     pub fn check_scheme(self, scheme: Scheme) -> Result<(), Error> {
+        if self.is_kem() {
+            return Err(Error::InvalidArgument(format!(
+                "a {} key does not sign; it decapsulates (Decapsulate, `tpm-vault kem decap`)",
+                self.as_str()
+            )));
+        }
         let fits = match scheme {
-            Scheme::Ecdsa => !self.is_rsa(),
+            Scheme::Ecdsa => matches!(self, Self::EccP256 | Self::EccP384),
             Scheme::RsaPss | Scheme::RsaPkcs1 => self.is_rsa(),
+            Scheme::MlDsa => self.is_ml_dsa(),
+            Scheme::Hybrid => self == Self::HybridP256MlDsa65,
         };
         if fits {
             Ok(())
@@ -168,9 +240,11 @@ impl FromStr for KeyAlg {
 
     fn from_str(s: &str) -> Result<Self, Error> {
         Self::ALL.into_iter().find(|a| a.as_str() == s).ok_or_else(|| {
+            let names: Vec<&str> = Self::ALL.iter().map(|a| a.as_str()).collect();
             Error::InvalidArgument(format!(
-                "unknown key algorithm {:?} (expected ecc-p256, ecc-p384, rsa-2048 or rsa-3072)",
-                truncate_for_message(s)
+                "unknown key algorithm {:?} (expected one of {})",
+                truncate_for_message(s),
+                names.join(", ")
             ))
         })
     }
@@ -232,6 +306,13 @@ pub enum Scheme {
     /// RSASSA-PKCS1-v1_5.
     #[serde(rename = "pkcs1")]
     RsaPkcs1,
+    /// ML-DSA (FIPS 204, pure, empty context) over the whole message.
+    #[serde(rename = "ml-dsa")]
+    MlDsa,
+    /// ECDSA P-256 (TPM) + ML-DSA-65 (sealed) over the same message, in the
+    /// [`tpm_vault_proto::hybrid`] format.
+    #[serde(rename = "hybrid")]
+    Hybrid,
 }
 
 impl Scheme {
@@ -241,6 +322,8 @@ impl Scheme {
             Self::Ecdsa => "ecdsa",
             Self::RsaPss => "pss",
             Self::RsaPkcs1 => "pkcs1",
+            Self::MlDsa => "ml-dsa",
+            Self::Hybrid => "hybrid",
         }
     }
 }
@@ -420,6 +503,25 @@ mod tests {
         assert!(KeyAlg::EccP256.check_scheme(Scheme::RsaPss).is_err());
         assert!(KeyAlg::Rsa2048.check_scheme(Scheme::Ecdsa).is_err());
         assert!(KeyAlg::Rsa3072.check_scheme(Scheme::RsaPkcs1).is_ok());
+        assert!(KeyAlg::MlDsa65.check_scheme(Scheme::MlDsa).is_ok());
+        assert!(KeyAlg::MlDsa65.check_scheme(Scheme::Ecdsa).is_err());
+        assert!(KeyAlg::EccP256.check_scheme(Scheme::MlDsa).is_err());
+        assert!(KeyAlg::HybridP256MlDsa65.check_scheme(Scheme::Hybrid).is_ok());
+        assert!(KeyAlg::HybridP256MlDsa65.check_scheme(Scheme::Ecdsa).is_err());
+        assert!(
+            matches!(KeyAlg::MlKem768.check_scheme(Scheme::MlDsa), Err(Error::InvalidArgument(m)) if m.contains("decapsulates"))
+        );
+    }
+
+    #[test]
+    fn algorithm_names_round_trip() {
+        for alg in KeyAlg::ALL {
+            assert_eq!(alg.as_str().parse::<KeyAlg>().ok(), Some(alg));
+            assert_eq!(serde_json::to_string(&alg).ok(), Some(format!("\"{}\"", alg.as_str())));
+        }
+        assert_eq!(KeyAlg::HybridP256MlDsa65.tpm_key(), Some(KeyAlg::EccP256));
+        assert_eq!(KeyAlg::MlKem1024.tpm_key(), None);
+        assert!(!KeyAlg::Rsa2048.has_pq() && KeyAlg::MlDsa44.has_pq() && KeyAlg::HybridP256MlDsa65.has_pq());
     }
 
     #[test]

@@ -123,6 +123,9 @@ impl TpmSigningKey {
     /// [`Error::KeyNotFound`], store errors.
     pub async fn new(vault: &Vault, key: &KeyName) -> Result<Self, Error> {
         let (alg, spki) = vault.public_key(key).await?;
+        if alg.has_pq() {
+            return Err(Error::InvalidArgument(format!("key {key} is a {alg} key; TLS needs an ECC or RSA key")));
+        }
         Ok(Self { vault: vault.clone(), key: key.clone(), alg, spki })
     }
 
@@ -133,6 +136,8 @@ impl TpmSigningKey {
             KeyAlg::EccP256 => &[SignatureScheme::ECDSA_NISTP256_SHA256],
             KeyAlg::EccP384 => &[SignatureScheme::ECDSA_NISTP384_SHA384],
             KeyAlg::Rsa2048 | KeyAlg::Rsa3072 => &[SignatureScheme::RSA_PSS_SHA256, SignatureScheme::RSA_PSS_SHA384],
+            // Refused by `new`; never offered.
+            _ => &[],
         }
     }
 }

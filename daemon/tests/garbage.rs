@@ -151,6 +151,19 @@ async fn random_and_garbage_requests_get_documented_codes_only() {
         unary(c.keys.clone(), r, |mut s, r| async move { s.get_certificate(r).await })
     })
     .await;
+    t.run("Decapsulate", &mut g, |g| {
+        let name = if g.rng.gen_bool(0.5) { "g-mlkem".to_owned() } else { g.key_name() };
+        let len = match g.rng.gen_range(0..4) {
+            0 => g.rng.gen_range(0..2000),
+            1 => 1568,
+            _ => 1088,
+        };
+        let mut ciphertext = vec![0u8; len];
+        g.rng.fill(&mut ciphertext[..]);
+        let r = pb::DecapsulateRequest { name, ciphertext };
+        unary(c.keys.clone(), r, |mut s, r| async move { s.decapsulate(r).await })
+    })
+    .await;
     t.run("DeleteKey", &mut g, |g| {
         let r = pb::DeleteKeyRequest { name: g.disposable_name() };
         unary(c.keys.clone(), r, |mut s, r| async move { s.delete_key(r).await })
@@ -512,7 +525,8 @@ struct Fixtures {
 }
 
 /// Names that must not be deleted by the random deletes (the fixtures).
-const PROTECTED: &[&str] = &["g-ecc", "g-p384", "g-rsa", "g-pcr", "g-pw", "g-dk", "g-sealed", "g-auth"];
+const PROTECTED: &[&str] =
+    &["g-ecc", "g-p384", "g-rsa", "g-pcr", "g-pw", "g-mldsa", "g-mlkem", "g-hybrid", "g-dk", "g-sealed", "g-auth"];
 
 impl Fixtures {
     async fn make(c: &Clients) -> Self {
@@ -527,6 +541,9 @@ impl Fixtures {
             create("g-rsa", pb::KeyAlgorithm::Rsa2048, None, b""),
             create("g-pcr", pb::KeyAlgorithm::EccP256, Some(pcr16), b""),
             create("g-pw", pb::KeyAlgorithm::EccP256, None, b"password"),
+            create("g-mldsa", pb::KeyAlgorithm::MlDsa65, None, b""),
+            create("g-mlkem", pb::KeyAlgorithm::MlKem768, None, b""),
+            create("g-hybrid", pb::KeyAlgorithm::HybridP256MlDsa65, None, b""),
         ] {
             keys.create_key(req).await.expect("fixture key");
         }
@@ -607,7 +624,9 @@ impl Fixtures {
             ciphertext.extend_from_slice(&m.data);
         }
         Self {
-            keys: ["g-ecc", "g-p384", "g-rsa", "g-pcr", "g-pw"].map(String::from).to_vec(),
+            keys: ["g-ecc", "g-p384", "g-rsa", "g-pcr", "g-pw", "g-mldsa", "g-mlkem", "g-hybrid"]
+                .map(String::from)
+                .to_vec(),
             data_keys: vec!["g-dk".into()],
             sealed: vec!["g-sealed".into(), "g-auth".into()],
             signature,
@@ -816,7 +835,7 @@ impl Gen {
     }
 
     fn create_key(&mut self) -> pb::CreateKeyRequest {
-        let algorithm = self.enum_int(4);
+        let algorithm = self.enum_int(10);
         // RSA keys take seconds to generate on swtpm: only garbage names with those numbers.
         let name = if (3..=4).contains(&algorithm) { format!("Invalid {}", self.string()) } else { self.new_name() };
         let auth = if self.rng.gen_bool(0.3) { self.bytes(40) } else { vec![] };
@@ -848,7 +867,7 @@ impl Gen {
             name: self.key_name(),
             input,
             hash: self.enum_int(2),
-            scheme: self.enum_int(3),
+            scheme: self.enum_int(5),
             auth: self.auth(),
         }
     }
@@ -865,7 +884,7 @@ impl Gen {
             1 => mutate(&mut self.rng, &self.f.signature),
             _ => self.bytes(600),
         };
-        pb::VerifyRequest { name: self.key_name(), input, signature, hash: self.enum_int(2), scheme: self.enum_int(3) }
+        pb::VerifyRequest { name: self.key_name(), input, signature, hash: self.enum_int(2), scheme: self.enum_int(5) }
     }
 
     fn subject(&mut self) -> Option<pb::CertificateSubject> {
@@ -1052,6 +1071,11 @@ impl Gen {
                 |mut s, r| async move { s.sign(r).await },
             ),
             "GetKey" => unary(c.keys, pb::GetKeyRequest { name: huge() }, |mut s, r| async move { s.get_key(r).await }),
+            "Decapsulate" => unary(
+                c.keys,
+                pb::DecapsulateRequest { name: "g-mlkem".into(), ciphertext: vec![0; OVERSIZE] },
+                |mut s, r| async move { s.decapsulate(r).await },
+            ),
             "SetCertificate" => unary(
                 c.keys,
                 pb::SetCertificateRequest { name: "g-ecc".into(), chain_pem: huge() },

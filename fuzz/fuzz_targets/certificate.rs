@@ -30,7 +30,8 @@ fuzz_target!(|data: &[u8]| {
 });
 
 fn chain(text: &str) {
-    let own = parse_chain(text).ok().and_then(|certs| certs.first()?.tbs_certificate.subject_public_key_info.to_der().ok());
+    let own =
+        parse_chain(text).ok().and_then(|certs| certs.first()?.tbs_certificate.subject_public_key_info.to_der().ok());
     for spki in own.iter().map(Vec::as_slice).chain([tpm_vault_fuzz::authority_spki()]) {
         match check_chain(text, spki) {
             Ok(clean) => {

@@ -18,6 +18,8 @@ use std::time::Duration;
 
 use p256::ecdsa::signature::Signer;
 use prost::Message;
+use tpm_vault_client::attest::{encode_pcrs, CredentialFile};
+use tpm_vault_client::PcrValues;
 use tpm_vault_daemon::crypto::stream::{Encryptor, Header};
 use tpm_vault_daemon::model::{KeyAlg, KeyName, PcrBank, PcrSelection, PcrTarget};
 use tpm_vault_daemon::simulator::Swtpm;
@@ -26,8 +28,6 @@ use tpm_vault_daemon::tpm::{pcr, QueueConfig};
 use tpm_vault_daemon::vault::cert::CertSubject;
 use tpm_vault_daemon::vault::SealTarget;
 use tpm_vault_daemon::{Vault, VaultConfig};
-use tpm_vault_client::attest::{encode_pcrs, CredentialFile};
-use tpm_vault_client::PcrValues;
 use tpm_vault_fuzz::{authority, authority_spki, RECORD_NAME, STREAM_CONTEXT, STREAM_KEY};
 use tpm_vault_proto::signed_policy;
 use tpm_vault_proto::v1::SignedPolicy;
@@ -107,15 +107,24 @@ fn signed_policy_seeds() {
         let sig: p256::ecdsa::Signature = key.sign(msg);
         sig.to_der().as_bytes().to_vec()
     };
-    let cases: [(&str, PcrBank, &[u32], u64, i64, &[u8]); 6] = [
-        ("sha256-9-v2", PcrBank::Sha256, &[9], 2, 0, b""),
-        ("sha256-multi-v7-expires-2100", PcrBank::Sha256, &[0, 7, 9, 23], 7, 4_102_444_800, b""),
-        ("revoked-v1", PcrBank::Sha256, &[9], 1, 0, b""),
-        ("expired", PcrBank::Sha256, &[9], 3, 1, b""),
-        ("sha1-with-ref", PcrBank::Sha1, &[4, 9], 2, 0, b"ref"),
-        ("sha384", PcrBank::Sha384, &[9, 10], 2, 0, b""),
+    struct Case {
+        file: &'static str,
+        bank: PcrBank,
+        pcrs: &'static [u32],
+        version: u64,
+        expires: i64,
+        policy_ref: &'static [u8],
+    }
+    let case = |file, bank, pcrs, version, expires, policy_ref| Case { file, bank, pcrs, version, expires, policy_ref };
+    let cases = [
+        case("sha256-9-v2", PcrBank::Sha256, &[9], 2, 0, b""),
+        case("sha256-multi-v7-expires-2100", PcrBank::Sha256, &[0, 7, 9, 23], 7, 4_102_444_800, b""),
+        case("revoked-v1", PcrBank::Sha256, &[9], 1, 0, b""),
+        case("expired", PcrBank::Sha256, &[9], 3, 1, b""),
+        case("sha1-with-ref", PcrBank::Sha1, &[4, 9], 2, 0, b"ref"),
+        case("sha384", PcrBank::Sha384, &[9, 10], 2, 0, b""),
     ];
-    for (file, bank, pcrs, version, expires, policy_ref) in cases {
+    for Case { file, bank, pcrs, version, expires, policy_ref } in cases {
         let sel = PcrSelection::new(bank, pcrs).unwrap_or_else(|e| panic!("{e}"));
         let values: Vec<Vec<u8>> = sel.pcrs.iter().map(|&p| vec![p.wrapping_mul(17); bank.digest_len()]).collect();
         let approved = pcr::policy_pcr_digest(&sel, &values).unwrap_or_else(|e| panic!("{e}"));
@@ -196,7 +205,11 @@ async fn tpm_seeds() {
     write(&certs, "chain-twice.pem", &[b"\0", chain.as_bytes(), chain.as_bytes()].concat());
     let (csr, _) = vault.create_csr(&n, subject, None).await.unwrap_or_else(|e| panic!("{e}"));
     write(&certs, "csr.pem", &[b"\0", csr.as_bytes()].concat());
-    write(&certs, "subject.txt", b"\x01CN=device-1,O=Example\\, Inc.,C=DE\ndns:a.example\ndns:*.example.org\nip:::1\nuri:spiffe://example.org/a");
+    write(
+        &certs,
+        "subject.txt",
+        b"\x01CN=device-1,O=Example\\, Inc.,C=DE\ndns:a.example\ndns:*.example.org\nip:::1\nuri:spiffe://example.org/a",
+    );
     write(&certs, "subject-bad.txt", b"\x01CN=x,CN=y,Q\ndns:-a..b\nip:1.2.3\nuri:nope");
     vault.delete(&n).await.unwrap_or_else(|e| panic!("{e}"));
 

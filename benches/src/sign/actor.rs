@@ -65,20 +65,21 @@ pub struct ActorRound {
     /// `Vault::sign` in a loop.
     pub sign: Measurement,
     /// Empty jobs through the actor (`TpmHandle::call` with a closure that does nothing): the
-    /// cost of the hand-off to the TPM thread and back, without a TPM command.
-    pub handoff: Measurement,
+    /// cost of the hand-off to the TPM thread and back, without a TPM command. Only when asked.
+    pub handoff: Option<Measurement>,
 }
 
-/// Opens the vault, checks one signature in-core, signs in a loop, times empty actor jobs,
-/// shuts the vault down (which flushes its objects and closes the TPM connection).
+/// Opens the vault, checks one signature in-core, signs in a loop, times empty actor jobs if
+/// `with_handoff`, shuts the vault down (which flushes its objects and closes the TPM
+/// connection).
 ///
 /// # Errors
 /// Vault errors, or a signature that does not verify.
-pub async fn run(state_dir: &Path, tcti: &str, timing: Timing, pids: Pids) -> Result<ActorRound> {
+pub async fn run(state_dir: &Path, tcti: &str, timing: Timing, pids: Pids, with_handoff: bool) -> Result<ActorRound> {
     let vault = open(state_dir, tcti).await?;
     let result = async {
         let sign = measure(&vault, timing, pids).await?;
-        let handoff = handoff(&vault, timing, pids).await?;
+        let handoff = if with_handoff { Some(handoff(&vault, timing, pids).await?) } else { None };
         Ok(ActorRound { sign, handoff })
     }
     .await;

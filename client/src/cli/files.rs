@@ -7,8 +7,9 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::path::Path;
 
-use crate::sign::{Hasher, INLINE_MESSAGE_LIMIT};
-use crate::{Error, HashAlgorithm, SignInput};
+use crate::names::{natural_hash, signs_whole_messages};
+use crate::sign::{Hasher, INLINE_MESSAGE_LIMIT, MAX_WHOLE_MESSAGE};
+use crate::{Error, HashAlgorithm, KeyAlgorithm, SignInput, SignatureScheme};
 
 use super::error::CliError;
 use super::Context;
@@ -58,13 +59,15 @@ pub(crate) fn read_signature(path: &Path) -> Result<Vec<u8>, CliError> {
 /// Reading comes before connecting, so a missing file is reported as such. A message larger
 /// than the client sends whole is hashed while it is read, so inputs of any size work in
 /// bounded memory; the hash is then resolved first (the key's natural hash if unspecified,
-/// which needs the daemon) and returned, since it must go with the digest.
+/// which needs the daemon) and returned, since it must go with the digest. ML-DSA and hybrid
+/// keys sign whole messages, so theirs are read whole, up to the daemon's 4 MiB limit.
 pub(crate) async fn read_sign_input(
     ctx: &mut Context,
     key: &str,
     path: &Path,
     digest: bool,
     hash: HashAlgorithm,
+    scheme: SignatureScheme,
 ) -> Result<(SignInput, HashAlgorithm), CliError> {
     if digest {
         let bytes = read_limited(path, MAX_DIGEST_FILE, "a digest")?;
@@ -76,7 +79,25 @@ pub(crate) async fn read_sign_input(
     if head.len() <= INLINE_MESSAGE_LIMIT {
         return Ok((SignInput::Message(head), hash));
     }
-    let hash = ctx.client().await?.resolve_hash(key, hash).await?;
+    let algorithm = if signs_whole_messages(KeyAlgorithm::Unspecified, scheme) {
+        KeyAlgorithm::Unspecified
+    } else {
+        ctx.client().await?.key(key).await?.algorithm
+    };
+    if signs_whole_messages(algorithm, scheme) {
+        let more = (MAX_WHOLE_MESSAGE - head.len()) as u64 + 1;
+        (&mut reader).take(more).read_to_end(&mut head).map_err(CliError::read(path))?;
+        if head.len() > MAX_WHOLE_MESSAGE {
+            return Err(Error::InvalidInput(format!(
+                "{} is larger than {MAX_WHOLE_MESSAGE} bytes: ML-DSA and hybrid keys sign whole messages; sign a \
+                 manifest holding the file's SHA-256 instead",
+                display(path)
+            ))
+            .into());
+        }
+        return Ok((SignInput::Message(head), hash));
+    }
+    let hash = if hash == HashAlgorithm::Unspecified { natural_hash(algorithm) } else { hash };
     let mut hasher = Hasher::new(hash)?;
     hasher.update(&head);
     drop(head);

@@ -18,7 +18,8 @@ use super::{Context, OutputFormat};
 /// `tpm-vault key ...`.
 #[derive(Debug, Subcommand)]
 pub(crate) enum KeyCommand {
-    /// Create a key inside the TPM (the private part never leaves it)
+    /// Create a key inside the TPM (the private part never leaves it), or a TPM-sealed
+    /// ML-DSA / ML-KEM / hybrid key
     Create(CreateArgs),
     /// List keys
     List(ListArgs),
@@ -49,6 +50,11 @@ pub(crate) struct CreateArgs {
     #[arg(value_name = "NAME")]
     pub(crate) name: String,
     /// Key algorithm
+    ///
+    /// ecc-* and rsa-* keys are generated inside the TPM. ml-dsa-* (signing) and ml-kem-*
+    /// (decapsulation) keys are generated in the daemon and sealed by the TPM: the private part
+    /// is only ever unsealed into daemon memory, never returned. hybrid-p256-mldsa65 creates an
+    /// ECC P-256 TPM key and a sealed ML-DSA-65 key under one name, for `sign --scheme hybrid`.
     #[arg(
         long,
         value_name = "ALG",
@@ -121,7 +127,8 @@ pub(crate) struct PublicArgs {
     pub(crate) name: String,
     /// Encoding on stdout
     ///
-    /// With --output json, the object has both (der in hex).
+    /// With --output json, the object has both (der in hex). A hybrid key has two public keys
+    /// (ECDSA P-256, then ML-DSA-65): pem prints both blocks, der is refused.
     #[arg(long, value_enum, default_value_t = PublicFormat::Pem)]
     pub(crate) format: PublicFormat,
 }
@@ -142,11 +149,20 @@ impl PublicArgs {
             return ctx.emit(&PublicKeyReport { name: self.name, key });
         }
         match self.format {
+            PublicFormat::Der if key.ml_dsa.is_some() => Err(Error::InvalidInput(
+                "a hybrid key has two public keys (ECDSA P-256 and ML-DSA-65): use --format pem, which prints \
+                 both, or --output json"
+                    .to_owned(),
+            )
+            .into()),
             PublicFormat::Der => files::write_stdout(&key.der),
             PublicFormat::Pem => {
-                let mut pem = key.pem;
-                if !pem.ends_with('\n') {
-                    pem.push('\n');
+                let mut pem = String::new();
+                for block in std::iter::once(&key.pem).chain(key.ml_dsa.as_ref().map(|(_, pem)| pem)) {
+                    pem.push_str(block);
+                    if !pem.ends_with('\n') {
+                        pem.push('\n');
+                    }
                 }
                 files::write_stdout(pem.as_bytes())
             }
@@ -236,12 +252,17 @@ impl Report for PublicKeyReport {
     }
 
     fn json(&self) -> Value {
-        json!({
+        let mut object = json!({
             "name": self.name,
             "algorithm": self.key.algorithm.name(),
             "pem": self.key.pem,
             "der": hex::encode(&self.key.der),
-        })
+        });
+        if let (Some((der, pem)), Some(map)) = (&self.key.ml_dsa, object.as_object_mut()) {
+            map.insert("ml_dsa_pem".into(), json!(pem));
+            map.insert("ml_dsa_der".into(), json!(hex::encode(der)));
+        }
+        object
     }
 }
 

@@ -20,6 +20,7 @@ mod completions;
 mod crypto;
 mod error;
 mod files;
+mod kem;
 mod key;
 mod output;
 mod password;
@@ -101,6 +102,9 @@ enum Command {
     Sign(sign::SignArgs),
     /// Check a signature made with a key
     Verify(sign::VerifyArgs),
+    /// ML-KEM: encapsulate to an ML-KEM key, decapsulate with it in the vault
+    #[command(subcommand)]
+    Kem(kem::KemCommand),
     /// Print a certificate signing request (PKCS#10, PEM) for a key, signed in the TPM
     Csr(cert::CsrArgs),
     /// Self-sign, import and show the certificate chain stored with a key
@@ -158,6 +162,7 @@ impl Command {
             Command::Key(command) => command.run(ctx).await,
             Command::Sign(args) => args.run(ctx).await,
             Command::Verify(args) => args.run(ctx).await,
+            Command::Kem(command) => command.run(ctx).await,
             Command::Csr(args) => args.run(ctx).await,
             Command::Cert(command) => command.run(ctx).await,
             Command::Datakey(command) => command.run(ctx).await,

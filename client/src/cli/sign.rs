@@ -35,7 +35,8 @@ pub(crate) struct InputArgs {
     /// Hash algorithm [default: sha384 for ecc-p384 keys, sha256 otherwise]
     #[arg(long, value_name = "HASH", value_parser = named_parser::<HashAlgorithm>())]
     pub(crate) hash: Option<HashAlgorithm>,
-    /// Signature scheme [default: ecdsa for ECC keys, pss for RSA keys]
+    /// Signature scheme [default: ecdsa for ECC keys, pss for RSA keys, ml-dsa for ML-DSA keys,
+    /// hybrid for hybrid-p256-mldsa65 keys]
     #[arg(long, value_name = "SCHEME", value_parser = named_parser::<SignatureScheme>())]
     pub(crate) scheme: Option<SignatureScheme>,
 }
@@ -49,7 +50,9 @@ impl InputArgs {
 /// `tpm-vault sign`.
 #[derive(Debug, Args)]
 #[command(after_help = "The signature is DER ECDSA-Sig-Value for ECDSA, raw bytes for RSA, \
-as `openssl pkeyutl -verify` expects. Messages are hashed outside the TPM.")]
+as `openssl pkeyutl -verify` expects; the FIPS 204 encoding for ML-DSA; the versioned TVHS format \
+(ECDSA P-256 + ML-DSA-65, see README) for --scheme hybrid. Messages are hashed outside the TPM; \
+ML-DSA and hybrid keys sign whole messages (at most 4 MiB, no --digest).")]
 pub(crate) struct SignArgs {
     /// What to sign
     #[command(flatten)]
@@ -74,8 +77,10 @@ impl SignArgs {
         }
         let auth = self.auth.load()?;
         let requested = self.input.hash.unwrap_or_default();
+        let scheme = self.input.scheme.unwrap_or_default();
         let (input, hash) =
-            files::read_sign_input(ctx, &self.input.name, &self.input.input, self.input.digest, requested).await?;
+            files::read_sign_input(ctx, &self.input.name, &self.input.input, self.input.digest, requested, scheme)
+                .await?;
         let mut options = self.input.options(hash);
         if let Some(auth) = auth {
             options = options.with_auth(auth);
@@ -121,8 +126,10 @@ impl VerifyArgs {
         }
         let signature = files::read_signature(&self.sig)?;
         let requested = self.input.hash.unwrap_or_default();
+        let scheme = self.input.scheme.unwrap_or_default();
         let (input, hash) =
-            files::read_sign_input(ctx, &self.input.name, &self.input.input, self.input.digest, requested).await?;
+            files::read_sign_input(ctx, &self.input.name, &self.input.input, self.input.digest, requested, scheme)
+                .await?;
         let valid = ctx.client().await?.verify(&self.input.name, input, &signature, &self.input.options(hash)).await?;
         let report = VerifyReport { name: self.input.name, valid };
         if valid || ctx.output == OutputFormat::Json {

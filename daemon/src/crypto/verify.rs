@@ -53,5 +53,7 @@ pub fn verify_digest(
             };
             Ok(ok.is_ok())
         }
+        // ML-DSA signs whole messages (see `crypto::pq`); `check_scheme` refused ML-KEM above.
+        other => Err(Error::InvalidArgument(format!("{other} signatures cannot be checked against a digest"))),
     }
 }

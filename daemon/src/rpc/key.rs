@@ -40,6 +40,12 @@ fn key_alg(v: i32) -> Result<KeyAlg, Error> {
         Ok(pb::KeyAlgorithm::EccP384) => Ok(KeyAlg::EccP384),
         Ok(pb::KeyAlgorithm::Rsa2048) => Ok(KeyAlg::Rsa2048),
         Ok(pb::KeyAlgorithm::Rsa3072) => Ok(KeyAlg::Rsa3072),
+        Ok(pb::KeyAlgorithm::MlDsa44) => Ok(KeyAlg::MlDsa44),
+        Ok(pb::KeyAlgorithm::MlDsa65) => Ok(KeyAlg::MlDsa65),
+        Ok(pb::KeyAlgorithm::MlDsa87) => Ok(KeyAlg::MlDsa87),
+        Ok(pb::KeyAlgorithm::MlKem768) => Ok(KeyAlg::MlKem768),
+        Ok(pb::KeyAlgorithm::MlKem1024) => Ok(KeyAlg::MlKem1024),
+        Ok(pb::KeyAlgorithm::HybridP256MlDsa65) => Ok(KeyAlg::HybridP256MlDsa65),
         Err(_) => Err(Error::InvalidArgument(format!("unknown key algorithm {v}"))),
     }
 }
@@ -50,6 +56,12 @@ fn alg_to_pb(a: KeyAlg) -> pb::KeyAlgorithm {
         KeyAlg::EccP384 => pb::KeyAlgorithm::EccP384,
         KeyAlg::Rsa2048 => pb::KeyAlgorithm::Rsa2048,
         KeyAlg::Rsa3072 => pb::KeyAlgorithm::Rsa3072,
+        KeyAlg::MlDsa44 => pb::KeyAlgorithm::MlDsa44,
+        KeyAlg::MlDsa65 => pb::KeyAlgorithm::MlDsa65,
+        KeyAlg::MlDsa87 => pb::KeyAlgorithm::MlDsa87,
+        KeyAlg::MlKem768 => pb::KeyAlgorithm::MlKem768,
+        KeyAlg::MlKem1024 => pb::KeyAlgorithm::MlKem1024,
+        KeyAlg::HybridP256MlDsa65 => pb::KeyAlgorithm::HybridP256MlDsa65,
     }
 }
 
@@ -62,10 +74,11 @@ fn hash(v: i32) -> Result<Option<HashAlg>, Error> {
     }
 }
 
-fn hash_to_pb(h: HashAlg) -> pb::HashAlgorithm {
+fn hash_to_pb(h: Option<HashAlg>) -> pb::HashAlgorithm {
     match h {
-        HashAlg::Sha256 => pb::HashAlgorithm::Sha256,
-        HashAlg::Sha384 => pb::HashAlgorithm::Sha384,
+        None => pb::HashAlgorithm::Unspecified,
+        Some(HashAlg::Sha256) => pb::HashAlgorithm::Sha256,
+        Some(HashAlg::Sha384) => pb::HashAlgorithm::Sha384,
     }
 }
 
@@ -75,6 +88,8 @@ fn scheme(v: i32) -> Result<Option<Scheme>, Error> {
         Ok(pb::SignatureScheme::Ecdsa) => Ok(Some(Scheme::Ecdsa)),
         Ok(pb::SignatureScheme::RsaPss) => Ok(Some(Scheme::RsaPss)),
         Ok(pb::SignatureScheme::RsaPkcs1) => Ok(Some(Scheme::RsaPkcs1)),
+        Ok(pb::SignatureScheme::MlDsa) => Ok(Some(Scheme::MlDsa)),
+        Ok(pb::SignatureScheme::Hybrid) => Ok(Some(Scheme::Hybrid)),
         Err(_) => Err(Error::InvalidArgument(format!("unknown signature scheme {v}"))),
     }
 }
@@ -84,6 +99,8 @@ fn scheme_to_pb(s: Scheme) -> pb::SignatureScheme {
         Scheme::Ecdsa => pb::SignatureScheme::Ecdsa,
         Scheme::RsaPss => pb::SignatureScheme::RsaPss,
         Scheme::RsaPkcs1 => pb::SignatureScheme::RsaPkcs1,
+        Scheme::MlDsa => pb::SignatureScheme::MlDsa,
+        Scheme::Hybrid => pb::SignatureScheme::Hybrid,
     }
 }
 
@@ -229,7 +246,14 @@ impl KeyService for KeyRpc {
             let n = name(&r.name)?;
             grant = Some(self.ctx.authorize(who, Operation::Public, Some(&n)).await?);
             let (alg, der) = self.ctx.vault.public_key(&n).await?;
-            Ok(pb::PublicKey { pem: pem_public_key(&der), der, algorithm: alg_to_pb(alg) as i32 })
+            let ml_dsa_der = self.ctx.vault.hybrid_ml_dsa_public_key(&n).await?.unwrap_or_default();
+            Ok(pb::PublicKey {
+                pem: pem_public_key(&der),
+                der,
+                algorithm: alg_to_pb(alg) as i32,
+                ml_dsa_pem: if ml_dsa_der.is_empty() { String::new() } else { pem_public_key(&ml_dsa_der) },
+                ml_dsa_der,
+            })
         }
         .await;
         observe(&self.ctx, "GetPublicKey", start, grant, result)
@@ -350,6 +374,25 @@ impl KeyService for KeyRpc {
             self.ctx.access.finish(g, &outcome);
         }
         observe(&self.ctx, "CreateSelfSignedCertificate", start, grant, result.map(chain_to_pb))
+    }
+
+    async fn decapsulate(
+        &self,
+        req: Request<pb::DecapsulateRequest>,
+    ) -> Result<Response<pb::DecapsulateResponse>, Status> {
+        let start = Instant::now();
+        let who = identity(&req);
+        let r = req.into_inner();
+        let mut grant = None;
+        let result = async {
+            let n = name(&r.name)?;
+            grant = Some(self.ctx.authorize(who, Operation::Decrypt, Some(&n)).await?);
+            let secret = self.ctx.vault.decapsulate(&n, &r.ciphertext).await?;
+            // The response message owns its copy; ours is wiped here.
+            Ok(pb::DecapsulateResponse { shared_secret: secret.to_vec() })
+        }
+        .await;
+        observe(&self.ctx, "Decapsulate", start, grant, result)
     }
 }
 

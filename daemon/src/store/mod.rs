@@ -20,7 +20,7 @@ pub mod record;
 use std::io;
 use std::path::{Path, PathBuf};
 
-pub use record::{DataKeyRecord, KeyRecord, PcrPolicy, SealPolicy, SealedRecord};
+pub use record::{DataKeyRecord, KeyRecord, PcrPolicy, PqSection, SealPolicy, SealedBlob, SealedRecord};
 
 use crate::model::KeyName;
 

@@ -8,6 +8,13 @@
 //! ```
 //! `public` and `private` are exactly what tpm2-tools' `tpm2_load -u/-r` accept. A record with a
 //! certificate chain also has `"cert_version":N`, bumped each time the chain is replaced.
+//!
+//! ML-DSA, ML-KEM and hybrid keys also have a `"pq"` section ([`PqSection`]): the raw
+//! post-quantum public key and the private material AES-256-GCM-encrypted under a 256-bit key
+//! that a TPM sealed object holds. For ML-DSA and ML-KEM keys that sealed object *is* the
+//! record's TPM object (`public`/`private`/`tpm_name`); a hybrid key's TPM object is its ECDSA
+//! P-256 key, so its section carries the sealed object itself (`wrapping_key`). Records without
+//! the section (all older ones) parse as before.
 
 use serde::{Deserialize, Serialize};
 
@@ -52,6 +59,46 @@ pub struct KeyRecord {
     /// the chain notice a new one. Absent (0) in records that never had a certificate.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cert_version: u64,
+    /// Post-quantum material (ML-DSA, ML-KEM and hybrid keys); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pq: Option<PqSection>,
+}
+
+/// A key's TPM-sealed post-quantum part. Holds no secret in clear: `ciphertext` opens only with
+/// the wrapping key, which only the TPM can unseal (under the record's PCR policy, if any).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PqSection {
+    /// The raw public key: FIPS 204 `pk` (ML-DSA) or FIPS 203 encapsulation key `ek` (ML-KEM).
+    #[serde(with = "hex_bytes")]
+    pub public_key: Vec<u8>,
+    /// AES-256-GCM nonce (96 bits).
+    #[serde(with = "hex_bytes")]
+    pub nonce: Vec<u8>,
+    /// AES-256-GCM ciphertext and tag of the private material: the 32-byte seed ξ for ML-DSA,
+    /// the FIPS 203 decapsulation key for ML-KEM. The associated data binds it to the key's name,
+    /// algorithm and public key (see `vault::pq`).
+    #[serde(with = "hex_bytes")]
+    pub ciphertext: Vec<u8>,
+    /// The sealed object holding the wrapping key, when it is not the record's own TPM object
+    /// (hybrid keys).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wrapping_key: Option<SealedBlob>,
+}
+
+/// A TPM sealed object's blobs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SealedBlob {
+    /// TPM object name.
+    #[serde(with = "hex_bytes")]
+    pub tpm_name: Vec<u8>,
+    /// TPM2B_PUBLIC.
+    #[serde(with = "hex_bytes")]
+    pub public: Vec<u8>,
+    /// TPM2B_PRIVATE (wrapped by the SRK).
+    #[serde(with = "hex_bytes")]
+    pub private: Vec<u8>,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -92,6 +139,13 @@ impl KeyRecord {
         }
         if record.public.is_empty() || record.private.is_empty() {
             return Err("empty key blob".into());
+        }
+        match (&record.pq, record.alg.has_pq()) {
+            (Some(pq), true) if pq.nonce.len() == 12 && !pq.public_key.is_empty() => {}
+            (Some(_), true) => return Err("bad post-quantum section".into()),
+            (None, true) => return Err(format!("a {} key needs its post-quantum section", record.alg)),
+            (Some(_), false) => return Err(format!("a {} key has no post-quantum section", record.alg)),
+            (None, false) => {}
         }
         Ok(record)
     }
@@ -141,6 +195,7 @@ mod tests {
             pcr_policy: None,
             cert_chain_pem: None,
             cert_version: 0,
+            pq: None,
         }
     }
 
@@ -153,6 +208,35 @@ mod tests {
         assert!(KeyRecord::from_bytes(&bytes, &other).is_err());
         assert!(KeyRecord::from_bytes(b"{", &r.name).is_err());
         assert!(KeyRecord::from_bytes(b"{\"version\":2}", &r.name).is_err());
+    }
+
+    #[test]
+    fn pq_section_is_optional_and_checked() {
+        // A record written before post-quantum keys existed still parses, and a classical
+        // record is still written without the section.
+        let old = br#"{"version":1,"name":"web","alg":"ecc-p256","created_unix":1,"owner_uid":0,
+            "tpm_name":"000b01","public":"0102","private":"0304","has_auth":false,
+            "pcr_policy":null,"cert_chain_pem":null}"#;
+        let r = sample();
+        assert_eq!(KeyRecord::from_bytes(old, &r.name), Ok(r.clone()));
+        assert!(!String::from_utf8_lossy(&r.to_bytes()).contains("\"pq\""));
+        let pq =
+            PqSection { public_key: vec![9; 1952], nonce: vec![1; 12], ciphertext: vec![2; 48], wrapping_key: None };
+        let with = KeyRecord { alg: KeyAlg::MlDsa65, pq: Some(pq.clone()), ..r.clone() };
+        assert_eq!(KeyRecord::from_bytes(&with.to_bytes(), &r.name), Ok(with.clone()));
+        let hybrid = KeyRecord {
+            alg: KeyAlg::HybridP256MlDsa65,
+            pq: Some(PqSection {
+                wrapping_key: Some(SealedBlob { tpm_name: vec![0, 11], public: vec![1], private: vec![2] }),
+                ..pq.clone()
+            }),
+            ..r.clone()
+        };
+        assert_eq!(KeyRecord::from_bytes(&hybrid.to_bytes(), &r.name), Ok(hybrid));
+        let missing = KeyRecord { pq: None, ..with.clone() };
+        assert!(KeyRecord::from_bytes(&missing.to_bytes(), &r.name).is_err());
+        let stray = KeyRecord { alg: KeyAlg::EccP256, ..with };
+        assert!(KeyRecord::from_bytes(&stray.to_bytes(), &r.name).is_err());
     }
 }
 

@@ -21,9 +21,12 @@ pub fn hashing_algorithm(hash: HashAlg) -> HashingAlgorithm {
 pub fn signature_scheme(scheme: Scheme, hash: HashAlg) -> SignatureScheme {
     let hash_scheme = HashScheme::new(hashing_algorithm(hash));
     match scheme {
-        Scheme::Ecdsa => SignatureScheme::EcDsa { hash_scheme },
+        // A hybrid signature's TPM half is ECDSA.
+        Scheme::Ecdsa | Scheme::Hybrid => SignatureScheme::EcDsa { hash_scheme },
         Scheme::RsaPss => SignatureScheme::RsaPss { hash_scheme },
         Scheme::RsaPkcs1 => SignatureScheme::RsaSsa { hash_scheme },
+        // ML-DSA is never asked of the TPM (it signs in-core).
+        Scheme::MlDsa => SignatureScheme::Null,
     }
 }
 

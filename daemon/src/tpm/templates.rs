@@ -59,11 +59,14 @@ pub fn srk() -> Result<Public, TpmError> {
 }
 
 /// Template for a non-extractable signing key: fixedTPM | fixedParent | sensitiveDataOrigin |
-/// userWithAuth | sign, NULL scheme. `auth_policy` is set for PCR-bound keys.
+/// userWithAuth | sign, NULL scheme. `auth_policy` is set for PCR-bound keys. For a hybrid key
+/// this is its ECDSA P-256 half.
 ///
 /// # Errors
-/// Only if tss-esapi rejects the template (a bug).
+/// [`TpmError::Malformed`] for ML-DSA and ML-KEM, which have no TPM key (their TPM object is a
+/// [`sealed`] one); otherwise only if tss-esapi rejects the template (a bug).
 pub fn signing_key(alg: KeyAlg, auth_policy: Option<Digest>) -> Result<Public, TpmError> {
+    let alg = alg.tpm_key().ok_or_else(|| TpmError::Malformed(format!("{alg} keys have no TPM key template")))?;
     let attributes = ObjectAttributesBuilder::new()
         .with_fixed_tpm(true)
         .with_fixed_parent(true)
@@ -97,7 +100,7 @@ pub fn signing_key(alg: KeyAlg, auth_policy: Option<Digest>) -> Result<Public, T
                 )
                 .with_ecc_unique_identifier(EccPoint::default())
         }
-        KeyAlg::Rsa2048 | KeyAlg::Rsa3072 => {
+        _ => {
             let bits = if alg == KeyAlg::Rsa2048 { RsaKeyBits::Rsa2048 } else { RsaKeyBits::Rsa3072 };
             builder
                 .with_public_algorithm(PublicAlgorithm::Rsa)

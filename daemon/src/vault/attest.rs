@@ -69,6 +69,7 @@ impl Vault {
             pcr_policy: None,
             cert_chain_pem: None,
             cert_version: 0,
+            pq: None,
         };
         let store = self.store().clone();
         let r = record.clone();

@@ -234,7 +234,13 @@ impl Vault {
         .then_some(())
         .ok_or_else(|| Error::not_found(name))?;
         let stored = chain_of(&record).ok_or_else(|| Error::Internal("stored chain vanished".into()))?;
-        let fresh = Arc::new(Loaded { record, blob: loaded.blob.clone(), spki: loaded.spki.clone() });
+        let fresh = Arc::new(Loaded {
+            record,
+            blob: loaded.blob.clone(),
+            spki: loaded.spki.clone(),
+            wrap: loaded.wrap.clone(),
+            pq_spki: loaded.pq_spki.clone(),
+        });
         if let Ok(mut cache) = self.inner.cache.lock() {
             cache.insert(name.clone(), fresh);
         }
@@ -304,6 +310,11 @@ impl TpmPublicKey {
             KeyAlg::EccP384 => (&rcgen::PKCS_ECDSA_P384_SHA384, HashAlg::Sha384, Scheme::Ecdsa),
             // PKCS#1 v1.5 for certificate signatures: what every verifier accepts.
             KeyAlg::Rsa2048 | KeyAlg::Rsa3072 => (&rcgen::PKCS_RSA_SHA256, HashAlg::Sha256, Scheme::RsaPkcs1),
+            other => {
+                return Err(Error::InvalidArgument(format!(
+                    "certificates and CSRs are not supported for {other} keys (only ECC and RSA keys)"
+                )))
+            }
         };
         Ok(Self { raw, alg, hash, scheme })
     }
@@ -411,7 +422,7 @@ pub fn parse_chain(text: &str) -> Result<Vec<x509_cert::Certificate>, Error> {
         let label_end = block[11..].find("-----").map(|i| i + 11).ok_or_else(|| bad_pem("unterminated BEGIN line"))?;
         let label = &block[11..label_end];
         let end_marker = format!("-----END {label}-----");
-        let end = block.find(&end_marker).ok_or_else(|| bad_pem(&format!("no END line for {label}")))?;
+        let end = block.find(&end_marker).ok_or_else(|| bad_pem(&format!("no END line for {}", short(label))))?;
         let whole = &block[..end + end_marker.len()];
         if label != "CERTIFICATE" {
             return Err(Error::InvalidArgument(format!("PEM block {:?} is not a CERTIFICATE", short(label))));

@@ -119,8 +119,8 @@ pub(crate) async fn seeded_drbg(tpm: &crate::tpm::TpmHandle) -> Result<Drbg, Err
     Drbg::new(&tpm_entropy)
 }
 
-/// Periodically reseeds the DRBG with TPM entropy and evicts idle data keys. Stops when the
-/// vault is gone.
+/// Periodically reseeds the DRBG with TPM entropy and evicts idle data keys and unsealed
+/// post-quantum keys. Stops when the vault is gone.
 pub(crate) fn spawn_maintenance(vault: std::sync::Weak<super::Inner>, idle: Duration) {
     tokio::spawn(async move {
         let tick = idle.min(Duration::from_secs(10)).max(Duration::from_millis(100));
@@ -130,6 +130,10 @@ pub(crate) fn spawn_maintenance(vault: std::sync::Weak<super::Inner>, idle: Dura
             let evicted = inner.datakeys.evict_idle(idle);
             if evicted > 0 {
                 tracing::debug!(evicted, "idle data keys dropped from memory");
+            }
+            let evicted = inner.pqkeys.evict_idle(idle);
+            if evicted > 0 {
+                tracing::debug!(evicted, "idle unsealed post-quantum keys dropped from memory");
             }
             if inner.drbg.reseed_due() {
                 let entropy = inner.tpm.call("get_random", |t| t.get_random(32)).await.unwrap_or_default();

@@ -18,6 +18,7 @@ use zeroize::Zeroizing;
 pub mod attest;
 pub mod cert;
 pub mod datakey;
+pub mod pq;
 pub mod seal;
 
 pub use cert::{CertSubject, StoredChain};
@@ -90,12 +91,12 @@ impl From<&KeyRecord> for KeyInfo {
 /// A finished signature.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SignOutput {
-    /// DER ECDSA-Sig-Value or RSA signature bytes.
+    /// DER ECDSA-Sig-Value, RSA signature bytes, ML-DSA signature or hybrid signature.
     pub signature: Vec<u8>,
     /// Scheme used.
     pub scheme: Scheme,
-    /// Hash used.
-    pub hash: HashAlg,
+    /// Hash used; `None` for ML-DSA (which hashes internally with SHAKE256).
+    pub hash: Option<HashAlg>,
 }
 
 /// What to sign and how.
@@ -112,8 +113,15 @@ pub struct SignRequest {
 /// A record parsed into what the TPM needs, plus the public key, cached per name.
 pub(crate) struct Loaded {
     record: KeyRecord,
+    /// The record's TPM object: the key (ECC, RSA, a hybrid's ECDSA half) or, for ML-DSA and
+    /// ML-KEM keys, the sealed wrapping key.
     blob: KeyBlob,
+    /// The key's SubjectPublicKeyInfo (a hybrid key's: its ECDSA half's).
     spki: Vec<u8>,
+    /// The sealed object holding the wrapping key of the post-quantum material, if any.
+    wrap: Option<KeyBlob>,
+    /// A hybrid key's ML-DSA-65 SubjectPublicKeyInfo.
+    pq_spki: Option<Vec<u8>>,
 }
 
 /// Whether this TPM's RSA-PSS salt length has been checked.
@@ -124,6 +132,7 @@ const PSS_BAD: u8 = 2;
 pub(crate) struct Inner {
     tpm: TpmHandle,
     datakeys: datakey::KeyCache,
+    pqkeys: pq::PqCache,
     drbg: crate::crypto::drbg::Drbg,
     store: Store,
     cache: Mutex<HashMap<KeyName, Arc<Loaded>>>,
@@ -176,6 +185,7 @@ impl Vault {
             inner: Arc::new(Inner {
                 tpm,
                 datakeys: datakey::KeyCache::default(),
+                pqkeys: pq::PqCache::default(),
                 drbg,
                 store,
                 cache: Mutex::new(HashMap::new()),
@@ -215,11 +225,12 @@ impl Vault {
         self.inner.tpm.shared().info()
     }
 
-    /// Creates a key inside the TPM and stores its wrapped blobs.
+    /// Creates a key inside the TPM and stores its wrapped blobs. ML-DSA and ML-KEM keys are
+    /// generated in-core and sealed by the TPM instead; a hybrid key is both (see [`pq`]).
     ///
     /// # Errors
-    /// [`Error::KeyExists`], [`Error::InvalidArgument`] (password too long), TPM and store
-    /// errors. Nothing is stored unless the TPM created the key.
+    /// [`Error::KeyExists`], [`Error::InvalidArgument`] (password too long, or a password on a
+    /// post-quantum key), TPM and store errors. Nothing is stored unless the TPM created the key.
     pub async fn create_key(
         &self,
         name: KeyName,
@@ -234,6 +245,11 @@ impl Vault {
             }
             if pcr.is_some() && !a.is_empty() {
                 return Err(Error::InvalidArgument("a key is either PCR-bound or password-protected, not both".into()));
+            }
+            if alg.has_pq() && !a.is_empty() {
+                return Err(Error::InvalidArgument(format!(
+                    "{alg} keys cannot have a password (their TPM part is a sealed object); bind them to PCRs instead"
+                )));
             }
         }
         if self.load(&name).await.is_ok() {
@@ -250,32 +266,56 @@ impl Vault {
             ),
             None => None,
         };
-        let template = templates::signing_key(alg, auth_policy)?;
         let tpm_auth = match &auth {
             Some(a) if !a.is_empty() => Some(Auth::try_from(a.to_vec()).map_err(|e| TpmError::from_tss("auth", e))?),
             _ => None,
         };
         let has_auth = tpm_auth.is_some();
-        let (public, private) = self
-            .inner
-            .tpm
-            .call_with_timeout("create", CREATE_TIMEOUT, move |tpm| tpm.create(template, tpm_auth, None))
-            .await?;
+        let (object, pq) = match alg.tpm_key() {
+            // ML-DSA / ML-KEM: the record's TPM object is the sealed wrapping key.
+            None => {
+                let (section, sealed) = self.seal_pq(&name, alg, pcr_policy.as_ref()).await?;
+                (sealed, Some(section))
+            }
+            Some(_) => {
+                let template = templates::signing_key(alg, auth_policy)?;
+                let (public, private) = self
+                    .inner
+                    .tpm
+                    .call_with_timeout("create", CREATE_TIMEOUT, move |tpm| tpm.create(template, tpm_auth, None))
+                    .await?;
+                let object = crate::store::SealedBlob {
+                    tpm_name: object_name(&public)?,
+                    public: PublicBuffer::try_from(public)
+                        .and_then(|b| b.marshall())
+                        .map_err(|e| TpmError::from_tss("marshal public", e))?,
+                    private: marshal_private(&private),
+                };
+                // A hybrid key's ML-DSA-65 half, sealed under the same PCR policy.
+                let pq = if alg.has_pq() {
+                    let (mut section, sealed) = self.seal_pq(&name, alg, pcr_policy.as_ref()).await?;
+                    section.wrapping_key = Some(sealed);
+                    Some(section)
+                } else {
+                    None
+                };
+                (object, pq)
+            }
+        };
         let record = KeyRecord {
             version: crate::store::record::RECORD_VERSION,
             name: name.clone(),
             alg,
             created_unix: unix_now(),
             owner_uid,
-            tpm_name: object_name(&public)?,
-            public: PublicBuffer::try_from(public)
-                .and_then(|b| b.marshall())
-                .map_err(|e| TpmError::from_tss("marshal public", e))?,
-            private: marshal_private(&private),
+            tpm_name: object.tpm_name,
+            public: object.public,
+            private: object.private,
             has_auth,
             pcr_policy,
             cert_chain_pem: None,
             cert_version: 0,
+            pq,
         };
         let info = KeyInfo::from(&record);
         let store = self.inner.store.clone();
@@ -330,17 +370,21 @@ impl Vault {
     pub async fn delete(&self, name: &KeyName) -> Result<(), Error> {
         let _guard = self.inner.cert_lock.lock().await;
         let cached = self.cache_remove(name);
+        self.inner.pqkeys.remove(name);
         let store = self.inner.store.clone();
         let n = name.clone();
         let existed = blocking(move || store.remove(&n)).await?;
         if let Some(l) = cached {
-            let tpm_name = l.blob.name.clone();
+            let mut names = vec![l.blob.name.clone()];
+            names.extend(l.wrap.as_ref().map(|w| w.name.clone()));
             // Best effort: an unreachable TPM has no loaded copy to flush anyway.
             let _ = self
                 .inner
                 .tpm
                 .call("evict", move |tpm| {
-                    tpm.evict(&tpm_name);
+                    for tpm_name in &names {
+                        tpm.evict(tpm_name);
+                    }
                     Ok(())
                 })
                 .await;
@@ -363,11 +407,12 @@ impl Vault {
     }
 
     /// Signs with a TPM-resident key. Messages are hashed here, in-core; the TPM signs the
-    /// digest.
+    /// digest. ML-DSA and hybrid keys sign whole messages (see [`pq`]).
     ///
     /// # Errors
     /// [`Error::KeyNotFound`]; [`Error::InvalidArgument`] for a scheme the key cannot use, a
-    /// wrong digest length or a missing password; TPM errors.
+    /// wrong digest length, a digest for an ML-DSA or hybrid key, or a missing password;
+    /// [`Error::PcrMismatch`]; TPM errors.
     pub async fn sign(
         &self,
         name: &KeyName,
@@ -375,6 +420,9 @@ impl Vault {
         auth: Option<Zeroizing<Vec<u8>>>,
     ) -> Result<SignOutput, Error> {
         let loaded = self.load(name).await?;
+        if loaded.record.alg.has_pq() {
+            return self.sign_pq(&loaded, req).await;
+        }
         let (job, out) = self.prepare_sign(&loaded, req, auth)?;
         let sig = match self.inner.tpm.call("sign", job).await {
             Err(TpmError::PolicyFailed) => {
@@ -396,6 +444,9 @@ impl Vault {
     /// As [`Vault::sign`]; the key must already be cached (see [`Vault::public_key`]).
     pub fn sign_blocking(&self, name: &KeyName, req: SignRequest) -> Result<SignOutput, Error> {
         let loaded = self.cached(name).ok_or_else(|| Error::not_found(name))?;
+        if loaded.record.alg.has_pq() {
+            return Err(Error::InvalidArgument(format!("{} keys cannot sign TLS handshakes", loaded.record.alg)));
+        }
         let (job, out) = self.prepare_sign(&loaded, req, None)?;
         let sig = self.inner.tpm.call_blocking("sign", job)?;
         self.finish_sign(&loaded, out, &sig)
@@ -455,7 +506,7 @@ impl Vault {
                 return Err(TpmError::PssSaltUnsupported.into());
             }
         }
-        Ok(SignOutput { signature, scheme, hash })
+        Ok(SignOutput { signature, scheme, hash: Some(hash) })
     }
 
     /// Verifies a signature in-core with the key's public part.
@@ -472,6 +523,9 @@ impl Vault {
     ) -> Result<bool, Error> {
         let l = self.load(name).await?;
         let alg = l.record.alg;
+        if alg.has_pq() {
+            return self.verify_pq(&l, input, signature, hash, scheme).await;
+        }
         let scheme = scheme.unwrap_or_else(|| alg.default_scheme());
         let hash = hash.unwrap_or_else(|| alg.default_hash());
         let digest = input.into_digest(hash)?;
@@ -549,9 +603,28 @@ pub(crate) fn parse_record(record: KeyRecord) -> Result<Loaded, Error> {
         .and_then(Public::try_from)
         .map_err(|e| corrupt(format!("public blob: {e}")))?;
     let private = unmarshal_private(&record.private).ok_or_else(|| corrupt("private blob".into()))?;
-    let spki = convert::public_key_der(record.alg, &public)?;
     let blob = KeyBlob { name: record.tpm_name.clone(), public, private };
-    Ok(Loaded { record, blob, spki })
+    let (spki, wrap, pq_spki) = match (record.alg.tpm_key(), &record.pq) {
+        (Some(tpm_alg), None) => (convert::public_key_der(tpm_alg, &blob.public)?, None, None),
+        // ML-DSA / ML-KEM: the TPM object is the sealed wrapping key.
+        (None, Some(pq)) => (crate::crypto::pq::spki_der(record.alg, &pq.public_key)?, Some(blob.clone()), None),
+        // Hybrid: the TPM object is the ECDSA half; the wrapping key is in the section.
+        (Some(tpm_alg), Some(pq)) => {
+            let w = pq.wrapping_key.as_ref().ok_or_else(|| corrupt("hybrid key without its wrapping key".into()))?;
+            let wrap = KeyBlob {
+                name: w.tpm_name.clone(),
+                public: PublicBuffer::unmarshall(&w.public)
+                    .and_then(Public::try_from)
+                    .map_err(|e| corrupt(format!("wrapping key public blob: {e}")))?,
+                private: unmarshal_private(&w.private).ok_or_else(|| corrupt("wrapping key private blob".into()))?,
+            };
+            let ml_dsa = crate::crypto::pq::pq_part(record.alg).unwrap_or(KeyAlg::MlDsa65);
+            let pq_spki = crate::crypto::pq::spki_der(ml_dsa, &pq.public_key)?;
+            (convert::public_key_der(tpm_alg, &blob.public)?, Some(wrap), Some(pq_spki))
+        }
+        (None, None) => return Err(corrupt(format!("a {} key without its post-quantum section", record.alg))),
+    };
+    Ok(Loaded { record, blob, spki, wrap, pq_spki })
 }
 
 /// TPM object name: nameAlg (SHA-256, 0x000b) || SHA-256(TPMT_PUBLIC).

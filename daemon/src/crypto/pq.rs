@@ -1,0 +1,180 @@
+//! Post-quantum algorithms in-core (aws-lc-rs): parameter sets, SubjectPublicKeyInfo encodings,
+//! ML-DSA verification and the hybrid ECDSA P-256 + ML-DSA-65 verifier.
+//!
+//! Public keys are exported as DER SubjectPublicKeyInfo with the raw key as the BIT STRING and
+//! an `AlgorithmIdentifier` without parameters: ML-DSA per RFC 9881 (`id-ml-dsa-44/65/87`,
+//! 2.16.840.1.101.3.4.3.17/18/19), ML-KEM per draft-ietf-lamps-kyber-certificates
+//! (`id-alg-ml-kem-768/1024`, 2.16.840.1.101.3.4.4.2/3). aws-lc-rs can export an ML-DSA key pair's
+//! SPKI but not one rebuilt from stored bytes, nor any ML-KEM SPKI, so both are built here with
+//! the `spki`/`der` crates (a unit test checks the ML-DSA encoding against aws-lc's).
+//! Private keys never pass through this module.
+
+use aws_lc_rs::kem;
+use aws_lc_rs::signature::{self, PqdsaSigningAlgorithm, PqdsaVerificationAlgorithm, UnparsedPublicKey};
+use spki::der::asn1::BitString;
+use spki::der::{Decode, Encode};
+use spki::{AlgorithmIdentifierOwned, ObjectIdentifier, SubjectPublicKeyInfoOwned, SubjectPublicKeyInfoRef};
+use tpm_vault_proto::{hybrid, pq_oids};
+
+use crate::error::Error;
+use crate::model::KeyAlg;
+
+const ID_ML_DSA_44: ObjectIdentifier = ObjectIdentifier::new_unwrap(pq_oids::ID_ML_DSA_44);
+const ID_ML_DSA_65: ObjectIdentifier = ObjectIdentifier::new_unwrap(pq_oids::ID_ML_DSA_65);
+const ID_ML_DSA_87: ObjectIdentifier = ObjectIdentifier::new_unwrap(pq_oids::ID_ML_DSA_87);
+const ID_ALG_ML_KEM_768: ObjectIdentifier = ObjectIdentifier::new_unwrap(pq_oids::ID_ALG_ML_KEM_768);
+const ID_ALG_ML_KEM_1024: ObjectIdentifier = ObjectIdentifier::new_unwrap(pq_oids::ID_ALG_ML_KEM_1024);
+
+/// The post-quantum algorithm a key's sealed material is for: the key's own for ML-DSA and
+/// ML-KEM keys, ML-DSA-65 for a hybrid key, none for ECC and RSA keys.
+pub fn pq_part(alg: KeyAlg) -> Option<KeyAlg> {
+    match alg {
+        KeyAlg::MlDsa44 | KeyAlg::MlDsa65 | KeyAlg::MlDsa87 | KeyAlg::MlKem768 | KeyAlg::MlKem1024 => Some(alg),
+        KeyAlg::HybridP256MlDsa65 => Some(KeyAlg::MlDsa65),
+        KeyAlg::EccP256 | KeyAlg::EccP384 | KeyAlg::Rsa2048 | KeyAlg::Rsa3072 => None,
+    }
+}
+
+/// The SPKI algorithm OID of an ML-DSA or ML-KEM parameter set.
+pub fn oid(alg: KeyAlg) -> Option<ObjectIdentifier> {
+    match alg {
+        KeyAlg::MlDsa44 => Some(ID_ML_DSA_44),
+        KeyAlg::MlDsa65 => Some(ID_ML_DSA_65),
+        KeyAlg::MlDsa87 => Some(ID_ML_DSA_87),
+        KeyAlg::MlKem768 => Some(ID_ALG_ML_KEM_768),
+        KeyAlg::MlKem1024 => Some(ID_ALG_ML_KEM_1024),
+        _ => None,
+    }
+}
+
+/// aws-lc-rs signing parameters of an ML-DSA parameter set.
+pub fn ml_dsa_signing(alg: KeyAlg) -> Option<&'static PqdsaSigningAlgorithm> {
+    match alg {
+        KeyAlg::MlDsa44 => Some(&signature::ML_DSA_44_SIGNING),
+        KeyAlg::MlDsa65 => Some(&signature::ML_DSA_65_SIGNING),
+        KeyAlg::MlDsa87 => Some(&signature::ML_DSA_87_SIGNING),
+        _ => None,
+    }
+}
+
+/// aws-lc-rs verification parameters of an ML-DSA parameter set.
+pub fn ml_dsa_verification(alg: KeyAlg) -> Option<&'static PqdsaVerificationAlgorithm> {
+    match alg {
+        KeyAlg::MlDsa44 => Some(&signature::ML_DSA_44),
+        KeyAlg::MlDsa65 => Some(&signature::ML_DSA_65),
+        KeyAlg::MlDsa87 => Some(&signature::ML_DSA_87),
+        _ => None,
+    }
+}
+
+/// aws-lc-rs parameters of an ML-KEM parameter set.
+pub fn ml_kem(alg: KeyAlg) -> Option<&'static kem::Algorithm> {
+    match alg {
+        KeyAlg::MlKem768 => Some(&kem::ML_KEM_768),
+        KeyAlg::MlKem1024 => Some(&kem::ML_KEM_1024),
+        _ => None,
+    }
+}
+
+/// FIPS 203 sizes of an ML-KEM parameter set: (encapsulation key, decapsulation key,
+/// ciphertext) in bytes.
+pub fn ml_kem_sizes(alg: KeyAlg) -> Option<(usize, usize, usize)> {
+    match alg {
+        KeyAlg::MlKem768 => Some((1184, 2400, 1088)),
+        KeyAlg::MlKem1024 => Some((1568, 3168, 1568)),
+        _ => None,
+    }
+}
+
+/// DER SubjectPublicKeyInfo of a raw ML-DSA or ML-KEM public key.
+///
+/// # Errors
+/// [`Error::Internal`] for an algorithm without an OID or an encoder failure.
+pub fn spki_der(alg: KeyAlg, raw: &[u8]) -> Result<Vec<u8>, Error> {
+    let oid = oid(alg).ok_or_else(|| Error::Internal(format!("no SPKI algorithm for {alg}")))?;
+    let spki = SubjectPublicKeyInfoOwned {
+        algorithm: AlgorithmIdentifierOwned { oid, parameters: None },
+        subject_public_key: BitString::from_bytes(raw).map_err(|e| Error::Internal(format!("SPKI: {e}")))?,
+    };
+    spki.to_der().map_err(|e| Error::Internal(format!("SPKI: {e}")))
+}
+
+/// The raw public key inside an ML-DSA or ML-KEM SubjectPublicKeyInfo of algorithm `alg`.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for DER that does not parse, another algorithm, parameters
+/// present, or a BIT STRING with unused bits.
+pub fn raw_public_key(alg: KeyAlg, der: &[u8]) -> Result<Vec<u8>, Error> {
+    let bad = |why: String| Error::InvalidArgument(format!("{alg} public key: {why}"));
+    let spki = SubjectPublicKeyInfoRef::from_der(der).map_err(|e| bad(e.to_string()))?;
+    if Some(spki.algorithm.oid) != oid(alg) || spki.algorithm.parameters.is_some() {
+        return Err(bad(format!("algorithm is {}, not id-{alg}", spki.algorithm.oid)));
+    }
+    spki.subject_public_key.as_bytes().map(<[u8]>::to_vec).ok_or_else(|| bad("BIT STRING has unused bits".into()))
+}
+
+/// Verifies a pure ML-DSA signature (FIPS 204, empty context) of `message` with the raw public
+/// key `pk`. `Ok(false)` for a wrong or malformed signature.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] if `alg` is not ML-DSA.
+pub fn verify_ml_dsa(alg: KeyAlg, pk: &[u8], message: &[u8], sig: &[u8]) -> Result<bool, Error> {
+    let params =
+        ml_dsa_verification(alg).ok_or_else(|| Error::InvalidArgument(format!("{alg} is not an ML-DSA algorithm")))?;
+    Ok(UnparsedPublicKey::new(params, pk).verify(message, sig).is_ok())
+}
+
+/// Verifies a [`hybrid`] signature of `message`: the ECDSA P-256/SHA-256 half with the SPKI
+/// `ecdsa_spki` and the ML-DSA-65 half with the raw key `ml_dsa_pk`, both over
+/// `hybrid::signed_message(message)`. True only if both are valid; `Ok(false)` for malformed
+/// framing too.
+///
+/// # Errors
+/// [`Error::Internal`] if the stored ECDSA public key does not parse.
+pub fn verify_hybrid(ecdsa_spki: &[u8], ml_dsa_pk: &[u8], message: &[u8], sig: &[u8]) -> Result<bool, Error> {
+    use p256::ecdsa::signature::Verifier;
+    use p256::pkcs8::DecodePublicKey;
+    let Ok(parts) = hybrid::HybridSignature::decode(sig) else {
+        return Ok(false);
+    };
+    let vk = p256::ecdsa::VerifyingKey::from_public_key_der(ecdsa_spki)
+        .map_err(|e| Error::Internal(format!("stored ECDSA public key does not parse: {e}")))?;
+    let signed = hybrid::signed_message(message);
+    let ecdsa_ok = p256::ecdsa::Signature::from_der(&parts.ecdsa).is_ok_and(|s| vk.verify(&signed, &s).is_ok());
+    let ml_dsa_ok = verify_ml_dsa(KeyAlg::MlDsa65, ml_dsa_pk, &signed, &parts.ml_dsa)?;
+    Ok(ecdsa_ok && ml_dsa_ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_lc_rs::encoding::AsDer;
+    use aws_lc_rs::signature::{KeyPair, PqdsaKeyPair};
+
+    use super::*;
+
+    #[test]
+    fn ml_dsa_spki_matches_aws_lc() {
+        for alg in [KeyAlg::MlDsa44, KeyAlg::MlDsa65, KeyAlg::MlDsa87] {
+            let kp = PqdsaKeyPair::from_seed(ml_dsa_signing(alg).unwrap(), &[7u8; 32]).unwrap();
+            let ours = spki_der(alg, kp.public_key().as_ref()).unwrap();
+            let theirs = kp.public_key().as_der().unwrap();
+            assert_eq!(ours, theirs.as_ref(), "{alg}");
+            assert_eq!(raw_public_key(alg, &ours).unwrap(), kp.public_key().as_ref());
+            assert!(raw_public_key(KeyAlg::MlDsa87, &spki_der(KeyAlg::MlDsa44, &[1; 4]).unwrap()).is_err());
+        }
+    }
+
+    #[test]
+    fn ml_kem_spki_round_trips() {
+        for alg in [KeyAlg::MlKem768, KeyAlg::MlKem1024] {
+            let dk = kem::DecapsulationKey::generate(ml_kem(alg).unwrap()).unwrap();
+            let ek = dk.encapsulation_key().unwrap().key_bytes().unwrap();
+            assert_eq!(ek.as_ref().len(), ml_kem_sizes(alg).unwrap().0);
+            let der = spki_der(alg, ek.as_ref()).unwrap();
+            assert_eq!(raw_public_key(alg, &der).unwrap(), ek.as_ref());
+        }
+        // id-alg-ml-kem-768 = 2.16.840.1.101.3.4.4.2
+        let der = spki_der(KeyAlg::MlKem768, &[0; 1184]).unwrap();
+        assert_eq!(&der[4..17], &[0x30, 0x0b, 0x06, 0x09, 0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x04, 0x02]);
+    }
+}
