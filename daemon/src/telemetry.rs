@@ -61,6 +61,7 @@ impl MetricsSource {
             queue_depth: shared.queued.load(Ordering::Relaxed),
             loaded_objects: shared.loaded(),
             state: shared.state(),
+            tpm_errors: shared.errors_by_class(),
             keys,
             uptime: self.vault.uptime(),
             simulator: self.vault.is_simulator(),
@@ -233,6 +234,7 @@ struct Snapshot {
     queue_depth: usize,
     loaded_objects: usize,
     state: TpmState,
+    tpm_errors: BTreeMap<&'static str, u64>,
     keys: Option<usize>,
     uptime: Duration,
     simulator: bool,
@@ -267,6 +269,10 @@ impl Snapshot {
             "Transient objects the vault holds loaded in the TPM.",
             self.loaded_objects as u64,
         );
+        header(o, "tpm_vault_tpm_errors_total", "counter", "TPM errors seen by callers, by class.");
+        for (class, n) in &self.tpm_errors {
+            line(o, "tpm_vault_tpm_errors_total", &[("class", class)], *n);
+        }
         family(o, &RPC, &self.rpc);
         family(o, &TPM, &self.tpm);
         out
@@ -398,6 +404,7 @@ mod tests {
             queue_depth: 2,
             loaded_objects: 3,
             state: TpmState::Ready,
+            tpm_errors: [("unavailable", 4u64)].into_iter().collect(),
             keys: Some(5),
             uptime: Duration::from_secs(7),
             simulator: true,
@@ -418,6 +425,7 @@ mod tests {
             "tpm_vault_tpm_command_errors_total{command=\"sign\"} 0\n",
             "tpm_vault_tpm_command_latency_seconds_count{command=\"sign\"} 1\n",
             "tpm_vault_tpm_queue_depth 2\n",
+            "tpm_vault_tpm_errors_total{class=\"unavailable\"} 4\n",
             "tpm_vault_tpm_loaded_objects 3\n",
             "tpm_vault_tpm_state{state=\"ready\"} 1\n",
             "tpm_vault_tpm_state{state=\"down\"} 0\n",

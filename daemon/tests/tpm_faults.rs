@@ -114,6 +114,8 @@ async fn tpm_death_under_load_is_unavailable_fast_and_recovers() {
     }
     let s = status.get_status(pb::GetStatusRequest {}).await.expect("status").into_inner();
     assert_eq!(s.tpm_state, pb::TpmState::Ready as i32);
+    let unavailable = s.metrics.iter().find(|m| m.name == "tpm_error/unavailable").map_or(0, |m| m.count);
+    assert!(unavailable > 0, "TPM errors are counted by class: {:?}", s.metrics);
     eprintln!(
         "TPM down for {:?}; {failures_after_kill} requests failed UNAVAILABLE; recovered {recovered:?} after restart",
         restarted_at - killed_at

@@ -39,7 +39,17 @@ impl StatusService for StatusRpc {
             TpmState::Down => pb::TpmState::Down,
             TpmState::Mismatch => pb::TpmState::Mismatch,
         };
-        let mut metrics = Vec::new();
+        let mut metrics: Vec<pb::Metric> = shared
+            .errors_by_class()
+            .into_iter()
+            .map(|(class, n)| pb::Metric {
+                name: format!("tpm_error/{class}"),
+                count: n,
+                errors: n,
+                p50_us: 0,
+                p99_us: 0,
+            })
+            .collect();
         for (prefix, snapshot) in [("rpc/", self.ctx.metrics.snapshot()), ("tpm/", shared.metrics.snapshot())] {
             for (name, s) in snapshot {
                 metrics.push(pb::Metric {

@@ -87,6 +87,25 @@ impl TpmError {
         }
     }
 
+    /// A short, stable class name for metrics (`tpm_vault_tpm_errors_total{class=..}`).
+    pub fn class_name(&self) -> &'static str {
+        match self {
+            Self::Unavailable(_) => "unavailable",
+            Self::Reset(_) => "reset",
+            Self::Timeout(_) => "timeout",
+            Self::QueueFull(_) => "queue_full",
+            Self::Busy(_) => "busy",
+            Self::Lockout => "lockout",
+            Self::ObjectMemory => "object_memory",
+            Self::SrkMismatch { .. } => "srk_mismatch",
+            Self::AuthFailed => "auth_failed",
+            Self::PolicyFailed => "policy_failed",
+            Self::PssSaltUnsupported => "pss_salt",
+            Self::Malformed(_) => "malformed",
+            Self::Command { .. } => "command",
+        }
+    }
+
     /// True when the connection to the TPM should be dropped and re-established.
     pub fn is_connection_lost(&self) -> bool {
         matches!(self, Self::Unavailable(_) | Self::Reset(_))

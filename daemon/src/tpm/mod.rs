@@ -174,11 +174,15 @@ impl TpmHandle {
             let _ = reply_tx.send(result);
             ok
         })?;
-        match tokio::time::timeout(timeout, reply_rx).await {
+        let result = match tokio::time::timeout(timeout, reply_rx).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(TpmError::Unavailable("TPM actor stopped".into())),
             Err(_) => Err(TpmError::Timeout(ms)),
+        };
+        if let Err(e) = &result {
+            self.shared.count_error(e.class_name());
         }
+        result
     }
 
     /// Runs `f` on the TPM thread and blocks the calling (non-async) thread until it is done.
@@ -204,13 +208,17 @@ impl TpmHandle {
             let _ = reply_tx.send(result);
             ok
         })?;
-        match reply_rx.recv_timeout(timeout) {
+        let result = match reply_rx.recv_timeout(timeout) {
             Ok(result) => result,
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(TpmError::Timeout(ms)),
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
                 Err(TpmError::Unavailable("TPM actor stopped".into()))
             }
+        };
+        if let Err(e) = &result {
+            self.shared.count_error(e.class_name());
         }
+        result
     }
 
     fn submit(

@@ -35,6 +35,8 @@ pub struct Shared {
     loaded: AtomicUsize,
     /// Per-TPM-command metrics (`tpm/<label>`).
     pub metrics: Metrics,
+    /// TPM errors by class ([`super::TpmError::class_name`]).
+    errors: Mutex<std::collections::BTreeMap<&'static str, u64>>,
 }
 
 impl Default for Shared {
@@ -44,6 +46,7 @@ impl Default for Shared {
             queued: AtomicUsize::new(0),
             loaded: AtomicUsize::new(0),
             metrics: Metrics::default(),
+            errors: Mutex::new(std::collections::BTreeMap::new()),
         }
     }
 }
@@ -75,6 +78,18 @@ impl Shared {
     /// TPM facts from the last successful connect.
     pub fn info(&self) -> TpmInfo {
         self.inner.lock().map(|g| g.info.clone()).unwrap_or_default()
+    }
+
+    /// Counts one TPM error of `class`.
+    pub fn count_error(&self, class: &'static str) {
+        if let Ok(mut e) = self.errors.lock() {
+            *e.entry(class).or_default() += 1;
+        }
+    }
+
+    /// TPM errors so far, by class.
+    pub fn errors_by_class(&self) -> std::collections::BTreeMap<&'static str, u64> {
+        self.errors.lock().map(|e| e.clone()).unwrap_or_default()
     }
 
     /// Records the loaded-object count.
