@@ -364,8 +364,12 @@ fn run(args: &Args) -> Result<()> {
     if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    std::fs::write(&out, report::markdown(&run, &machine, &summary))
-        .with_context(|| format!("writing {}", out.display()))?;
+    let kept = std::fs::read_to_string(&out).ok().and_then(|old| report::kept_tail(&old).map(str::to_owned));
+    let mut markdown = report::markdown(&run, &machine, &summary);
+    if let Some(tail) = kept {
+        markdown.push_str(&tail);
+    }
+    std::fs::write(&out, markdown).with_context(|| format!("writing {}", out.display()))?;
     let subtitle = format!(
         "{} · {} ({} CPUs) · {} · {} build{}",
         machine.date,

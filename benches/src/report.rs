@@ -43,6 +43,15 @@ pub struct RunInfo {
     pub tls_section: String,
 }
 
+/// The line after which hand-written sections of the report live; regenerating keeps them.
+pub const KEEP_MARKER: &str =
+    "<!-- Hand-written sections below this line are not generated; tpm-vault-bench keeps them. -->";
+
+/// The hand-written tail of an existing report (from [`KEEP_MARKER`] to the end), if any.
+pub fn kept_tail(old: &str) -> Option<&str> {
+    old.find(KEEP_MARKER).map(|i| &old[i..])
+}
+
 /// `1234.5` → `1,235` (with `decimals` = 0), `0.981` → `0.98` (2).
 pub fn num(v: f64, decimals: usize) -> String {
     if !v.is_finite() {
@@ -198,8 +207,13 @@ pub fn markdown(run: &RunInfo, machine: &Machine, s: &Summary) -> String {
         "| path | signs/s | ratio | peer | p50 µs | p99 µs | target |\n\
          |---|---:|---:|---|---:|---:|---|"
     );
+    let mut above_ceiling = false;
     for row in &s.sign {
         let (ratio, peer, target) = match &row.ratio {
+            Some(r) if r.peer == "raw" && r.value.median > crate::summary::CEILING_SLACK => {
+                above_ceiling = true;
+                (format!("{} ²", ratio_cell(r)), r.peer.clone(), verdict(r))
+            }
             Some(r) => (ratio_cell(r), r.peer.clone(), verdict(r)),
             None => ("1.00×".into(), "(reference)".into(), String::new()),
         };
@@ -215,6 +229,15 @@ pub fn markdown(run: &RunInfo, machine: &Machine, s: &Summary) -> String {
             target
         );
     }
+    if above_ceiling {
+        let _ = writeln!(
+            w,
+            "\n² Above the raw ESAPI ceiling by more than {:.0} %, which a path through the same TPM \
+             cannot really be: read it as noise from the shared machine (the reference was slowed \
+             more than this path), not as a gain.",
+            (crate::summary::CEILING_SLACK - 1.0) * 100.0
+        );
+    }
     let _ = writeln!(w);
 
     let _ = writeln!(w, "## Latency the vault adds (one caller)\n");
@@ -225,9 +248,14 @@ pub fn markdown(run: &RunInfo, machine: &Machine, s: &Summary) -> String {
          reply; no TPM command): the part of the library's added latency that is not the TPM, \
          given as a fraction of one raw `TPM2_Sign`.\n"
     );
-    let _ = writeln!(w, "| figure | µs | target |\n|---|---:|---|");
+    let _ = writeln!(w, "| figure | µs | ratio | peer | target |\n|---|---:|---:|---|---|");
     for f in &s.latency {
-        let _ = writeln!(w, "| {} | {} | {} |", f.label, spread(&f.value, 0, ""), figure_goal(f));
+        let (ratio, peer) = match &f.ratio {
+            Some(r) => (ratio_cell(r), r.peer.clone()),
+            None => ("—".into(), "(a difference already)".into()),
+        };
+        let _ =
+            writeln!(w, "| {} | {} | {} | {} | {} |", f.label, spread(&f.value, 0, ""), ratio, peer, figure_goal(f));
     }
     let _ = writeln!(w);
 
@@ -506,6 +534,14 @@ pub fn console(s: &Summary) -> String {
 mod tests {
     use super::*;
     use crate::summary::tests::round;
+
+    #[test]
+    fn hand_written_tail_is_kept() {
+        let old = format!("# Benchmarks\nold figures\n\n{KEEP_MARKER}\n\n## By hand\ntext\n");
+        assert_eq!(kept_tail(&old), Some(&old[old.find("<!--").unwrap_or(0)..]));
+        assert!(kept_tail(&old).is_some_and(|t| t.ends_with("## By hand\ntext\n")));
+        assert_eq!(kept_tail("# Benchmarks\nnothing kept\n"), None);
+    }
 
     #[test]
     fn numbers() {

@@ -58,15 +58,6 @@ const OVERSIZE: usize = 9 * 1024 * 1024;
 /// input only shortened (a long one also makes the client drop the whole HTTP/2 connection).
 const MAX_MESSAGE: usize = 1024;
 
-/// Bugs found by this test and reported, tolerated (as INTERNAL for exactly the requests that
-/// trigger them) until fixed; each is counted and printed. Remove an entry once it is fixed.
-const KNOWN_BUGS: &[&str] = &[
-    // ActivateCredential with a credential blob over 132 bytes or an encrypted secret over 512
-    // (after the 2-byte size) is refused by tss-esapi's buffer conversion, which the vault maps
-    // to TpmError::Malformed, i.e. INTERNAL, instead of INVALID_ARGUMENT.
-    "activate-credential-oversize-blob",
-];
-
 /// A request's outcome is acceptable: OK or a documented code, with a short message, from the
 /// daemon (not a transport failure such as an HTTP/2 GOAWAY, which gRPC also maps to codes).
 fn acceptable(result: &Result<(), Status>) -> bool {
@@ -214,10 +205,9 @@ async fn random_and_garbage_requests_get_documented_codes_only() {
     })
     .await;
     t.run("ActivateCredential", &mut g, |g| {
+        // Oversize blobs used to be INTERNAL (tss-esapi buffer conversion); now INVALID_ARGUMENT.
         let r = pb::ActivateCredentialRequest { credential_blob: g.tpm2b(), encrypted_secret: g.tpm2b() };
-        let oversize = r.credential_blob.len() > 2 + 132 || r.encrypted_secret.len() > 2 + 512;
-        let call = unary(c.attest.clone(), r, |mut s, r| async move { s.activate_credential(r).await });
-        known_bug(call, oversize.then_some(KNOWN_BUGS[0]))
+        unary(c.attest.clone(), r, |mut s, r| async move { s.activate_credential(r).await })
     })
     .await;
 
@@ -316,7 +306,7 @@ async fn random_and_garbage_requests_get_documented_codes_only() {
 struct Probe {
     result: Result<(), Status>,
     request: Option<String>,
-    /// INTERNAL is a known, reported bug for this request (see [`KNOWN_BUGS`]).
+    /// INTERNAL is a known, reported bug for this request (none at present).
     known_bug: Option<&'static str>,
 }
 
@@ -336,15 +326,6 @@ where
         let result = call(client, req).await.map(|_| ());
         let request = (!acceptable(&result)).then(|| render(&copy));
         Probe { result, request, known_bug: None }
-    })
-}
-
-/// Marks INTERNAL answers to `call` as the known bug `bug`.
-fn known_bug(call: Call, bug: Option<&'static str>) -> Call {
-    Box::pin(async move {
-        let mut probe = call.await;
-        probe.known_bug = bug;
-        probe
     })
 }
 

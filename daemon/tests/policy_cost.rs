@@ -29,7 +29,10 @@ fn policy_decision_cost() {
     let start = Instant::now();
     let mut allowed = 0u32;
     for _ in 0..n {
-        if matches!(policy.decide(&www, Operation::Sign, Some(&key), Some(0)), tpm_vault_daemon::auth::Decision::Allow(_)) {
+        if matches!(
+            policy.decide(&www, Operation::Sign, Some(&key), Some(0)),
+            tpm_vault_daemon::auth::Decision::Allow(_)
+        ) {
             allowed += 1;
         }
     }

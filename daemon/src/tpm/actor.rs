@@ -558,10 +558,7 @@ impl Tpm {
     /// TPM errors.
     pub fn external_name(&mut self, public: &Public) -> Result<Vec<u8>, TpmError> {
         self.with_conn(|conn| {
-            let handle = conn
-                .ctx
-                .execute_without_session(|c| c.load_external_public(public.clone(), Hierarchy::Owner))
-                .map_err(wrap("TPM2_LoadExternal"))?;
+            let handle = conn.load_external(public)?;
             let name = conn.ctx.read_public(handle).map(|(_, n, _)| n.value().to_vec());
             let _ = conn.ctx.flush_context(handle.into());
             name.map_err(wrap("TPM2_ReadPublic"))
@@ -688,18 +685,7 @@ impl Conn {
             .execute_without_session(|c| c.policy_pcr(policy_session, Digest::default(), list))
             .map_err(wrap("TPM2_PolicyPCR"))?;
         if let PolicyAuth::Authorized { authority, approved_policy, policy_ref, signature, .. } = policy {
-            let key = loop {
-                let loaded = self
-                    .ctx
-                    .execute_without_session(|c| c.load_external_public(authority.clone(), Hierarchy::Owner))
-                    .map_err(wrap("TPM2_LoadExternal"));
-                match loaded {
-                    Ok(k) => break k,
-                    // A 3-slot TPM may be full with the SRK and loaded keys: make room.
-                    Err(TpmError::ObjectMemory) if self.evict_oldest() => {}
-                    Err(e) => return Err(e),
-                }
-            };
+            let key = self.load_external(authority)?;
             let result = (|| {
                 let (_, key_name, _) = self.ctx.read_public(key).map_err(wrap("TPM2_ReadPublic"))?;
                 let a_hash = crate::model::HashAlg::Sha256.digest(&[approved_policy.as_slice(), policy_ref].concat());
@@ -728,6 +714,22 @@ impl Conn {
     fn evict(&mut self, name: &[u8]) {
         if let Some((handle, _)) = self.loaded.map.remove(name) {
             let _ = self.ctx.flush_context(handle.into());
+        }
+    }
+
+    /// Loads an external public key into the owner hierarchy, making room in a full TPM (a
+    /// 3-slot TPM may hold the SRK and two keys) by evicting loaded keys.
+    fn load_external(&mut self, public: &Public) -> Result<KeyHandle, TpmError> {
+        loop {
+            let loaded = self
+                .ctx
+                .execute_without_session(|c| c.load_external_public(public.clone(), Hierarchy::Owner))
+                .map_err(wrap("TPM2_LoadExternal"));
+            match loaded {
+                Ok(k) => return Ok(k),
+                Err(TpmError::ObjectMemory) if self.evict_oldest() => {}
+                Err(e) => return Err(e),
+            }
         }
     }
 

@@ -122,8 +122,9 @@ impl Vault {
     /// [`Error::InvalidArgument`] for malformed blobs; [`Error::PermissionDenied`] when the
     /// credential was not made for this TPM's AK and EK; TPM errors.
     pub async fn activate_credential(&self, blob: &[u8], secret: &[u8]) -> Result<Vec<u8>, Error> {
-        let blob = strip_tpm2b(blob, "credential blob")?;
-        let secret = strip_tpm2b(secret, "encrypted secret")?;
+        // TPM2B_ID_OBJECT and TPM2B_ENCRYPTED_SECRET maximum sizes (tss-esapi's buffers).
+        let blob = strip_tpm2b(blob, "credential blob", 132)?;
+        let secret = strip_tpm2b(secret, "encrypted secret", 512)?;
         let loaded = parse_record(self.ak_record().await?)?;
         let ak = loaded.blob.clone();
         match self.tpm().call("activate", move |tpm| tpm.activate_credential(&ak, &blob, &secret)).await {
@@ -138,9 +139,12 @@ impl Vault {
 }
 
 /// Strips and checks the 2-byte size prefix of a marshalled TPM2B.
-fn strip_tpm2b(b: &[u8], what: &str) -> Result<Vec<u8>, Error> {
+fn strip_tpm2b(b: &[u8], what: &str, max: usize) -> Result<Vec<u8>, Error> {
     match b.split_first_chunk::<2>() {
         Some((len, rest)) if usize::from(u16::from_be_bytes(*len)) == rest.len() && !rest.is_empty() => {
+            if rest.len() > max {
+                return Err(Error::InvalidArgument(format!("{what} is {} bytes; at most {max}", rest.len())));
+            }
             Ok(rest.to_vec())
         }
         _ => Err(Error::InvalidArgument(format!("{what} is not a size-prefixed TPM2B"))),
