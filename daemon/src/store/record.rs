@@ -131,12 +131,7 @@ impl KeyRecord {
     /// A description of what is wrong.
     pub fn from_bytes(bytes: &[u8], expected: &KeyName) -> Result<Self, String> {
         let record: KeyRecord = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
-        if record.version != RECORD_VERSION {
-            return Err(format!("unsupported record version {}", record.version));
-        }
-        if &record.name != expected {
-            return Err(format!("record names key {:?}, file is for {:?}", record.name, expected));
-        }
+        check_header(record.version, &record.name, expected)?;
         if record.public.is_empty() || record.private.is_empty() {
             return Err("empty key blob".into());
         }
@@ -149,6 +144,18 @@ impl KeyRecord {
         }
         Ok(record)
     }
+}
+
+/// The checks every record kind shares: a known format version, and the record names the key
+/// its file is for (so a renamed or swapped file is refused).
+fn check_header(version: u32, name: &KeyName, expected: &KeyName) -> Result<(), String> {
+    if version != RECORD_VERSION {
+        return Err(format!("unsupported record version {version}"));
+    }
+    if name != expected {
+        return Err(format!("record names {name:?}, file is for {expected:?}"));
+    }
+    Ok(())
 }
 
 mod hex_bytes {
@@ -311,12 +318,7 @@ impl SealedRecord {
     /// A description of what is wrong.
     pub fn from_bytes(bytes: &[u8], expected: &KeyName) -> Result<Self, String> {
         let record: SealedRecord = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
-        if record.version != RECORD_VERSION {
-            return Err(format!("unsupported record version {}", record.version));
-        }
-        if &record.name != expected {
-            return Err(format!("record names {:?}, file is for {:?}", record.name, expected));
-        }
+        check_header(record.version, &record.name, expected)?;
         if record.nonce.len() != 12 {
             return Err("bad nonce length".into());
         }
@@ -369,12 +371,7 @@ impl DataKeyRecord {
     /// A description of what is wrong.
     pub fn from_bytes(bytes: &[u8], expected: &KeyName) -> Result<Self, String> {
         let record: DataKeyRecord = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
-        if record.version != RECORD_VERSION {
-            return Err(format!("unsupported record version {}", record.version));
-        }
-        if &record.name != expected {
-            return Err(format!("record names {:?}, file is for {:?}", record.name, expected));
-        }
+        check_header(record.version, &record.name, expected)?;
         if record.key_id.len() != 16 {
             return Err("bad key id".into());
         }
