@@ -88,8 +88,10 @@ impl Error {
 }
 
 impl From<tonic::Status> for Error {
+    /// Keeps the daemon's status; a connection that broke under the call (tonic's `UNKNOWN`
+    /// "broken pipe") becomes `UNAVAILABLE`, as gRPC reports transport failures.
     fn from(status: tonic::Status) -> Error {
-        Error::Status(status)
+        Error::Status(tpm_vault_proto::status::normalize(status))
     }
 }
 

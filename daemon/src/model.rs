@@ -425,7 +425,12 @@ pub struct PcrTarget {
 }
 
 /// A set of PCR indices in one bank, sorted and without duplicates.
+///
+/// Deserialising (state records) checks the same invariants as [`PcrSelection::new`] and also
+/// that the stored indices are already in canonical order, since stored PCR values follow it:
+/// a record edited or corrupted on disk is refused when read instead of reaching the TPM code.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "StoredPcrSelection")]
 pub struct PcrSelection {
     /// The bank.
     pub bank: PcrBank,
@@ -455,6 +460,27 @@ impl PcrSelection {
         pcrs.sort_unstable();
         pcrs.dedup();
         Ok(Self { bank, pcrs })
+    }
+}
+
+/// The serialised form of a [`PcrSelection`], before its checks.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StoredPcrSelection {
+    bank: PcrBank,
+    pcrs: Vec<u8>,
+}
+
+impl TryFrom<StoredPcrSelection> for PcrSelection {
+    type Error = Error;
+
+    fn try_from(raw: StoredPcrSelection) -> Result<Self, Error> {
+        let indices: Vec<u32> = raw.pcrs.iter().map(|&i| u32::from(i)).collect();
+        let sel = Self::new(raw.bank, &indices)?;
+        if sel.pcrs != raw.pcrs {
+            return Err(Error::InvalidArgument("PCR indices are not in ascending order without duplicates".into()));
+        }
+        Ok(sel)
     }
 }
 

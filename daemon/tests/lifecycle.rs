@@ -95,6 +95,10 @@ async fn drain_on(signal: Signal, grace_ms: Option<u64>) {
                 ok += 1;
             }
             Err(status) => {
+                // A connection closed by the draining server while this client still wrote on
+                // it reaches tonic as UNKNOWN "broken pipe"; the client library reports it
+                // UNAVAILABLE like gRPC does (tpm_vault_proto::status::normalize).
+                let status = tpm_vault_proto::status::normalize(status);
                 assert_eq!(status.code(), Code::Unavailable, "request failed other than UNAVAILABLE: {status:?}");
                 unavailable += 1;
             }

@@ -5,11 +5,11 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::proxy::{TpmProxy, CC_SIGN};
+use support::proxy::{TpmProxy, CC_SIGN, CC_UNSEAL, RC_PCR_CHANGED};
 use support::{DaemonEnv, TpmEnv};
 use tonic::Code;
-use tpm_vault_daemon::model::{KeyAlg, SignInput};
-use tpm_vault_daemon::vault::SignRequest;
+use tpm_vault_daemon::model::{KeyAlg, PcrBank, PcrSelection, SignInput};
+use tpm_vault_daemon::vault::{SealTarget, SignRequest};
 use tpm_vault_daemon::{Error, VaultConfig};
 use tpm_vault_proto::v1 as pb;
 
@@ -46,6 +46,34 @@ async fn retry_answers_are_retried_with_a_bound() {
     assert!((5..=100).contains(&attempts), "{attempts} attempts");
     proxy.inject_retry(CC_SIGN, 0);
     vault.sign(&name, req(), None).await.expect("works again");
+    vault.shutdown(Duration::from_secs(5)).await;
+}
+
+/// TPM_RC_PCR_CHANGED (a PCR moved between TPM2_PolicyPCR and TPM2_Unseal) is retried from
+/// a fresh policy session, so the unseal succeeds; past the bound it is "busy", not a policy
+/// failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pcr_changed_during_a_policy_session_is_retried_from_a_new_session() {
+    let env = TpmEnv::start();
+    let proxy = TpmProxy::start(env.swtpm.port());
+    let vault =
+        tpm_vault_daemon::Vault::open(VaultConfig { tcti: proxy.tcti(), ..env.vault_config() }).await.expect("open");
+    let name = support::key("s");
+    let selection = PcrSelection::new(PcrBank::Sha256, &[9]).expect("selection");
+    let secret = zeroize::Zeroizing::new(b"boot-bound".to_vec());
+    vault.seal(name.clone(), secret, SealTarget::Pcr { selection, values: None }, 0, false).await.expect("seal");
+    let policy_pcr = 0x0000_017Fu32.to_be_bytes(); // TPM_CC_PolicyPCR
+    let before = proxy.count(&policy_pcr);
+    proxy.inject(CC_UNSEAL, RC_PCR_CHANGED, 2);
+    let data = vault.unseal(&name, None).await.expect("unseal through PCR_CHANGED answers");
+    assert_eq!(data.as_slice(), b"boot-bound");
+    assert_eq!(proxy.injected(), 2);
+    assert_eq!(proxy.count(&policy_pcr) - before, 3, "each attempt starts its own policy session");
+    proxy.inject(CC_UNSEAL, RC_PCR_CHANGED, 1_000);
+    let r = vault.unseal(&name, None).await;
+    assert!(matches!(r, Err(Error::Tpm(tpm_vault_daemon::tpm::TpmError::Busy(_)))), "{r:?}");
+    proxy.inject(CC_UNSEAL, RC_PCR_CHANGED, 0);
+    assert_eq!(vault.unseal(&name, None).await.expect("works again").as_slice(), b"boot-bound");
     vault.shutdown(Duration::from_secs(5)).await;
 }
 

@@ -41,9 +41,7 @@ fuzz_target!(|data: &[u8]| {
             match &r.policy {
                 SealPolicy::Pcr { pcr } => pcr_policy(pcr),
                 SealPolicy::Authorized { selection, authority_spki, .. } => {
-                    if !known_bug_pcr_index(selection) {
-                        let _ = pcr::selection_list(selection);
-                    }
+                    let _ = pcr::selection_list(selection);
                     let _ = tpm_vault_daemon::vault::seal::authority_der(authority_spki);
                 }
             }
@@ -71,20 +69,7 @@ fn blobs(public: &[u8], private: &[u8], alg: Option<KeyAlg>) {
 
 /// What a PCR-bound object's policy session computes from the record.
 fn pcr_policy(p: &PcrPolicy) {
-    if known_bug_pcr_index(&p.selection) {
-        return;
-    }
     let _ = pcr::selection_list(&p.selection);
     let _ = pcr::policy_pcr_digest(&p.selection, &p.values);
     let _ = p.selection.to_string();
-}
-
-/// KNOWN BUG (reported; reproducer `fuzz/known-bugs/store_record-pcr-index-out-of-range.json`):
-/// a record's PCR selection is deserialized without `PcrSelection::new`'s checks, so indices
-/// above 23 reach `pcr::selection_list` (`1 << i` overflows from 32 on: a panic on the TPM
-/// thread in debug builds, the wrong PCR in release builds) and `pcr::marshal_selection` (index
-/// out of bounds from 24 on). Until records are validated on load, such selections stop here
-/// instead of failing runs at random; delete this once `from_bytes` rejects them.
-fn known_bug_pcr_index(selection: &tpm_vault_daemon::model::PcrSelection) -> bool {
-    selection.pcrs.iter().any(|&i| u32::from(i) > tpm_vault_daemon::model::PcrSelection::MAX_INDEX)
 }

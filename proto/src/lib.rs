@@ -214,3 +214,63 @@ pub mod hybrid {
         }
     }
 }
+
+/// Classifies the statuses a gRPC client sees, beyond the codes the daemon itself sends.
+pub mod status {
+    use std::io;
+
+    use tonic::{Code, Status};
+
+    /// True when `status` is tonic's `UNKNOWN` for a connection that broke under the call
+    /// (broken pipe, reset, closed mid-response), as when the daemon closes a connection at
+    /// shutdown while the client is still writing on it. gRPC's core implementations report
+    /// such failures as `UNAVAILABLE` (retryable); tonic leaves them `UNKNOWN`.
+    pub fn is_broken_connection(status: &Status) -> bool {
+        if status.code() != Code::Unknown {
+            return false;
+        }
+        let mut current: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+        while let Some(e) = current {
+            if let Some(io) = e.downcast_ref::<io::Error>() {
+                return matches!(
+                    io.kind(),
+                    io::ErrorKind::BrokenPipe
+                        | io::ErrorKind::ConnectionReset
+                        | io::ErrorKind::ConnectionAborted
+                        | io::ErrorKind::NotConnected
+                        | io::ErrorKind::UnexpectedEof
+                );
+            }
+            current = e.source();
+        }
+        false
+    }
+
+    /// `status` with a broken connection ([`is_broken_connection`]) reported as `UNAVAILABLE`,
+    /// keeping its message; any other status unchanged.
+    pub fn normalize(status: Status) -> Status {
+        if is_broken_connection(&status) {
+            Status::unavailable(format!("connection to the daemon lost: {}", status.message()))
+        } else {
+            status
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn only_broken_connections_become_unavailable() {
+            let broken = Status::from_error(Box::new(io::Error::from(io::ErrorKind::BrokenPipe)));
+            assert_eq!(broken.code(), Code::Unknown);
+            assert!(is_broken_connection(&broken));
+            assert_eq!(normalize(broken).code(), Code::Unavailable);
+            let other = Status::from_error(Box::new(io::Error::from(io::ErrorKind::PermissionDenied)));
+            assert!(!is_broken_connection(&other));
+            assert_eq!(normalize(other).code(), Code::Unknown);
+            assert_eq!(normalize(Status::not_found("x")).code(), Code::NotFound);
+            assert_eq!(normalize(Status::unknown("plain")).code(), Code::Unknown);
+        }
+    }
+}

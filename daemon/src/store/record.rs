@@ -218,6 +218,28 @@ mod tests {
     }
 
     #[test]
+    fn pcr_selection_is_checked_on_load() {
+        // Found by the store_record fuzz target: indices from 24 on used to reach the TPM code
+        // unchecked (a shift overflow at 32, an out-of-bounds bitmap index from 24).
+        let with = |pcrs: &str| {
+            let values = pcrs.split(',').filter(|p| !p.is_empty()).map(|_| format!("\"{}\"", "00".repeat(32)));
+            let text = format!(
+                r#"{{"version":1,"name":"web","alg":"ecc-p256","created_unix":1,"owner_uid":0,
+                "tpm_name":"000b01","public":"0102","private":"0304","has_auth":false,
+                "pcr_policy":{{"selection":{{"bank":"sha256","pcrs":[{pcrs}]}},"values":[{}]}},
+                "cert_chain_pem":null}}"#,
+                values.collect::<Vec<_>>().join(",")
+            );
+            KeyRecord::from_bytes(text.as_bytes(), &sample().name)
+        };
+        let ok = with("7,9").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(ok.pcr_policy.map(|p| p.selection.pcrs), Some(vec![7, 9]));
+        for bad in ["9,32", "24", "255", "", "9,7", "9,9"] {
+            assert!(with(bad).is_err(), "pcrs [{bad}] accepted");
+        }
+    }
+
+    #[test]
     fn pq_section_is_optional_and_checked() {
         // A record written before post-quantum keys existed still parses, and a classical
         // record is still written without the section.

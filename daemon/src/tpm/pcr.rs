@@ -52,7 +52,11 @@ pub fn selection_list(sel: &PcrSelection) -> Result<PcrSelectionList, TpmError> 
 
 fn slots(pcrs: &[u8]) -> Result<Vec<PcrSlot>, TpmError> {
     pcrs.iter()
-        .map(|&i| PcrSlot::try_from(1u32 << i).map_err(|e| TpmError::Malformed(format!("PCR {i}: {e}"))))
+        .map(|&i| {
+            let bit =
+                1u32.checked_shl(u32::from(i)).ok_or_else(|| TpmError::Malformed(format!("PCR {i} out of range")))?;
+            PcrSlot::try_from(bit).map_err(|e| TpmError::Malformed(format!("PCR {i}: {e}")))
+        })
         .collect()
 }
 
@@ -98,10 +102,14 @@ pub fn extend(ctx: &mut Context, bank: PcrBank, pcr: u8, digest: &[u8]) -> Resul
 }
 
 /// Marshals a one-bank `TPML_PCR_SELECTION` (count, hash, sizeofSelect = 3, bitmap).
+/// Indices above 23 cannot occur in a [`PcrSelection`] built by its constructor or read from a
+/// record; should one be constructed by hand, it is left out of the bitmap rather than panic.
 pub fn marshal_selection(sel: &PcrSelection) -> Vec<u8> {
     let mut bitmap = [0u8; 3];
     for &p in &sel.pcrs {
-        bitmap[usize::from(p / 8)] |= 1 << (p % 8);
+        if let Some(byte) = bitmap.get_mut(usize::from(p / 8)) {
+            *byte |= 1 << (p % 8);
+        }
     }
     let mut out = Vec::with_capacity(10);
     out.extend_from_slice(&1u32.to_be_bytes());

@@ -1,7 +1,7 @@
 //! A TCP proxy between the vault and swtpm (data port P → T, control port P+1 → T+1) that
 //! records every byte both ways and can inject TPM faults: it parses TPM command/response
 //! headers (tag u16, size u32, code u32) and can replace the responses to one command code
-//! with TPM_RC_RETRY, the way a busy firmware TPM answers.
+//! with an error code: TPM_RC_RETRY, the way a busy firmware TPM answers, or any other.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -10,13 +10,22 @@ use std::sync::{Arc, Mutex};
 
 /// TPM_CC_Sign.
 pub const CC_SIGN: u32 = 0x0000_015D;
+/// TPM_CC_Unseal.
+#[allow(dead_code)]
+pub const CC_UNSEAL: u32 = 0x0000_015E;
 /// TPM_RC_RETRY.
 pub const RC_RETRY: u32 = 0x0000_0922;
+/// TPM_RC_PCR_CHANGED: the PCRs changed between TPM2_PolicyPCR and the command the policy
+/// session authorizes.
+#[allow(dead_code)]
+pub const RC_PCR_CHANGED: u32 = 0x0000_0128;
 
 #[derive(Default)]
 struct Faults {
     /// Command code whose responses are replaced.
     command: AtomicU32,
+    /// The response code put in their place.
+    rc: AtomicU32,
     /// How many more responses to replace.
     remaining: AtomicUsize,
     /// How many were replaced.
@@ -75,13 +84,26 @@ impl TpmProxy {
         data.windows(needle.len()).any(|w| w == needle)
     }
 
+    /// Occurrences of `needle` in the captured bytes (e.g. a command code).
+    #[allow(dead_code)]
+    pub fn count(&self, needle: &[u8]) -> usize {
+        let data = self.captured.lock().expect("lock");
+        data.windows(needle.len()).filter(|w| *w == needle).count()
+    }
+
     pub fn len(&self) -> usize {
         self.captured.lock().expect("lock").len()
     }
 
     /// Replaces the next `count` responses to `command` with TPM_RC_RETRY.
     pub fn inject_retry(&self, command: u32, count: usize) {
+        self.inject(command, RC_RETRY, count);
+    }
+
+    /// Replaces the next `count` responses to `command` with the response code `rc`.
+    pub fn inject(&self, command: u32, rc: u32, count: usize) {
         self.faults.command.store(command, Ordering::SeqCst);
+        self.faults.rc.store(rc, Ordering::SeqCst);
         self.faults.remaining.store(count, Ordering::SeqCst);
     }
 
@@ -127,7 +149,7 @@ fn responses(mut from: TcpStream, mut to: TcpStream, captured: Arc<Mutex<Vec<u8>
             let out = if inject {
                 faults.injected.fetch_add(1, Ordering::SeqCst);
                 let mut r = vec![0x80, 0x01, 0, 0, 0, 10];
-                r.extend_from_slice(&RC_RETRY.to_be_bytes());
+                r.extend_from_slice(&faults.rc.load(Ordering::SeqCst).to_be_bytes());
                 r
             } else {
                 frame
