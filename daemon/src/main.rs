@@ -126,11 +126,12 @@ fn init_logging(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuar
     };
     // Logging (audit events included, one per request) is written by a background thread, so a
     // slow journal never sits on the request path. Not lossy: when the buffer is full, callers
-    // wait rather than drop audit events.
+    // wait rather than drop audit events. The thread drains every queued line into the buffer,
+    // then flushes once: under load, one write(2) carries many lines.
     let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
         .lossy(false)
         .thread_name("log")
-        .finish(std::io::stderr());
+        .finish(std::io::BufWriter::with_capacity(64 * 1024, std::io::stderr()));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
     match format {
         LogFormat::Json => builder.json().init(),

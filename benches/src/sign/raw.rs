@@ -69,7 +69,7 @@ fn null_hashcheck() -> Result<HashcheckTicket> {
 pub fn create_key(tcti: &str) -> Result<RawKey> {
     let mut ctx = connect(tcti)?;
     let srk = create_srk(&mut ctx)?;
-    let template = templates::signing_key(KeyAlg::EccP256, None)?;
+    let template = templates::signing_key(KeyAlg::EccP256, None, false)?;
     let created = ctx
         .execute_with_session(Some(AuthSession::Password), |c| c.create(srk, template, None, None, None, None))
         .context("TPM2_Create (signing key)")?;

@@ -51,7 +51,7 @@ fn tpm_status(t: &TpmError) -> Status {
             tracing::warn!(error = %why, "TPM busy");
             Status::resource_exhausted("TPM busy; retry later")
         }
-        TpmError::Lockout => Status::resource_exhausted("TPM is in dictionary-attack lockout"),
+        TpmError::Lockout(_) => Status::resource_exhausted(t.to_string()),
         TpmError::ObjectMemory => Status::resource_exhausted("TPM out of object memory; retry later"),
         TpmError::SrkMismatch { .. } => {
             tracing::error!(error = %t, "TPM refused");
@@ -96,7 +96,7 @@ mod tests {
         assert_eq!(code(Error::Tpm(TpmError::Timeout(1))), Code::Unavailable);
         assert_eq!(code(Error::Tpm(TpmError::QueueFull(1))), Code::ResourceExhausted);
         assert_eq!(code(Error::Tpm(TpmError::Busy("x".into()))), Code::ResourceExhausted);
-        assert_eq!(code(Error::Tpm(TpmError::Lockout)), Code::ResourceExhausted);
+        assert_eq!(code(Error::Tpm(TpmError::Lockout(String::new()))), Code::ResourceExhausted);
         assert_eq!(code(Error::Tpm(TpmError::ObjectMemory)), Code::ResourceExhausted);
         assert_eq!(code(Error::Tpm(TpmError::AuthFailed)), Code::PermissionDenied);
         assert_eq!(code(Error::Tpm(TpmError::PolicyFailed)), Code::FailedPrecondition);

@@ -347,6 +347,12 @@ impl Tpm {
                     self.schedule_retry();
                     return Err(e);
                 }
+                Err(TpmError::Lockout(_)) => {
+                    let Some(conn) = self.conn.as_mut() else {
+                        return Err(TpmError::Lockout(String::new()));
+                    };
+                    return Err(TpmError::Lockout(conn.lockout_state().unwrap_or_default()));
+                }
                 other => return other,
             }
         }
@@ -622,6 +628,17 @@ impl Tpm {
 }
 
 impl Conn {
+    /// The dictionary-attack state in words ([`super::error::lockout_detail`]), or `None` when
+    /// the TPM does not report it.
+    fn lockout_state(&mut self) -> Option<String> {
+        use tss_esapi::constants::PropertyTag;
+        let mut prop = |tag| self.ctx.get_tpm_property(tag).ok().flatten();
+        let failures = prop(PropertyTag::LockoutCounter)?;
+        let max_tries = prop(PropertyTag::MaxAuthFail)?;
+        let interval = prop(PropertyTag::LockoutInterval)?;
+        Some(super::error::lockout_detail(failures, max_tries, interval))
+    }
+
     /// Returns the loaded handle for `key`, loading it (and evicting the least recently used
     /// key when the slot budget is spent, or when the TPM says its object memory is full).
     fn load(&mut self, key: &KeyBlob) -> Result<KeyHandle, TpmError> {

@@ -27,9 +27,10 @@ pub enum TpmError {
     /// The TPM kept answering RETRY/YIELDED/TESTING past the retry bound.
     #[error("TPM busy: {0}")]
     Busy(String),
-    /// The TPM is in dictionary-attack lockout; auth-protected objects are refused until it lifts.
-    #[error("TPM is in dictionary-attack lockout")]
-    Lockout,
+    /// The TPM is in dictionary-attack lockout; password-protected keys are refused until it
+    /// lifts. The text says when, as far as the TPM tells ([`lockout_detail`]; empty if unknown).
+    #[error("TPM is in dictionary-attack lockout{}", if .0.is_empty() { String::new() } else { format!(" ({})", .0) })]
+    Lockout(String),
     /// No free transient object slot even after evicting every key the vault had loaded.
     #[error("TPM out of object memory")]
     ObjectMemory,
@@ -79,7 +80,7 @@ impl TpmError {
             RcClass::Communication => Self::Unavailable(format!("{command}: {rc}")),
             RcClass::Reset => Self::Reset(format!("{command}: {rc}")),
             RcClass::Retry => Self::Busy(format!("{command}: {rc}")),
-            RcClass::Lockout => Self::Lockout,
+            RcClass::Lockout => Self::Lockout(String::new()),
             RcClass::ObjectMemory => Self::ObjectMemory,
             RcClass::AuthFail => Self::AuthFailed,
             RcClass::PolicyFail => Self::PolicyFailed,
@@ -95,7 +96,7 @@ impl TpmError {
             Self::Timeout(_) => "timeout",
             Self::QueueFull(_) => "queue_full",
             Self::Busy(_) => "busy",
-            Self::Lockout => "lockout",
+            Self::Lockout(_) => "lockout",
             Self::ObjectMemory => "object_memory",
             Self::SrkMismatch { .. } => "srk_mismatch",
             Self::AuthFailed => "auth_failed",
@@ -110,6 +111,22 @@ impl TpmError {
     pub fn is_connection_lost(&self) -> bool {
         matches!(self, Self::Unavailable(_) | Self::Reset(_))
     }
+}
+
+/// Describes the TPM's dictionary-attack state from its properties: `failures` (TPM_PT_LOCKOUT_COUNTER),
+/// `max_tries` (TPM_PT_MAX_AUTH_FAIL) and `interval_s` (TPM_PT_LOCKOUT_INTERVAL, seconds per
+/// failure forgiven). The TPM is locked while failures ≥ max_tries, so it lifts after
+/// `failures - max_tries + 1` intervals, less the time already spent in the current one (which
+/// the TPM does not report): hence "at most".
+pub fn lockout_detail(failures: u32, max_tries: u32, interval_s: u32) -> String {
+    let excess = u64::from(failures.saturating_sub(max_tries)) + 1;
+    let wait = excess * u64::from(interval_s);
+    let until = if interval_s == 0 {
+        "it lifts only by TPM2_DictionaryAttackLockReset or a TPM reset".to_owned()
+    } else {
+        format!("password-protected keys work again in at most {wait} s")
+    };
+    format!("{failures} failed authorizations, limit {max_tries}, one forgiven every {interval_s} s: {until}")
 }
 
 /// What to do about a response code.
@@ -299,6 +316,11 @@ mod tests {
         assert_eq!(ResponseCode(0x90a).class(), RcClass::Retry);
         assert_eq!(ResponseCode(0x908).class(), RcClass::Retry);
         assert_eq!(ResponseCode(0x921).class(), RcClass::Lockout);
+        assert_eq!(
+            lockout_detail(5, 3, 10),
+            "5 failed authorizations, limit 3, one forgiven every 10 s: password-protected keys work again in at most 30 s"
+        );
+        assert!(lockout_detail(3, 3, 0).contains("only by TPM2_DictionaryAttackLockReset"));
         assert_eq!(ResponseCode(0x902).class(), RcClass::ObjectMemory);
         // TPM_RC_POLICY_FAIL on session 1 (0x99d) and AUTH_FAIL on session 1 (0x98e).
         assert_eq!(ResponseCode(0x99d).class(), RcClass::PolicyFail);

@@ -62,15 +62,20 @@ pub fn srk() -> Result<Public, TpmError> {
 /// userWithAuth | sign, NULL scheme. `auth_policy` is set for PCR-bound keys. For a hybrid key
 /// this is its ECDSA P-256 half.
 ///
+/// `has_password`: only a key with a password is under the TPM's dictionary-attack protection.
+/// Every other key gets noDA: it has nothing to guess, and without noDA a lockout (caused by
+/// anyone guessing *another* key's password) would also stop it, the TLS server's key included.
+///
 /// # Errors
 /// [`TpmError::Malformed`] for ML-DSA and ML-KEM, which have no TPM key (their TPM object is a
 /// [`sealed`] one); otherwise only if tss-esapi rejects the template (a bug).
-pub fn signing_key(alg: KeyAlg, auth_policy: Option<Digest>) -> Result<Public, TpmError> {
+pub fn signing_key(alg: KeyAlg, auth_policy: Option<Digest>, has_password: bool) -> Result<Public, TpmError> {
     let alg = alg.tpm_key().ok_or_else(|| TpmError::Malformed(format!("{alg} keys have no TPM key template")))?;
     let attributes = ObjectAttributesBuilder::new()
         .with_fixed_tpm(true)
         .with_fixed_parent(true)
         .with_sensitive_data_origin(true)
+        .with_no_da(!has_password)
         .with_user_with_auth(auth_policy.is_none())
         .with_sign_encrypt(true)
         .build()

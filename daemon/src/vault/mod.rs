@@ -278,7 +278,7 @@ impl Vault {
                 (sealed, Some(section))
             }
             Some(_) => {
-                let template = templates::signing_key(alg, auth_policy)?;
+                let template = templates::signing_key(alg, auth_policy, has_auth)?;
                 let (public, private) = self
                     .inner
                     .tpm
