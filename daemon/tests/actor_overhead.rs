@@ -26,7 +26,14 @@ fn raw_rate(tcti: &str, window: Duration) -> f64 {
         .key_handle;
     let key = ctx
         .execute_with_session(Some(AuthSession::Password), |c| {
-            let k = c.create(srk, templates::signing_key(KeyAlg::EccP256, None, false).expect("t"), None, None, None, None)?;
+            let k = c.create(
+                srk,
+                templates::signing_key(KeyAlg::EccP256, None, false).expect("t"),
+                None,
+                None,
+                None,
+                None,
+            )?;
             c.load(srk, k.out_private, k.out_public)
         })
         .expect("key");
