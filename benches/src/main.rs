@@ -2,26 +2,39 @@
 //! swtpm, prints a table and writes `docs/BENCHMARKS.md` plus the chart `docs/bench-sign.svg`.
 //!
 //! ```sh
-//! cargo run --release -p tpm-vault-bench            # full: 3 rounds, 10 s windows (~5 min)
+//! cargo run --release -p tpm-vault-bench            # full: 3 rounds, 5 s windows (< 10 min)
 //! cargo run -p tpm-vault-bench -- --quick --out /tmp/b.md   # CI smoke test (< 1 min)
 //! ```
 //!
 //! A run starts one swtpm, creates the keys (untimed), then repeats rounds of: raw ESAPI →
 //! vault library → daemon at 1/4/16/64 clients → tpm2-tools → TLS handshakes (`openssl s_time`
-//! against the example server with the vault key and a software-key rustls server), checking
-//! after every phase that nothing was left loaded in the TPM. Modules: [`sign`] the phases,
-//! [`tls`] the handshake phase and its report section, [`stats`] measurements
+//! against the example server with the vault key, a software-key rustls server and the OpenSSL
+//! peers), checking after every phase that nothing was left loaded in the TPM. Modules: [`sign`]
+//! the phases, [`tls`] the handshake phase and its report section, [`tls_peers`] its OpenSSL
+//! servers (s_server, tpm2-openssl, tpm2-abrmd), [`stats`] measurements
 //! and spreads, [`summary`] figures and targets, [`report`] markdown and terminal output,
 //! [`svg`] the chart, [`procfs`] CPU/RSS from `/proc`, [`machine`] CPU model, date, versions.
+//!
+//! Each round then runs, on shorter windows: [`ops`] quote, seal, unseal and random bytes
+//! (raw ESAPI, then a daemon that also runs the encrypt stream of [`bulk`]), [`bulk`] in-core
+//! AES-GCM and SHA-256 against `openssl speed`, and [`scale`] signing and daemon start with 10,
+//! 1,000 and 100,000 stored keys. After the rounds, [`device`] counts the TPM commands of every
+//! operation through the [`tap`] and projects the run onto the Jetson Orin and i.MX95.
 
+mod bulk;
+mod device;
 mod machine;
+mod ops;
 mod procfs;
 mod report;
+mod scale;
 mod sign;
 mod stats;
 mod summary;
 mod svg;
+mod tap;
 mod tls;
+mod tls_peers;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -48,6 +61,20 @@ const SLICES: usize = 5;
 const SLICE_WARMUP: Duration = Duration::from_millis(250);
 /// Daemon concurrency levels.
 const LEVELS: [usize; 4] = [1, 4, 16, 64];
+/// Default window of the signing and TLS phases, seconds (10 s until the phases beyond signing
+/// were added; 5 s keeps a full run under 10 minutes on 2 cores).
+const WINDOW: f64 = 5.0;
+/// Window and warm-up of the phases beyond signing (quote, seal, random, bulk, key counts)
+/// in a full run: each is a single path with a peer in the same round, so a short window will do.
+const SHORT: Timing = Timing { warmup: Duration::from_millis(300), window: Duration::from_secs(2) };
+/// The same in quick mode.
+const QUICK_SHORT: Timing = Timing { warmup: Duration::from_millis(100), window: Duration::from_millis(300) };
+/// Plaintext of the daemon's encrypt stream.
+const STREAM_BYTES: u64 = 1 << 30;
+/// The same in quick mode.
+const QUICK_STREAM_BYTES: u64 = 16 << 20;
+/// Operations per row of the TPM command census (quick: 3).
+const CENSUS_OPS: u64 = 20;
 
 /// Command line.
 #[derive(Debug, Parser)]
@@ -67,7 +94,8 @@ struct Args {
     /// Rounds to run [default: 3, or 1 with --quick].
     #[arg(long, value_name = "N")]
     rounds: Option<usize>,
-    /// Measured window of every phase, in seconds [default: 10, or 1 with --quick].
+    /// Measured window of the signing and TLS phases, in seconds [default: 5, or 1 with --quick];
+    /// the other phases use at most 2 s (0.3 s with --quick).
     #[arg(long, value_name = "SECONDS")]
     window: Option<f64>,
     /// tpm-vaultd binary to measure [default: built by cargo with this benchmark's profile,
@@ -90,19 +118,42 @@ struct Plan {
     /// Raw ESAPI and the library: `slices` alternating slices of `slice` each per round.
     slices: usize,
     slice: Timing,
+    /// The phases beyond signing.
+    short: Timing,
+    /// Plaintext bytes of the daemon's encrypt stream.
+    stream_bytes: u64,
+    /// Stored-key counts of the scaling phase.
+    counts: Vec<usize>,
+    /// Operations per census row.
+    census_ops: u64,
 }
 
 impl Plan {
     fn new(args: &Args) -> Result<Self> {
         let rounds = args.rounds.unwrap_or(if args.quick { 1 } else { 3 });
         ensure!(rounds >= 1, "--rounds must be at least 1");
-        let window = args.window.unwrap_or(if args.quick { 1.0 } else { 10.0 });
+        let window = args.window.unwrap_or(if args.quick { 1.0 } else { WINDOW });
         ensure!(window.is_finite() && window > 0.0 && window <= 3600.0, "--window must be between 0 and 3600 seconds");
         let warmup = if args.quick { 0.25 } else { 1.0 };
         let timing = Timing { warmup: Duration::from_secs_f64(warmup), window: Duration::from_secs_f64(window) };
         let slices = if args.quick { 1 } else { SLICES };
         let slice = Timing { warmup: SLICE_WARMUP.min(timing.warmup), window: timing.window / slices as u32 };
-        Ok(Self { quick: args.quick, rounds, timing, slices, slice })
+        let short = if args.quick {
+            QUICK_SHORT
+        } else {
+            Timing { warmup: SHORT.warmup.min(timing.warmup), window: SHORT.window.min(timing.window) }
+        };
+        Ok(Self {
+            quick: args.quick,
+            rounds,
+            timing,
+            slices,
+            slice,
+            short,
+            stream_bytes: if args.quick { QUICK_STREAM_BYTES } else { STREAM_BYTES },
+            counts: if args.quick { scale::QUICK_COUNTS.to_vec() } else { scale::COUNTS.to_vec() },
+            census_ops: if args.quick { 3 } else { CENSUS_OPS },
+        })
     }
 }
 
@@ -276,7 +327,12 @@ fn run(args: &Args) -> Result<()> {
         progress("setup", "building the tls_server example (cargo build -p tpm-vault-client --example tls_server)");
         let example = tls::example_binary(&workspace)?;
         let daemon = daemon::Setup { work: tmp.path().join("t"), ..setup.clone() };
-        Some(tls::TlsSetup { daemon, example })
+        let (peers, peer_notes) = tls::detect_peers();
+        for note in peer_notes {
+            eprintln!("warning: {note}");
+            notes.push(note);
+        }
+        Some(tls::TlsSetup { daemon, example, peers })
     } else {
         let note = "openssl is not installed: the TLS handshake phase was skipped".to_owned();
         eprintln!("warning: {note}");
@@ -292,6 +348,8 @@ fn run(args: &Args) -> Result<()> {
             ));
         }
     }
+    let more = MoreSetup::new(&plan, &setup, tmp.path(), &key, &rt, &mut notes)?;
+    check_clean(&tcti, "setup of the key sets", &mut notes)?;
     let mut tls_rounds = Vec::with_capacity(plan.rounds);
     let mut rounds = Vec::with_capacity(plan.rounds);
     let measuring = Instant::now();
@@ -338,12 +396,27 @@ fn run(args: &Args) -> Result<()> {
             tls_rounds.push(tls_r);
             check_clean(&tcti, &format!("the TLS phase (round {r})"), &mut notes)?;
         }
-        rounds.push(Round { raw: raw_m, actor: actor_m, handoff, daemon: daemon_r, tools: tools_m });
+        let (ops_r, bulk_r, scale_r) = more.round(&plan, r, swtpm_pid, &rt, &stage, &mut notes)?;
+        rounds.push(Round {
+            raw: raw_m,
+            actor: actor_m,
+            handoff,
+            daemon: daemon_r,
+            tools: tools_m,
+            ops: ops_r,
+            bulk: bulk_r,
+            scale: scale_r,
+        });
     }
     let measuring = measuring.elapsed();
+    progress("census", &format!("TPM commands per operation ({} of each, through a tap)", plan.census_ops));
+    let census =
+        device::census(&more.census(swtpm.port()), plan.census_ops, swtpm_pid, &rt).context("TPM command census")?;
+    check_clean(&tcti, "the census", &mut notes)?;
     drop(swtpm);
 
-    let summary = Summary::new(&rounds);
+    let mut summary = Summary::new(&rounds);
+    summary.checks.extend(tls::checks(&tls_rounds));
     let run = RunInfo {
         command: command_line(),
         quick: plan.quick,
@@ -358,7 +431,11 @@ fn run(args: &Args) -> Result<()> {
         notes,
         daemon_rust_log: args.daemon_rust_log.clone(),
         load_end: machine::loadavg(),
-        tls_section: tls::markdown(&tls_rounds, plan.timing),
+        tls_section: tls::markdown(&tls_rounds, plan.timing, tls_setup.as_ref().map_or(&[][..], |t| &t.peers.skipped)),
+        short: plan.short,
+        key_sets: more.scale.sets.iter().map(|k| (k.count, k.written_in, k.atomic_write)).collect(),
+        key_creation: more.key_creation,
+        device_section: device::markdown(&rounds, Some(&census), summary::DAEMON_GOAL_CLIENTS),
     };
     println!("\n{}", report::console(&summary));
     if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -383,4 +460,106 @@ fn run(args: &Args) -> Result<()> {
         .with_context(|| format!("writing {}", chart.display()))?;
     println!("wrote {} and {} in {} s", out.display(), chart.display(), num(started.elapsed().as_secs_f64(), 0));
     Ok(())
+}
+
+/// Set-up of the phases beyond signing: the raw phase's AK, the real keys and the key sets, the
+/// daemons' scratch directories.
+struct MoreSetup {
+    ops: ops::OpsSetup,
+    scale: scale::ScaleSetup,
+    /// Mean time of creating one key in the TPM through the library.
+    key_creation: Option<Duration>,
+    openssl: bool,
+}
+
+impl MoreSetup {
+    fn new(
+        plan: &Plan,
+        setup: &daemon::Setup,
+        tmp: &Path,
+        key: &raw::RawKey,
+        rt: &tokio::runtime::Runtime,
+        notes: &mut Vec<String>,
+    ) -> Result<Self> {
+        let tcti = &setup.tcti;
+        progress("setup", "creating the raw AK and the real keys of the key sets");
+        let ak = ops::create_ak(tcti).context("creating the raw ESAPI AK")?;
+        let key_creation = rt.block_on(scale::create_real_keys(&setup.state_dir, tcti))?;
+        let mut sets = Vec::with_capacity(plan.counts.len());
+        for &n in &plan.counts {
+            let set = scale::KeySet::prepare(&setup.state_dir, &tmp.join("sets"), n)
+                .with_context(|| format!("writing the key set of {n} keys"))?;
+            progress("setup", &format!("key set of {n} keys written in {:.1} s", set.written_in.as_secs_f64()));
+            sets.push(set);
+        }
+        let openssl = bulk::openssl_available();
+        if !openssl {
+            let note = "openssl is not installed: the bulk-crypto peers (`openssl speed`) were skipped".to_owned();
+            eprintln!("warning: {note}");
+            notes.push(note);
+        }
+        let (ops_work, scale_work) = (tmp.join("o"), tmp.join("s"));
+        for d in [&ops_work, &scale_work] {
+            std::fs::create_dir_all(d).with_context(|| format!("{}", d.display()))?;
+        }
+        Ok(Self {
+            ops: ops::OpsSetup {
+                daemon: daemon::Setup { work: ops_work, ..setup.clone() },
+                ak,
+                key: key.clone(),
+                stream_bytes: plan.stream_bytes,
+            },
+            scale: scale::ScaleSetup { daemon: daemon::Setup { work: scale_work, ..setup.clone() }, sets },
+            key_creation,
+            openssl,
+        })
+    }
+
+    /// One round of quote/seal/random (with the encrypt stream), bulk crypto and key counts.
+    fn round(
+        &self,
+        plan: &Plan,
+        r: usize,
+        swtpm_pid: u32,
+        rt: &tokio::runtime::Runtime,
+        stage: &str,
+        notes: &mut Vec<String>,
+    ) -> Result<(ops::OpsRound, bulk::BulkRound, scale::ScaleRound)> {
+        let tcti = &self.ops.daemon.tcti;
+        let (ops_r, stream, tuned) = ops::run(&self.ops, r, plan.short, swtpm_pid, rt, |m| progress(stage, m))
+            .context("quote, seal and random phase")?;
+        check_clean(tcti, &format!("quote, seal and random (round {r})"), notes)?;
+        let pids = Pids { swtpm: swtpm_pid, daemon: None };
+        let bulk_r = bulk::run(plan.short, pids, stream, tuned, self.openssl).context("bulk crypto phase")?;
+        let mib = |b: f64| num(b / (1024.0 * 1024.0), 0);
+        progress(
+            stage,
+            &format!(
+                "in-core: AES-256-GCM {} MiB/s, SHA-256 {} MiB/s; openssl: {}",
+                mib(bulk_r.aes),
+                mib(bulk_r.sha),
+                bulk_r.openssl.map_or("skipped".into(), |o| format!(
+                    "AES-256-GCM {} MiB/s, SHA-256 {} MiB/s, ECDSA P-256 {} signs/s",
+                    mib(o.aes_gcm),
+                    mib(o.sha256),
+                    num(o.ecdsa_sign, 0)
+                ))
+            ),
+        );
+        let scale_r =
+            scale::run(&self.scale, r, plan.short, swtpm_pid, rt, |m| progress(stage, &format!("key sets: {m}")))
+                .context("key-count phase")?;
+        check_clean(tcti, &format!("the key sets (round {r})"), notes)?;
+        Ok((ops_r, bulk_r, scale_r))
+    }
+
+    /// What the command census needs (its daemon reuses the quote/seal phase's scratch dir).
+    fn census(&self, swtpm_port: u16) -> device::CensusSetup {
+        device::CensusSetup {
+            daemon: self.ops.daemon.clone(),
+            swtpm_port,
+            key: self.ops.key.clone(),
+            ak: self.ops.ak.clone(),
+        }
+    }
 }

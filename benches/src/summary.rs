@@ -2,6 +2,9 @@
 //! for every figure a ratio against its peer *computed within each round* (so a slow moment of
 //! the shared machine hits both sides of a ratio), then checked against the targets.
 
+use crate::bulk::BulkRound;
+use crate::ops::OpsRound;
+use crate::scale::ScaleRound;
 use crate::sign::daemon::DaemonRound;
 use crate::sign::tools::Variant;
 use crate::stats::{Measurement, Spread};
@@ -19,6 +22,12 @@ pub struct Round {
     pub daemon: DaemonRound,
     /// tpm2-tools variants (empty when tpm2-tools is not installed).
     pub tools: Vec<(Variant, Measurement)>,
+    /// Quote, seal, unseal and random bytes: raw ESAPI and the daemon.
+    pub ops: OpsRound,
+    /// In-core AES-GCM and SHA-256, OpenSSL, the daemon's encrypt stream.
+    pub bulk: BulkRound,
+    /// Key-count scaling.
+    pub scale: ScaleRound,
 }
 
 /// A target a figure must meet.
@@ -28,6 +37,8 @@ pub enum Goal {
     AtLeast(f64),
     /// The figure must be below this.
     Below(f64),
+    /// The figure must be at most this.
+    AtMost(f64),
 }
 
 impl Goal {
@@ -36,6 +47,7 @@ impl Goal {
         match self {
             Self::AtLeast(t) => value >= t,
             Self::Below(t) => value < t,
+            Self::AtMost(t) => value <= t,
         }
     }
 
@@ -44,6 +56,7 @@ impl Goal {
         match self {
             Self::AtLeast(t) => format!("≥ {t:.decimals$}"),
             Self::Below(t) => format!("< {t:.decimals$}"),
+            Self::AtMost(t) => format!("≤ {t:.decimals$}"),
         }
     }
 }
@@ -151,8 +164,302 @@ pub struct Summary {
     pub cpu: Vec<Figure>,
     /// The daemon's CPU per 1,000 requests by thread, at [`DAEMON_GOAL_CLIENTS`] clients.
     pub daemon_threads: Vec<Figure>,
+    /// Quote, seal, unseal latency against raw ESAPI.
+    pub ops: Vec<OpRow>,
+    /// Random bytes: the daemon, the TPM, `/dev/urandom`.
+    pub random: Vec<Figure>,
+    /// Bulk crypto in-core, OpenSSL and through the daemon.
+    pub bulk: Vec<Figure>,
+    /// Key-count scaling, one row per key count.
+    pub scale: Vec<ScaleRow>,
+    /// Raw ESAPI load + sign + flush, and the smallest key set's cold signature against it.
+    pub cold_peer: Vec<OpRow>,
     /// Targets.
     pub checks: Vec<Check>,
+}
+
+/// One line of a latency table: an operation against a peer's latency.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpRow {
+    /// Human label.
+    pub label: String,
+    /// Operations per second (one caller).
+    pub rate: Spread,
+    /// Median latency, µs.
+    pub p50_us: Spread,
+    /// 99th percentile latency, µs.
+    pub p99_us: Spread,
+    /// p50 latency divided by the peer's p50 latency.
+    pub ratio: Option<Ratio>,
+}
+
+/// One key count of the scaling table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScaleRow {
+    /// Keys stored.
+    pub count: usize,
+    /// Start to ready, ms.
+    pub ready_ms: Spread,
+    /// Start to ready ÷ the smallest key set's.
+    pub ready_ratio: Option<Ratio>,
+    /// RSS after start, MiB.
+    pub rss_idle: Spread,
+    /// RSS after signing, MiB.
+    pub rss_after: Spread,
+    /// RSS after signing ÷ the smallest key set's.
+    pub rss_ratio: Option<Ratio>,
+    /// Signing with the key loaded.
+    pub cached: OpRow,
+    /// Signing with a key not loaded.
+    pub cold: OpRow,
+}
+
+/// Daemon quote p50 ÷ raw `TPM2_Quote` p50.
+pub const QUOTE_GOAL: Goal = Goal::AtMost(1.1);
+/// In-core AES-256-GCM (stream format) ÷ OpenSSL, one core.
+pub const AES_GOAL: Goal = Goal::AtLeast(0.9);
+/// Daemon encrypt stream ÷ OpenSSL AES-256-GCM, one core.
+pub const STREAM_GOAL: Goal = Goal::AtLeast(0.4);
+/// Daemon GetRandom with 1 MiB requests, MiB/s.
+pub const RANDOM_GOAL: Goal = Goal::AtLeast(200.0);
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+fn op_row(label: impl Into<String>, ms: &[&Measurement], ratio: Option<Ratio>) -> OpRow {
+    OpRow {
+        label: label.into(),
+        rate: spread(ms.iter().map(|m| m.rate())),
+        p50_us: spread(ms.iter().map(|m| us(m.p50()))),
+        p99_us: spread(ms.iter().map(|m| us(m.p99()))),
+        ratio,
+    }
+}
+
+fn p50s(ms: &[&Measurement]) -> Vec<f64> {
+    ms.iter().map(|m| us(m.p50())).collect()
+}
+
+/// Quote, seal and unseal rows.
+fn ops_rows(rounds: &[Round]) -> Vec<OpRow> {
+    let col = |f: fn(&OpsRound) -> &Measurement| -> Vec<&Measurement> { rounds.iter().map(|r| f(&r.ops)).collect() };
+    let quote_raw = col(|o| &o.quote_raw);
+    let quote_pcr = col(|o| &o.quote_raw_pcr);
+    let quote = col(|o| &o.quote_daemon);
+    let (seal_raw, seal) = (col(|o| &o.seal_raw), col(|o| &o.seal_daemon));
+    let (unseal_raw, unseal) = (col(|o| &o.unseal_raw), col(|o| &o.unseal_daemon));
+    let vs = |a: &[&Measurement], b: &[&Measurement], peer: &str, goal| Some(ratio_of(&p50s(a), &p50s(b), peer, goal));
+    vec![
+        op_row("raw ESAPI `TPM2_Quote`, AK loaded", &quote_raw, None),
+        op_row("raw ESAPI `TPM2_PCR_Read` + `TPM2_Quote`", &quote_pcr, vs(&quote_pcr, &quote_raw, "raw quote", None)),
+        op_row("daemon `Quote` RPC", &quote, vs(&quote, &quote_raw, "raw quote", Some(QUOTE_GOAL))),
+        op_row("same, against the same TPM work", &quote, vs(&quote, &quote_pcr, "raw PCR_Read + quote", None)),
+        op_row("raw ESAPI `TPM2_PCR_Read` + `TPM2_Create` (sealed object, HMAC session)", &seal_raw, None),
+        op_row("daemon `Seal` RPC (32 B, record written with fsync)", &seal, vs(&seal, &seal_raw, "raw seal", None)),
+        op_row(
+            "raw ESAPI policy session + `TPM2_PolicyPCR` + `TPM2_Load` + `TPM2_Unseal` + flushes",
+            &unseal_raw,
+            None,
+        ),
+        op_row("daemon `Unseal` RPC", &unseal, vs(&unseal, &unseal_raw, "raw unseal", None)),
+    ]
+}
+
+/// Random-bytes figures.
+fn random_figures(rounds: &[Round]) -> Vec<Figure> {
+    let urandom: Vec<f64> = rounds.iter().map(|r| r.ops.random_urandom.bytes_per_sec()).collect();
+    let tpm: Vec<f64> = rounds.iter().map(|r| r.ops.random_tpm.bytes_per_sec()).collect();
+    let daemon: Vec<f64> = rounds.iter().map(|r| r.ops.random_daemon.bytes_per_sec()).collect();
+    let per_call = spread(rounds.iter().map(|r| r.ops.random_tpm.bytes_per_op));
+    vec![
+        Figure {
+            label: "`/dev/urandom`, 1 MiB reads".into(),
+            unit: "MiB/s",
+            value: spread(urandom.iter().map(|b| b / MIB)),
+            goal: None,
+            ratio: None,
+        },
+        Figure {
+            label: format!("raw ESAPI `TPM2_GetRandom`, looped ({} B a call)", crate::report::num(per_call.median, 0)),
+            unit: "KiB/s",
+            value: spread(tpm.iter().map(|b| b / 1024.0)),
+            goal: None,
+            ratio: None,
+        },
+        Figure {
+            label: "daemon `GetRandom` RPC, 1 MiB requests".into(),
+            unit: "MiB/s",
+            value: spread(daemon.iter().map(|b| b / MIB)),
+            goal: Some(RANDOM_GOAL),
+            ratio: Some(ratio_of(&daemon, &urandom, "/dev/urandom", None)),
+        },
+        Figure {
+            label: "same, against the TPM".into(),
+            unit: "MiB/s",
+            value: spread(daemon.iter().map(|b| b / MIB)),
+            goal: None,
+            ratio: Some(ratio_of(&daemon, &tpm, "raw TPM2_GetRandom", None)),
+        },
+    ]
+}
+
+/// Bulk-crypto figures.
+fn bulk_figures(rounds: &[Round]) -> Vec<Figure> {
+    let ossl = |f: fn(&crate::bulk::Openssl) -> f64| -> Vec<f64> {
+        rounds.iter().map(|r| r.bulk.openssl.as_ref().map_or(f64::NAN, f)).collect()
+    };
+    let (ossl_aes, ossl_sha) = (ossl(|o| o.aes_gcm), ossl(|o| o.sha256));
+    let aes: Vec<f64> = rounds.iter().map(|r| r.bulk.aes).collect();
+    let sha: Vec<f64> = rounds.iter().map(|r| r.bulk.sha).collect();
+    let stream: Vec<f64> = rounds.iter().map(|r| r.bulk.stream.bytes_per_sec()).collect();
+    let tuned: Vec<f64> = rounds.iter().map(|r| r.bulk.tuned.bytes_per_sec()).collect();
+    let mib = |v: &[f64]| spread(v.iter().map(|b| b / MIB));
+    let size = |bytes: u64| {
+        let mib = bytes as f64 / MIB;
+        if mib >= 1024.0 {
+            format!("{} GiB", mib / 1024.0)
+        } else {
+            format!("{mib} MiB")
+        }
+    };
+    let tuned_size = size(rounds.first().map_or(0, |r| r.bulk.tuned.bytes));
+    let size = size(rounds.first().map_or(0, |r| r.bulk.stream.bytes));
+    let rss_before: Vec<f64> = rounds.iter().map(|r| r.bulk.stream.rss_before_kib as f64 / 1024.0).collect();
+    let growth: Vec<f64> = rounds
+        .iter()
+        .map(|r| r.bulk.stream.rss_peak_kib.saturating_sub(r.bulk.stream.rss_before_kib) as f64 / 1024.0)
+        .collect();
+    let per_gib = |cpu: std::time::Duration, bytes: u64| cpu.as_secs_f64() * (1u64 << 30) as f64 / bytes.max(1) as f64;
+    let daemon_cpu: Vec<f64> =
+        rounds.iter().map(|r| per_gib(r.bulk.stream.cpu.daemon.unwrap_or_default(), r.bulk.stream.bytes)).collect();
+    let client_cpu: Vec<f64> = rounds.iter().map(|r| per_gib(r.bulk.stream.cpu.bench, r.bulk.stream.bytes)).collect();
+    let aes_cpu: Vec<f64> = aes.iter().map(|b| (1u64 << 30) as f64 / b).collect();
+    vec![
+        Figure {
+            label: "OpenSSL AES-256-GCM, 16 KiB blocks".into(),
+            unit: "MiB/s",
+            value: mib(&ossl_aes),
+            goal: None,
+            ratio: None,
+        },
+        Figure {
+            label: "vault AES-256-GCM in-core: stream format, 1 MiB writes, 1 thread".into(),
+            unit: "MiB/s",
+            value: mib(&aes),
+            goal: None,
+            ratio: Some(ratio_of(&aes, &ossl_aes, "OpenSSL AES-256-GCM", Some(AES_GOAL))),
+        },
+        Figure {
+            label: "OpenSSL SHA-256, 16 KiB blocks".into(),
+            unit: "MiB/s",
+            value: mib(&ossl_sha),
+            goal: None,
+            ratio: None,
+        },
+        Figure {
+            label: "vault SHA-256 in-core (aws-lc-rs), 16 KiB blocks".into(),
+            unit: "MiB/s",
+            value: mib(&sha),
+            goal: None,
+            ratio: Some(ratio_of(&sha, &ossl_sha, "OpenSSL SHA-256", None)),
+        },
+        Figure {
+            label: format!("daemon `Encrypt` stream of {size} over the Unix socket (client library)"),
+            unit: "MiB/s",
+            value: mib(&stream),
+            goal: None,
+            ratio: Some(ratio_of(&stream, &ossl_aes, "OpenSSL AES-256-GCM", Some(STREAM_GOAL))),
+        },
+        Figure {
+            label: format!(
+                "a {tuned_size} stream with tonic directly: 1 MiB messages, 16 MiB HTTP/2 windows on the client \
+                 (diagnostic)"
+            ),
+            unit: "MiB/s",
+            value: mib(&tuned),
+            goal: None,
+            ratio: Some(ratio_of(&tuned, &ossl_aes, "OpenSSL AES-256-GCM", None)),
+        },
+        Figure {
+            label: "daemon RSS growth during the stream (peak − before)".into(),
+            unit: "MiB",
+            value: spread(growth.iter().copied()),
+            goal: None,
+            ratio: Some(ratio_of(&growth, &rss_before, "RSS before the stream", None)),
+        },
+        Figure {
+            label: "daemon CPU per GiB streamed".into(),
+            unit: "s CPU",
+            value: spread(daemon_cpu.iter().copied()),
+            goal: None,
+            ratio: Some(ratio_of(&daemon_cpu, &aes_cpu, "in-core AES-GCM per GiB", None)),
+        },
+        Figure {
+            label: "client library (this process) CPU per GiB streamed".into(),
+            unit: "s CPU",
+            value: spread(client_cpu.iter().copied()),
+            goal: None,
+            ratio: Some(ratio_of(&client_cpu, &aes_cpu, "in-core AES-GCM per GiB", None)),
+        },
+    ]
+}
+
+/// The raw cold-signature peer and the smallest key set's cold signature against it.
+fn cold_peer_rows(rounds: &[Round]) -> Vec<OpRow> {
+    let raw: Vec<&Measurement> = rounds.iter().map(|r| &r.ops.sign_cold_raw).collect();
+    let cold: Vec<&Measurement> = rounds.iter().filter_map(|r| r.scale.counts.first().map(|c| &c.cold)).collect();
+    let Some(n) = rounds.first().and_then(|r| r.scale.counts.first()).map(|c| c.count) else { return Vec::new() };
+    vec![
+        op_row("raw ESAPI `TPM2_Load` + `TPM2_Sign` + `TPM2_FlushContext`", &raw, None),
+        op_row(
+            format!("sign, key not loaded, {} keys, against it", crate::report::num(n as f64, 0)),
+            &cold,
+            Some(ratio_of(&p50s(&cold), &p50s(&raw), "raw load + sign + flush", None)),
+        ),
+    ]
+}
+
+/// Key-count rows, smallest key set first.
+fn scale_rows(rounds: &[Round]) -> Vec<ScaleRow> {
+    let counts: Vec<usize> =
+        rounds.first().map(|r| r.scale.counts.iter().map(|c| c.count).collect()).unwrap_or_default();
+    let Some(&smallest) = counts.first() else { return Vec::new() };
+    let at = |n: usize| -> Vec<&crate::scale::CountRound> {
+        rounds.iter().filter_map(|r| r.scale.counts.iter().find(|c| c.count == n)).collect()
+    };
+    let base = at(smallest);
+    let base_ready: Vec<f64> = base.iter().map(|c| c.ready.as_secs_f64() * 1e3).collect();
+    let base_rss: Vec<f64> = base.iter().map(|c| c.rss_after_kib as f64 / 1024.0).collect();
+    let base_cached: Vec<&Measurement> = base.iter().map(|c| &c.cached).collect();
+    let keys = |n: usize| format!("{} keys", crate::report::num(n as f64, 0));
+    counts
+        .iter()
+        .map(|&n| {
+            let cs = at(n);
+            let ready: Vec<f64> = cs.iter().map(|c| c.ready.as_secs_f64() * 1e3).collect();
+            let rss_after: Vec<f64> = cs.iter().map(|c| c.rss_after_kib as f64 / 1024.0).collect();
+            let cached: Vec<&Measurement> = cs.iter().map(|c| &c.cached).collect();
+            let cold: Vec<&Measurement> = cs.iter().map(|c| &c.cold).collect();
+            let vs_base = n != smallest;
+            ScaleRow {
+                count: n,
+                ready_ms: spread(ready.iter().copied()),
+                ready_ratio: vs_base.then(|| ratio_of(&ready, &base_ready, &keys(smallest), None)),
+                rss_idle: spread(cs.iter().map(|c| c.rss_idle_kib as f64 / 1024.0)),
+                rss_after: spread(rss_after.iter().copied()),
+                rss_ratio: vs_base.then(|| ratio_of(&rss_after, &base_rss, &keys(smallest), None)),
+                cached: op_row(
+                    format!("sign, key loaded, {}", keys(n)),
+                    &cached,
+                    vs_base.then(|| ratio_of(&p50s(&cached), &p50s(&base_cached), &keys(smallest), None)),
+                ),
+                cold: op_row(
+                    format!("sign, key not loaded, {}", keys(n)),
+                    &cold,
+                    Some(ratio_of(&p50s(&cold), &p50s(&cached), "key loaded", None)),
+                ),
+            }
+        })
+        .collect()
 }
 
 /// Library/raw throughput target.
@@ -447,7 +754,61 @@ impl Summary {
             })
             .collect();
 
-        Self { rounds: rounds.len(), sign, latency, daemon, cpu, daemon_threads, checks }
+        let ops = ops_rows(rounds);
+        let random = random_figures(rounds);
+        let bulk = bulk_figures(rounds);
+        for row in &ops {
+            if let Some(Ratio { value, goal: Some(goal), peer }) = &row.ratio {
+                checks.push(Check {
+                    what: format!("{} p50 ÷ {peer} p50", row.label),
+                    value: value.median,
+                    unit: "×",
+                    decimals: 2,
+                    goal: *goal,
+                    suspect: value.median < 1.0 / CEILING_SLACK,
+                });
+            }
+        }
+        for f in bulk.iter().chain(&random) {
+            if let Some(Ratio { value, goal: Some(goal), peer }) = &f.ratio {
+                if value.median.is_finite() {
+                    checks.push(Check {
+                        what: format!("{} ÷ {peer}", f.label),
+                        value: value.median,
+                        unit: "×",
+                        decimals: 2,
+                        goal: *goal,
+                        suspect: false,
+                    });
+                }
+            }
+            if let Some(goal) = f.goal {
+                checks.push(Check {
+                    what: f.label.clone(),
+                    value: f.value.median,
+                    unit: " MiB/s",
+                    decimals: 0,
+                    goal,
+                    suspect: false,
+                });
+            }
+        }
+        let scale = scale_rows(rounds);
+        let cold_peer = cold_peer_rows(rounds);
+        Self {
+            rounds: rounds.len(),
+            sign,
+            latency,
+            daemon,
+            cpu,
+            daemon_threads,
+            ops,
+            random,
+            bulk,
+            scale,
+            cold_peer,
+            checks,
+        }
     }
 }
 
@@ -456,6 +817,9 @@ pub(crate) mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::bulk::{Openssl, StreamRound};
+    use crate::ops::ByteRate;
+    use crate::scale::CountRound;
     use crate::sign::daemon::Level;
     use crate::stats::CpuUse;
 
@@ -497,6 +861,45 @@ pub(crate) mod tests {
                 log_lines: 10,
             },
             tools: vec![(Variant::SignFlush, m(50, 20_000))],
+            ops: OpsRound {
+                quote_raw: m(raw, 1000),
+                quote_raw_pcr: m(raw, 1100),
+                quote_daemon: m(raw, 1050),
+                seal_raw: m(raw, 2000),
+                seal_daemon: m(raw, 3000),
+                unseal_raw: m(raw, 2500),
+                unseal_daemon: m(raw, 2600),
+                sign_cold_raw: m(raw, 1500),
+                random_tpm: ByteRate { m: m(1000, 100), bytes_per_op: 64.0 },
+                random_urandom: ByteRate { m: m(300, 3000), bytes_per_op: MIB },
+                random_daemon: ByteRate { m: m(400, 2500), bytes_per_op: MIB },
+            },
+            bulk: BulkRound {
+                aes: 3000.0 * MIB,
+                sha: 1500.0 * MIB,
+                openssl: Some(Openssl { aes_gcm: 3200.0 * MIB, sha256: 1600.0 * MIB, ecdsa_sign: 40_000.0 }),
+                stream: StreamRound {
+                    bytes: 1 << 30,
+                    elapsed: Duration::from_millis(500),
+                    rss_before_kib: 20 * 1024,
+                    rss_peak_kib: 22 * 1024,
+                    cpu: CpuUse::default(),
+                },
+                tuned: StreamRound { bytes: 1 << 30, elapsed: Duration::from_millis(400), ..Default::default() },
+            },
+            scale: ScaleRound {
+                counts: [10, 1000]
+                    .into_iter()
+                    .map(|count| CountRound {
+                        count,
+                        ready: Duration::from_millis(40 + count as u64 / 100),
+                        rss_idle_kib: 20 * 1024,
+                        rss_after_kib: 21 * 1024,
+                        cached: m(raw, 700),
+                        cold: m(raw / 3, 2100),
+                    })
+                    .collect(),
+            },
         }
     }
 
@@ -509,10 +912,11 @@ pub(crate) mod tests {
         assert!((ratio.value.median - 0.98).abs() < 1e-9);
         assert!((ratio.value.min - 0.95).abs() < 1e-9);
         assert!((ratio.value.max - 0.99).abs() < 1e-9);
-        assert_eq!(s.checks.len(), 3);
+        assert_eq!(s.checks.len(), 7);
         let verdicts: Vec<&str> = s.checks.iter().map(Check::verdict).collect();
-        // actor 0.98 ≥ 0.97; daemon@16 0.96 ≥ 0.95; added latency 100 µs < 150.
-        assert_eq!(verdicts, ["PASS", "PASS", "PASS"]);
+        // actor 0.98 ≥ 0.97; daemon@16 0.96 ≥ 0.95; added latency 100 µs < 150; quote 1.05 ≤ 1.1;
+        // AES 0.94 ≥ 0.9; stream 0.64 ≥ 0.4; GetRandom 400 MiB/s ≥ 200.
+        assert_eq!(verdicts, ["PASS"; 7]);
         let tools = s.sign.iter().find(|r| matches!(r.path, Path::Tools(_))).unwrap_or_else(|| panic!("tools"));
         assert_eq!(tools.ratio.as_ref().map(|r| r.peer.as_str()), Some("daemon, 1 client"));
         let added = &s.latency[1];
@@ -522,10 +926,30 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn phases_beyond_signing() {
+        let s = Summary::new(&[round(1000, 990, 960), round(2000, 1900, 1800)]);
+        let quote = s.ops.iter().find(|r| r.label == "daemon `Quote` RPC").unwrap_or_else(|| panic!("quote"));
+        let ratio = quote.ratio.as_ref().unwrap_or_else(|| panic!("ratio"));
+        assert!((ratio.value.median - 1.05).abs() < 1e-9, "{ratio:?}");
+        assert_eq!(ratio.goal, Some(QUOTE_GOAL));
+        assert_eq!(s.scale.len(), 2);
+        assert!(s.scale[0].ready_ratio.is_none() && s.scale[1].ready_ratio.is_some());
+        let cold = s.scale[1].cold.ratio.as_ref().unwrap_or_else(|| panic!("cold ratio"));
+        assert!((cold.value.median - 3.0).abs() < 1e-9, "{cold:?}");
+        let random = &s.random[2];
+        assert!((random.value.median - 400.0).abs() < 1e-9, "{random:?}");
+        let stream = s.bulk.iter().find(|f| f.label.contains("stream of 1 GiB")).unwrap_or_else(|| panic!("stream"));
+        assert!((stream.value.median - 2048.0).abs() < 1e-6, "{stream:?}");
+        let growth = s.bulk.iter().find(|f| f.label.contains("RSS growth")).unwrap_or_else(|| panic!("growth"));
+        assert!((growth.value.median - 2.0).abs() < 1e-9);
+        assert!(Goal::AtMost(1.1).met(1.1) && !Goal::AtMost(1.1).met(1.11));
+    }
+
+    #[test]
     fn misses_are_reported() {
         let s = Summary::new(&[round(1000, 900, 500)]);
         let verdicts: Vec<&str> = s.checks.iter().map(Check::verdict).collect();
-        assert_eq!(verdicts, ["MISS", "MISS", "PASS"]);
+        assert_eq!(verdicts, ["MISS", "MISS", "PASS", "PASS", "PASS", "PASS", "PASS"]);
         assert!(s.checks.iter().all(|c| !c.suspect));
         let above = Summary::new(&[round(1000, 1200, 1100)]);
         assert!(above.checks[0].suspect && above.checks[1].suspect && !above.checks[2].suspect);

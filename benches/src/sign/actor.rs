@@ -4,7 +4,7 @@
 //! DER-encoded: exactly what the daemon's Sign RPC does below gRPC.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{ensure, Context as _, Result};
 use tpm_vault_daemon::model::{HashAlg, KeyAlg, KeyName, Scheme, SignInput};
@@ -12,7 +12,7 @@ use tpm_vault_daemon::tpm::QueueConfig;
 use tpm_vault_daemon::vault::SignRequest;
 use tpm_vault_daemon::{Vault, VaultConfig};
 
-use super::{CpuSnapshot, Pids, Timing, DIGEST, KEY_NAME};
+use super::{timed_async, Pids, Timing, DIGEST, KEY_NAME};
 use crate::stats::Measurement;
 
 /// How long shutdown waits for the actor to flush and close.
@@ -108,34 +108,4 @@ async fn measure(vault: &Vault, timing: Timing, pids: Pids) -> Result<Measuremen
         vault.sign(&name, request(), None).await.map(drop).map_err(anyhow::Error::from)
     })
     .await
-}
-
-/// Like [`super::timed_loop`], for an async operation.
-async fn timed_async<F, Fut>(timing: Timing, pids: Pids, mut op: F) -> Result<Measurement>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<()>>,
-{
-    CpuSnapshot::take(pids)?;
-    let t0 = Instant::now() + timing.warmup;
-    let t1 = t0 + timing.window;
-    let mut latencies = Vec::new();
-    let mut cpu_start = None;
-    loop {
-        let start = Instant::now();
-        if start >= t1 {
-            break;
-        }
-        if cpu_start.is_none() && start >= t0 {
-            cpu_start = Some(CpuSnapshot::take(pids)?);
-        }
-        op().await?;
-        let end = Instant::now();
-        if end >= t0 && end <= t1 {
-            latencies.push(end - start);
-        }
-    }
-    let cpu_end = CpuSnapshot::take(pids)?;
-    let cpu = cpu_start.map(|s| cpu_end.since(&s)).unwrap_or_default();
-    Ok(Measurement::finish(latencies, timing.window, cpu))
 }

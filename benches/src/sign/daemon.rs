@@ -91,28 +91,45 @@ pub struct DaemonRound {
     pub log_lines: u64,
 }
 
-/// A running daemon, killed on drop if it was not stopped.
-struct Daemon {
+/// A running daemon, killed on drop if it was not stopped. The other daemon phases (attestation,
+/// sealing, bulk crypto, key-count scaling) start theirs through [`Daemon::start_with`].
+pub struct Daemon {
     child: Child,
     socket: PathBuf,
     log: PathBuf,
 }
 
+impl std::fmt::Debug for Daemon {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Daemon").field("pid", &self.child.id()).field("socket", &self.socket).finish()
+    }
+}
+
 impl Daemon {
     fn start(setup: &Setup, round: usize) -> Result<(Self, Duration)> {
+        // Access is denied by default: allow this user to sign with (and verify against) the
+        // benchmark key, nothing else.
+        let policy = policy_toml(nix::unistd::getuid().as_raw());
+        Self::start_with(setup, &format!("daemon-round{round}.log"), &policy)
+    }
+
+    /// Starts `tpm-vaultd` on `setup` with `policy` as its only access-policy file, logging to
+    /// `setup.work/log_name`; returns once its socket accepts, with the time that took.
+    ///
+    /// # Errors
+    /// When it cannot start, exits during start or does not accept in time (the error holds
+    /// the end of its log).
+    pub fn start_with(setup: &Setup, log_name: &str, policy: &str) -> Result<(Self, Duration)> {
         let socket = setup.work.join("vault.sock");
         let policies = setup.work.join("policies");
         let config = setup.work.join("config.toml");
-        let log = setup.work.join(format!("daemon-round{round}.log"));
+        let log = setup.work.join(log_name);
         if socket.exists() {
             std::fs::remove_file(&socket).with_context(|| format!("{}", socket.display()))?;
         }
         std::fs::create_dir_all(&policies).with_context(|| format!("{}", policies.display()))?;
-        // Access is denied by default: allow this user to sign with (and verify against) the
-        // benchmark key, nothing else.
-        let policy = policies.join("bench.toml");
-        std::fs::write(&policy, policy_toml(nix::unistd::getuid().as_raw()))
-            .with_context(|| format!("{}", policy.display()))?;
+        let policy_file = policies.join("bench.toml");
+        std::fs::write(&policy_file, policy).with_context(|| format!("{}", policy_file.display()))?;
         // An explicit empty config keeps /etc/tpm-vault/config.toml out of the measurement.
         std::fs::write(&config, "").with_context(|| format!("{}", config.display()))?;
         let out = File::create(&log).with_context(|| format!("{}", log.display()))?;
@@ -165,12 +182,21 @@ impl Daemon {
         Ok((daemon, ready))
     }
 
-    fn pid(&self) -> u32 {
+    /// Process id.
+    pub fn pid(&self) -> u32 {
         self.child.id()
     }
 
+    /// The Unix socket it listens on.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
     /// SIGTERM, then wait for a clean exit.
-    fn stop(mut self) -> Result<()> {
+    ///
+    /// # Errors
+    /// When it does not exit within [`STOP_TIMEOUT`] or exits with a failure status.
+    pub fn stop(mut self) -> Result<()> {
         let pid = Pid::from_raw(i32::try_from(self.pid()).context("pid out of range")?);
         kill(pid, Signal::SIGTERM).context("sending SIGTERM to tpm-vaultd")?;
         let deadline = Instant::now() + STOP_TIMEOUT;
@@ -191,12 +217,12 @@ impl Daemon {
     }
 
     /// Lines in the daemon's log so far.
-    fn log_lines(&self) -> u64 {
+    pub fn log_lines(&self) -> u64 {
         std::fs::read(&self.log).map_or(0, |b| b.iter().filter(|&&c| c == b'\n').count() as u64)
     }
 
     /// The last few KiB of the daemon's log, for error messages.
-    fn log_tail(&self) -> String {
+    pub fn log_tail(&self) -> String {
         let mut text = String::new();
         if let Ok(mut f) = File::open(&self.log) {
             let len = f.metadata().map_or(0, |m| m.len());
@@ -216,7 +242,17 @@ impl Drop for Daemon {
     }
 }
 
-/// The access policy the benchmark runs under.
+/// An access policy that allows `uid` every operation on every key: what the phases beyond
+/// signing (attestation, sealing, bulk crypto, key counts) run under.
+pub fn policy_allow_all(uid: u32) -> String {
+    format!(
+        "[[rule]]\nname = \"benchmark\"\nclients = [\"uid:{uid}\"]\nkeys = [\"*\"]\n\
+         operations = [\"create\", \"sign\", \"public\", \"delete\", \"quote\", \"seal\", \"unseal\", \
+         \"encrypt\", \"decrypt\", \"random\", \"admin\"]\n"
+    )
+}
+
+/// The access policy the signing phase runs under.
 fn policy_toml(uid: u32) -> String {
     format!(
         "[[rule]]\nname = \"benchmark\"\nclients = [\"uid:{uid}\"]\nkeys = [\"{KEY_NAME}\"]\n\

@@ -116,6 +116,39 @@ pub fn timed_loop(timing: Timing, pids: Pids, mut op: impl FnMut() -> Result<()>
     Ok(Measurement::finish(latencies, timing.window, cpu))
 }
 
+/// Like [`timed_loop`], for an async operation.
+///
+/// # Errors
+/// The first error `op` returns, or a vanished process.
+pub async fn timed_async<F, Fut>(timing: Timing, pids: Pids, mut op: F) -> Result<Measurement>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    CpuSnapshot::take(pids)?;
+    let t0 = Instant::now() + timing.warmup;
+    let t1 = t0 + timing.window;
+    let mut latencies = Vec::new();
+    let mut cpu_start = None;
+    loop {
+        let start = Instant::now();
+        if start >= t1 {
+            break;
+        }
+        if cpu_start.is_none() && start >= t0 {
+            cpu_start = Some(CpuSnapshot::take(pids)?);
+        }
+        op().await?;
+        let end = Instant::now();
+        if end >= t0 && end <= t1 {
+            latencies.push(end - start);
+        }
+    }
+    let cpu_end = CpuSnapshot::take(pids)?;
+    let cpu = cpu_start.map(|s| cpu_end.since(&s)).unwrap_or_default();
+    Ok(Measurement::finish(latencies, timing.window, cpu))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -37,12 +37,20 @@ pub struct RawKey {
     pub spki: Vec<u8>,
 }
 
-fn connect(tcti: &str) -> Result<Context> {
+/// Opens an ESAPI context on `tcti`.
+///
+/// # Errors
+/// A bad TCTI string or an unreachable TPM.
+pub fn connect(tcti: &str) -> Result<Context> {
     let conf: TctiNameConf = tcti.parse().with_context(|| format!("TCTI {tcti:?}"))?;
     Context::new(conf).with_context(|| format!("connecting to the TPM at {tcti}"))
 }
 
-fn create_srk(ctx: &mut Context) -> Result<KeyHandle> {
+/// Creates the vault's SRK (TCG ECC P-256 template) as a transient primary; the caller flushes it.
+///
+/// # Errors
+/// TPM errors.
+pub fn create_srk(ctx: &mut Context) -> Result<KeyHandle> {
     let template = templates::srk()?;
     let created = ctx
         .execute_with_session(Some(AuthSession::Password), |c| {
@@ -53,7 +61,10 @@ fn create_srk(ctx: &mut Context) -> Result<KeyHandle> {
 }
 
 /// The NULL hashcheck ticket an unrestricted key accepts for an externally computed digest.
-fn null_hashcheck() -> Result<HashcheckTicket> {
+///
+/// # Errors
+/// Never in practice (a constant structure).
+pub fn null_hashcheck() -> Result<HashcheckTicket> {
     let raw = TPMT_TK_HASHCHECK {
         tag: tss_esapi::constants::tss::TPM2_ST_HASHCHECK,
         hierarchy: tss_esapi::constants::tss::TPM2_RH_NULL,
@@ -100,30 +111,72 @@ pub fn write_blobs(key: &RawKey, dir: &Path) -> Result<(PathBuf, PathBuf)> {
 /// # Errors
 /// TPM errors, or a signature that does not verify.
 pub fn run(tcti: &str, key: &RawKey, timing: Timing, pids: Pids) -> Result<Measurement> {
-    let mut ctx = connect(tcti)?;
-    let srk = create_srk(&mut ctx)?;
-    let handle = ctx
-        .execute_with_session(Some(AuthSession::Password), |c| c.load(srk, key.private.clone(), key.public.clone()))
-        .context("TPM2_Load")?;
-    let ticket = null_hashcheck()?;
-    let digest = Digest::try_from(DIGEST.to_vec()).context("digest")?;
-    let scheme = convert::signature_scheme(Scheme::Ecdsa, HashAlg::Sha256);
-    let sign = |ctx: &mut Context| {
-        ctx.execute_with_session(Some(AuthSession::Password), |c| {
-            c.sign(handle, digest.clone(), scheme, ticket.clone())
-        })
-        .context("TPM2_Sign")
-    };
-
-    let sig = sign(&mut ctx)?;
-    let der = convert::encode_signature(KeyAlg::EccP256, &sig)?;
-    let valid = verify::verify_digest(KeyAlg::EccP256, &key.spki, Scheme::Ecdsa, HashAlg::Sha256, &DIGEST, &der)?;
-    ensure!(valid, "raw ESAPI signature does not verify");
-
-    let m = timed_loop(timing, pids, || sign(&mut ctx).map(drop))?;
-    ctx.flush_context(handle.into()).context("flushing the key")?;
-    ctx.flush_context(srk.into()).context("flushing the SRK")?;
+    let mut signer = RawSigner::open(tcti, key)?;
+    let m = timed_loop(timing, pids, || signer.sign())?;
+    signer.close()?;
     Ok(m)
+}
+
+/// A connection with the SRK and one key loaded, signing [`DIGEST`] with one `TPM2_Sign` a call.
+pub struct RawSigner {
+    ctx: Context,
+    srk: KeyHandle,
+    handle: KeyHandle,
+    ticket: HashcheckTicket,
+    digest: Digest,
+}
+
+impl std::fmt::Debug for RawSigner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawSigner").finish_non_exhaustive()
+    }
+}
+
+impl RawSigner {
+    /// Connects, loads the SRK and `key`, and checks one signature in-core.
+    ///
+    /// # Errors
+    /// TPM errors, or a signature that does not verify.
+    pub fn open(tcti: &str, key: &RawKey) -> Result<Self> {
+        let mut ctx = connect(tcti)?;
+        let srk = create_srk(&mut ctx)?;
+        let handle = ctx
+            .execute_with_session(Some(AuthSession::Password), |c| c.load(srk, key.private.clone(), key.public.clone()))
+            .context("TPM2_Load")?;
+        let digest = Digest::try_from(DIGEST.to_vec()).context("digest")?;
+        let mut signer = Self { ctx, srk, handle, ticket: null_hashcheck()?, digest };
+        let sig = signer.signature()?;
+        let der = convert::encode_signature(KeyAlg::EccP256, &sig)?;
+        let valid = verify::verify_digest(KeyAlg::EccP256, &key.spki, Scheme::Ecdsa, HashAlg::Sha256, &DIGEST, &der)?;
+        ensure!(valid, "raw ESAPI signature does not verify");
+        Ok(signer)
+    }
+
+    fn signature(&mut self) -> Result<tss_esapi::structures::Signature> {
+        let (handle, digest, ticket) = (self.handle, self.digest.clone(), self.ticket.clone());
+        let scheme = convert::signature_scheme(Scheme::Ecdsa, HashAlg::Sha256);
+        self.ctx
+            .execute_with_session(Some(AuthSession::Password), |c| c.sign(handle, digest, scheme, ticket))
+            .context("TPM2_Sign")
+    }
+
+    /// One `TPM2_Sign`.
+    ///
+    /// # Errors
+    /// TPM errors.
+    pub fn sign(&mut self) -> Result<()> {
+        self.signature().map(drop)
+    }
+
+    /// Flushes the key and the SRK.
+    ///
+    /// # Errors
+    /// TPM errors.
+    pub fn close(mut self) -> Result<()> {
+        self.ctx.flush_context(self.handle.into()).context("flushing the key")?;
+        self.ctx.flush_context(self.srk.into()).context("flushing the SRK")?;
+        Ok(())
+    }
 }
 
 /// Counts the transient objects loaded in the TPM and flushes them. Every phase must leave

@@ -1,0 +1,370 @@
+//! Bulk cryptography: what the vault does in-core against OpenSSL on the same core, and the
+//! daemon's encrypt stream over its Unix socket.
+//!
+//! - **AES-256-GCM in-core**: the vault's own stream format ([`Encryptor`] from
+//!   `daemon/src/crypto/stream.rs`: 64 KiB chunks, per-chunk nonce and associated data, the
+//!   copies in and out of its buffers), fed 1 MiB at a time on this thread, against `openssl
+//!   speed -elapsed -evp aes-256-gcm` at 16 KiB blocks (one process, one core).
+//! - **SHA-256 in-core**: the vault's hash (`HashAlg::Sha256.digest`, aws-lc-rs) of 16 KiB
+//!   blocks, one digest per block as `openssl speed -elapsed sha256` does, against its 16 KiB
+//!   column.
+//! - **Through the daemon**: one `CryptoService/Encrypt` stream of [`OpsSetup::stream_bytes`]
+//!   plaintext with the client library (`Client::copy_encrypt`, 128 KiB messages) from a
+//!   generated source into a counting sink, on the daemon of the [`crate::ops`] phase; the
+//!   daemon's RSS is sampled every 10 ms during the stream. A short stream is encrypted and
+//!   decrypted back first (checked, and it unseals the data key so the timed stream does not
+//!   include the TPM).
+//! - `openssl speed -elapsed ecdsap256` sign/s: not a peer of the vault, only this CPU's speed
+//!   next to the published figures the device model ([`crate::device`]) scales to.
+//!
+//! [`OpsSetup::stream_bytes`]: crate::ops::OpsSetup::stream_bytes
+
+use std::pin::Pin;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context as _, Result};
+use tokio::io::{AsyncReadExt, AsyncWrite};
+use tpm_vault_client::{Client, Code};
+use tpm_vault_daemon::crypto::stream::{Encryptor, Header, CHUNK, TAG};
+use tpm_vault_daemon::model::HashAlg;
+
+use crate::procfs::{self, Proc};
+use crate::sign::{timed_loop, CpuSnapshot, Pids, Timing};
+use crate::stats::CpuUse;
+
+/// The daemon's data key the stream uses (created on first use).
+pub const DATA_KEY: &str = "bench-data";
+/// Encryption context of the streams.
+pub const CONTEXT: &[u8] = b"tpm-vault-bench";
+/// Plaintext per in-core AES-GCM update.
+const AES_PIECE: usize = 1024 * 1024;
+/// Block size of the SHA-256 and OpenSSL figures (OpenSSL's 16 KiB column).
+pub const BLOCK: usize = 16 * 1024;
+/// Interval of the daemon RSS samples during the stream.
+const RSS_SAMPLE: Duration = Duration::from_millis(10);
+/// Size of the checked warm-up stream (a few chunks and a partial one).
+const CHECK_BYTES: usize = 3 * CHUNK + 1234;
+
+/// The daemon's encrypt stream.
+#[derive(Debug, Clone, Default)]
+pub struct StreamRound {
+    /// Plaintext bytes.
+    pub bytes: u64,
+    /// Wall time of the whole call.
+    pub elapsed: Duration,
+    /// Daemon VmRSS before the stream, KiB.
+    pub rss_before_kib: u64,
+    /// Highest daemon VmRSS seen during the stream, KiB.
+    pub rss_peak_kib: u64,
+    /// CPU over the stream (bench = the client library in this process).
+    pub cpu: CpuUse,
+}
+
+impl StreamRound {
+    /// Plaintext bytes per second.
+    pub fn bytes_per_sec(&self) -> f64 {
+        let s = self.elapsed.as_secs_f64();
+        if s > 0.0 {
+            self.bytes as f64 / s
+        } else {
+            0.0
+        }
+    }
+}
+
+/// `openssl speed -elapsed` figures of one round.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Openssl {
+    /// AES-256-GCM, 16 KiB blocks, bytes/s.
+    pub aes_gcm: f64,
+    /// SHA-256, 16 KiB blocks, bytes/s.
+    pub sha256: f64,
+    /// ECDSA P-256 signatures/s.
+    pub ecdsa_sign: f64,
+}
+
+/// What one round measured.
+#[derive(Debug, Clone, Default)]
+pub struct BulkRound {
+    /// The vault's stream encryptor in this thread, plaintext bytes/s.
+    pub aes: f64,
+    /// The vault's SHA-256 of 16 KiB blocks, bytes/s.
+    pub sha: f64,
+    /// OpenSSL on the same machine (`None` without `openssl`).
+    pub openssl: Option<Openssl>,
+    /// The daemon's encrypt stream through the client library.
+    pub stream: StreamRound,
+    /// The same through tonic directly ([`stream_tuned`]).
+    pub tuned: StreamRound,
+}
+
+/// Whether `openssl speed` can run.
+pub fn openssl_available() -> bool {
+    Command::new("openssl")
+        .arg("version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The in-core figures and OpenSSL's (when `openssl`), with the streams measured before.
+///
+/// # Errors
+/// Cipher errors, `openssl` failures.
+pub fn run(timing: Timing, pids: Pids, stream: StreamRound, tuned: StreamRound, openssl: bool) -> Result<BulkRound> {
+    let aes = aes_in_core(timing, pids)?;
+    let sha = sha_in_core(timing, pids)?;
+    let openssl = if openssl {
+        let secs = timing.window.as_secs_f64().round().max(1.0) as u64;
+        Some(Openssl {
+            aes_gcm: openssl_speed(&["-evp", "aes-256-gcm"], secs)?,
+            sha256: openssl_speed(&["sha256"], secs)?,
+            ecdsa_sign: openssl_ecdsa()?,
+        })
+    } else {
+        None
+    };
+    Ok(BulkRound { aes, sha, openssl, stream, tuned })
+}
+
+fn aes_in_core(timing: Timing, pids: Pids) -> Result<f64> {
+    let key: [u8; 32] = std::array::from_fn(|i| (i as u8).wrapping_mul(29).wrapping_add(3));
+    let header = Header::new(DATA_KEY, [7; 16])?;
+    let mut enc = Encryptor::new(&key, &header, CONTEXT)?;
+    let piece = vec![0x5au8; AES_PIECE];
+    let mut out = Vec::with_capacity(AES_PIECE + AES_PIECE / CHUNK * TAG + 1024);
+    let m = timed_loop(timing, pids, || {
+        enc.update(&piece, &mut out)?;
+        std::hint::black_box(&out);
+        out.clear();
+        Ok(())
+    })?;
+    Ok(m.rate() * AES_PIECE as f64)
+}
+
+fn sha_in_core(timing: Timing, pids: Pids) -> Result<f64> {
+    let block = vec![0x5au8; BLOCK];
+    let m = timed_loop(timing, pids, || {
+        std::hint::black_box(HashAlg::Sha256.digest(std::hint::black_box(&block)));
+        Ok(())
+    })?;
+    Ok(m.rate() * BLOCK as f64)
+}
+
+fn openssl(args: &[&str]) -> Result<String> {
+    let out = Command::new("openssl")
+        .arg("speed")
+        .args(["-elapsed", "-mr"])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running openssl speed {}", args.join(" ")))?;
+    ensure!(
+        out.status.success(),
+        "openssl speed {} exited with {}: {}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `openssl speed -elapsed -mr -seconds S -bytes 16384 ALG...` in bytes/s.
+fn openssl_speed(alg: &[&str], secs: u64) -> Result<f64> {
+    let secs = secs.to_string();
+    let bytes = BLOCK.to_string();
+    let mut args = vec!["-seconds", &secs, "-bytes", &bytes];
+    args.extend_from_slice(alg);
+    let text = openssl(&args)?;
+    parse_speed(&text).with_context(|| format!("no +F line in the output of openssl speed {}:\n{text}", alg.join(" ")))
+}
+
+/// The bytes/s of the first (only) block size of an `-mr` run: `+F:IDX:NAME:BYTES_PER_SEC`.
+fn parse_speed(text: &str) -> Option<f64> {
+    let line = text.lines().find(|l| l.starts_with("+F:"))?;
+    line.split(':').nth(3)?.trim().parse().ok()
+}
+
+/// `openssl speed -elapsed -mr -seconds 1 ecdsap256` signatures/s.
+fn openssl_ecdsa() -> Result<f64> {
+    let text = openssl(&["-seconds", "1", "ecdsap256"])?;
+    parse_ecdsa(&text).with_context(|| format!("no +F4 line in the output of openssl speed ecdsap256:\n{text}"))
+}
+
+/// `+F4:IDX:BITS:SIGN_PER_SEC:VERIFY_PER_SEC` → signs/s.
+fn parse_ecdsa(text: &str) -> Option<f64> {
+    let line = text.lines().find(|l| l.starts_with("+F4:"))?;
+    line.split(':').nth(3)?.trim().parse().ok()
+}
+
+/// A sink that counts what it is given.
+#[derive(Debug, Default)]
+struct Counter(u64);
+
+impl AsyncWrite for Counter {
+    fn poll_write(mut self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        self.0 += buf.len() as u64;
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// Ciphertext length of a stream of `plain` bytes under [`DATA_KEY`]: header, then every
+/// 64 KiB chunk and a final (possibly empty) one, each with its tag.
+fn sealed_len(plain: u64) -> Result<u64> {
+    let header = Header::new(DATA_KEY, [0; 16])?.encode().len() as u64;
+    let chunks = plain / CHUNK as u64 + 1;
+    Ok(header + plain + chunks * TAG as u64)
+}
+
+/// Creates [`DATA_KEY`] unless the daemon has it.
+async fn ensure_data_key(client: &Client) -> Result<()> {
+    match client.create_data_key(DATA_KEY, None).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.code() == Code::AlreadyExists => Ok(()),
+        Err(e) => Err(e).context("CreateDataKey RPC"),
+    }
+}
+
+/// One checked round trip of a short stream, then the timed encrypt stream of `bytes`.
+///
+/// # Errors
+/// RPC errors, a round trip that does not give the plaintext back, a stream of the wrong length.
+pub async fn stream(client: &Client, pids: Pids, bytes: u64) -> Result<StreamRound> {
+    let daemon = pids.daemon.context("no daemon pid")?;
+    ensure_data_key(client).await?;
+    let plain: Vec<u8> = (0..CHECK_BYTES).map(|i| (i % 251) as u8).collect();
+    let mut sealed = Vec::new();
+    client.copy_encrypt(DATA_KEY, CONTEXT, &mut plain.as_slice(), &mut sealed).await.context("Encrypt RPC")?;
+    ensure!(
+        tpm_vault_client::stream_key_name(&sealed)?.as_deref() == Some(DATA_KEY),
+        "the stream header does not name {DATA_KEY}"
+    );
+    let mut opened = Vec::new();
+    client.copy_decrypt(CONTEXT, &mut sealed.as_slice(), &mut opened).await.context("Decrypt RPC")?;
+    ensure!(opened == plain, "decrypting the daemon's stream did not give the plaintext back");
+
+    let rss_before_kib = procfs::rss_kib(Proc::Pid(daemon))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut peak = 0;
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok(kib) = procfs::rss_kib(Proc::Pid(daemon)) {
+                    peak = peak.max(kib);
+                }
+                std::thread::sleep(RSS_SAMPLE);
+            }
+            peak
+        })
+    };
+    let cpu_start = CpuSnapshot::take(pids)?;
+    let start = Instant::now();
+    let mut source = tokio::io::repeat(0x5a).take(bytes);
+    let mut sink = Counter::default();
+    let result = client.copy_encrypt(DATA_KEY, CONTEXT, &mut source, &mut sink).await;
+    let elapsed = start.elapsed();
+    let cpu = CpuSnapshot::take(pids)?.since(&cpu_start);
+    stop.store(true, Ordering::Relaxed);
+    let peak = sampler.join().unwrap_or(0);
+    let written = result.context("Encrypt RPC (timed stream)")?;
+    let expected = sealed_len(bytes)?;
+    if written != expected || sink.0 != expected {
+        bail!("the encrypted stream has {written} bytes ({} counted), expected {expected}", sink.0);
+    }
+    Ok(StreamRound { bytes, elapsed, rss_before_kib, rss_peak_kib: peak.max(rss_before_kib), cpu })
+}
+
+/// Most plaintext of the tuned stream (a diagnostic; a quarter GiB is long enough).
+pub const TUNED_MAX_BYTES: u64 = 256 * 1024 * 1024;
+/// Plaintext per request message of the tuned stream.
+const TUNED_MESSAGE: usize = 1024 * 1024;
+/// HTTP/2 windows of the tuned stream's connection.
+const TUNED_WINDOW: u32 = 16 * 1024 * 1024;
+
+/// The same stream with tonic directly instead of the client library: [`TUNED_MESSAGE`]
+/// messages made as the transport asks for them and [`TUNED_WINDOW`] HTTP/2 windows on this
+/// side. A diagnostic: how much of the stream's cost is the daemon's.
+///
+/// # Errors
+/// RPC errors, a stream of the wrong length.
+pub async fn stream_tuned(socket: &std::path::Path, pids: Pids, bytes: u64) -> Result<StreamRound> {
+    use tonic::codegen::tokio_stream;
+    use tpm_vault_proto::v1 as pb;
+    let daemon = pids.daemon.context("no daemon pid")?;
+    let channel = tonic::transport::Endpoint::from_shared(format!("unix://{}", socket.display()))?
+        .initial_stream_window_size(TUNED_WINDOW)
+        .initial_connection_window_size(TUNED_WINDOW)
+        .connect()
+        .await
+        .with_context(|| format!("connecting to {}", socket.display()))?;
+    let mut client = pb::crypto_service_client::CryptoServiceClient::new(channel)
+        .max_decoding_message_size(64 * 1024 * 1024)
+        .max_encoding_message_size(64 * 1024 * 1024);
+    let piece = vec![0x5au8; TUNED_MESSAGE];
+    let first = pb::EncryptRequest { key_name: DATA_KEY.into(), context: CONTEXT.to_vec(), data: vec![] };
+    let sizes = (0..bytes.div_ceil(TUNED_MESSAGE as u64))
+        .map(move |i| (bytes - i * TUNED_MESSAGE as u64).min(TUNED_MESSAGE as u64) as usize);
+    let messages = std::iter::once(first)
+        .chain(sizes.map(move |n| pb::EncryptRequest { data: piece[..n].to_vec(), ..Default::default() }));
+    let rss_before_kib = procfs::rss_kib(Proc::Pid(daemon))?;
+    let cpu_start = CpuSnapshot::take(pids)?;
+    let start = Instant::now();
+    let mut responses = client.encrypt(tokio_stream::iter(messages)).await.context("Encrypt RPC (tuned)")?.into_inner();
+    let mut written = 0u64;
+    while let Some(m) = responses.message().await.context("Encrypt RPC (tuned)")? {
+        written += m.data.len() as u64;
+    }
+    let elapsed = start.elapsed();
+    let cpu = CpuSnapshot::take(pids)?.since(&cpu_start);
+    let expected = sealed_len(bytes)?;
+    ensure!(written == expected, "the tuned stream has {written} bytes, expected {expected}");
+    Ok(StreamRound { bytes, elapsed, rss_before_kib, rss_peak_kib: rss_before_kib, cpu })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn openssl_machine_readable_output() {
+        let aes = "+DT:AES-256-GCM:1:16384\n+R:236760:AES-256-GCM:1.000000\n+H:16384\n\
+                   +F:25:AES-256-GCM:3879075840.00\n";
+        assert_eq!(parse_speed(aes), Some(3_879_075_840.0));
+        let ecdsa = "+R5:44418:256:1.00\n+DTP:256:verify:ecdsa:1\n+R6:11616:256:1.00\n\
+                     +F4:3:256:44418.000000:11616.000000\n";
+        assert_eq!(parse_ecdsa(ecdsa), Some(44_418.0));
+        assert_eq!(parse_speed("garbage"), None);
+        assert_eq!(parse_ecdsa("+F4:3"), None);
+    }
+
+    #[test]
+    fn stream_length() {
+        let header = 8 + 1 + 1 + DATA_KEY.len() as u64 + 16 + 4 + 7;
+        let len = |n| sealed_len(n).unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(len(0), header + 16);
+        assert_eq!(len(CHUNK as u64), header + CHUNK as u64 + 32);
+        assert_eq!(len(1 << 30), header + (1 << 30) + ((1 << 30) / CHUNK as u64 + 1) * 16);
+    }
+
+    #[test]
+    fn in_core_rates_are_positive() {
+        let pids = Pids { swtpm: std::process::id(), daemon: None };
+        let timing = Timing { warmup: Duration::from_millis(10), window: Duration::from_millis(50) };
+        assert!(aes_in_core(timing, pids).unwrap_or_else(|e| panic!("{e:#}")) > 0.0);
+        assert!(sha_in_core(timing, pids).unwrap_or_else(|e| panic!("{e:#}")) > 0.0);
+    }
+}
