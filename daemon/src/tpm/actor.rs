@@ -370,6 +370,12 @@ impl Tpm {
         sensitive: Option<tss_esapi::structures::SensitiveData>,
     ) -> Result<(Public, Private), TpmError> {
         self.with_conn(|conn| loop {
+            // TPM2_Create needs an object slot of its own while it runs: with the key budget
+            // full, make room first rather than after a failed command (an fTPM command costs
+            // milliseconds).
+            if conn.loaded.map.len() >= conn.max_keys {
+                conn.evict_oldest();
+            }
             let session = conn.hmac_session()?;
             let srk = conn.srk;
             let result = conn.ctx.execute_with_session(Some(session), |c| {

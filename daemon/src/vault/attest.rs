@@ -1,10 +1,12 @@
 //! Attestation: the attestation key (created once, kept like other keys), quotes over caller
 //! nonces with the PCR values that match them, the endorsement key, and credential activation.
 
+use std::sync::Arc;
+
 use tss_esapi::structures::PublicBuffer;
 use tss_esapi::traits::Marshall;
 
-use super::{blocking, marshal_private, object_name, parse_record, unix_now, Vault};
+use super::{blocking, marshal_private, object_name, parse_record, unix_now, Loaded, Vault};
 use crate::error::Error;
 use crate::model::{KeyAlg, PcrSelection};
 use crate::store::record::RECORD_VERSION;
@@ -42,9 +44,21 @@ impl Vault {
     /// # Errors
     /// TPM and store errors.
     pub async fn attestation_key(&self) -> Result<AkInfo, Error> {
-        let record = self.ak_record().await?;
-        let loaded = parse_record(record)?;
-        Ok(AkInfo { spki: loaded.spki, name: loaded.record.tpm_name })
+        let loaded = self.ak().await?;
+        Ok(AkInfo { spki: loaded.spki.clone(), name: loaded.record.tpm_name.clone() })
+    }
+
+    /// The attestation key's parsed record: read (or created) once, then kept in memory, so a
+    /// quote costs its TPM commands and no file read.
+    async fn ak(&self) -> Result<Arc<Loaded>, Error> {
+        if let Some(ak) = self.inner.ak.lock().ok().and_then(|a| a.clone()) {
+            return Ok(ak);
+        }
+        let loaded = Arc::new(parse_record(self.ak_record().await?)?);
+        if let Ok(mut slot) = self.inner.ak.lock() {
+            *slot = Some(loaded.clone());
+        }
+        Ok(loaded)
     }
 
     async fn ak_record(&self) -> Result<KeyRecord, Error> {
@@ -95,14 +109,14 @@ impl Vault {
         if nonce.is_empty() || nonce.len() > MAX_NONCE {
             return Err(Error::InvalidArgument(format!("nonce must be 1 to {MAX_NONCE} bytes, got {}", nonce.len())));
         }
-        let loaded = parse_record(self.ak_record().await?)?;
-        let blob = loaded.blob.clone();
-        let (quote, values) = self.tpm().call("quote", move |tpm| tpm.quote(&blob, &nonce, &selection)).await?;
+        let loaded = self.ak().await?;
+        let ak = loaded.clone();
+        let (quote, values) = self.tpm().call("quote", move |tpm| tpm.quote(&ak.blob, &nonce, &selection)).await?;
         Ok(QuoteOutput {
             attest: quote.attest,
             signature: quote.signature,
             values,
-            ak: AkInfo { spki: loaded.spki, name: loaded.record.tpm_name },
+            ak: AkInfo { spki: loaded.spki.clone(), name: loaded.record.tpm_name.clone() },
         })
     }
 
@@ -125,9 +139,8 @@ impl Vault {
         // TPM2B_ID_OBJECT and TPM2B_ENCRYPTED_SECRET maximum sizes (tss-esapi's buffers).
         let blob = strip_tpm2b(blob, "credential blob", 132)?;
         let secret = strip_tpm2b(secret, "encrypted secret", 512)?;
-        let loaded = parse_record(self.ak_record().await?)?;
-        let ak = loaded.blob.clone();
-        match self.tpm().call("activate", move |tpm| tpm.activate_credential(&ak, &blob, &secret)).await {
+        let ak = self.ak().await?;
+        match self.tpm().call("activate", move |tpm| tpm.activate_credential(&ak.blob, &blob, &secret)).await {
             Ok(v) => Ok(v),
             Err(TpmError::Command { rc, .. }) => {
                 tracing::info!(%rc, "credential activation refused by the TPM");

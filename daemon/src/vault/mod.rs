@@ -5,7 +5,6 @@
 //! parsed copy of hot key records, and never touches the TPM from an async worker: every TPM
 //! operation is a job for the actor, every file operation runs on the blocking pool.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,6 +15,7 @@ use tss_esapi::traits::{Marshall, UnMarshall};
 use zeroize::Zeroizing;
 
 pub mod attest;
+mod cache;
 pub mod cert;
 pub mod datakey;
 pub mod pq;
@@ -135,7 +135,9 @@ pub(crate) struct Inner {
     pqkeys: pq::PqCache,
     drbg: crate::crypto::drbg::Drbg,
     store: Store,
-    cache: Mutex<HashMap<KeyName, Arc<Loaded>>>,
+    cache: Mutex<cache::RecordCache<Loaded>>,
+    /// The attestation key's parsed record, once read or created.
+    ak: Mutex<Option<Arc<Loaded>>>,
     pss: AtomicU8,
     /// Serialises certificate replacement with itself and with key deletion.
     cert_lock: tokio::sync::Mutex<()>,
@@ -188,7 +190,8 @@ impl Vault {
                 pqkeys: pq::PqCache::default(),
                 drbg,
                 store,
-                cache: Mutex::new(HashMap::new()),
+                cache: Mutex::new(cache::RecordCache::new(CACHE_MAX)),
+                ak: Mutex::new(None),
                 pss: AtomicU8::new(PSS_UNKNOWN),
                 cert_lock: tokio::sync::Mutex::new(()),
                 tcti: cfg.tcti,
@@ -569,7 +572,7 @@ impl Vault {
     }
 
     fn cached(&self, name: &KeyName) -> Option<Arc<Loaded>> {
-        self.inner.cache.lock().ok().and_then(|c| c.get(name).cloned())
+        self.inner.cache.lock().ok().and_then(|mut c| c.get(name))
     }
 
     fn cache_remove(&self, name: &KeyName) -> Option<Arc<Loaded>> {
@@ -585,11 +588,6 @@ impl Vault {
         let record = blocking(move || store.get(&n)).await?.ok_or_else(|| Error::not_found(name))?;
         let loaded = Arc::new(parse_record(record)?);
         if let Ok(mut cache) = self.inner.cache.lock() {
-            if cache.len() >= CACHE_MAX {
-                if let Some(victim) = cache.keys().next().cloned() {
-                    cache.remove(&victim);
-                }
-            }
             cache.insert(name.clone(), loaded.clone());
         }
         Ok(loaded)
