@@ -308,6 +308,7 @@ pub async fn stream_tuned(socket: &std::path::Path, pids: Pids, bytes: u64) -> R
     let channel = tonic::transport::Endpoint::from_shared(format!("unix://{}", socket.display()))?
         .initial_stream_window_size(TUNED_WINDOW)
         .initial_connection_window_size(TUNED_WINDOW)
+        .max_frame_size(tpm_vault_daemon::server::HTTP2_MAX_FRAME)
         .connect()
         .await
         .with_context(|| format!("connecting to {}", socket.display()))?;

@@ -492,18 +492,17 @@ where
     R: AsyncRead + Unpin + ?Sized,
 {
     loop {
-        let mut buf = vec![0u8; MESSAGE_SIZE];
-        let mut filled = 0;
+        // Read into the spare capacity: no zeroing, and the buffer never grows (`read_buf`
+        // only reserves when the Vec is full, and the loop stops before that).
+        let mut buf = Vec::with_capacity(MESSAGE_SIZE);
         let mut eof = false;
-        while filled < MESSAGE_SIZE {
-            let n = reader.read(&mut buf[filled..]).await.map_err(Error::Read)?;
+        while buf.len() < MESSAGE_SIZE {
+            let n = reader.read_buf(&mut buf).await.map_err(Error::Read)?;
             if n == 0 {
                 eof = true;
                 break;
             }
-            filled += n;
         }
-        buf.truncate(filled);
         if !buf.is_empty() && tx.send(wrap(buf)).await.is_err() {
             return Ok(());
         }

@@ -136,10 +136,58 @@ impl Chunker {
         self.counter = self.counter.checked_add(1).ok_or_else(|| Error::InvalidArgument("stream too long".into()))?;
         Ok(())
     }
+
+    /// Seals the chunk `first || second` (plaintext) straight into `out`: the plaintext is
+    /// copied once, into its place in `out`, and encrypted there.
+    fn seal_into(&mut self, first: &[u8], second: &[u8], last: bool, out: &mut Vec<u8>) -> Result<(), Error> {
+        let start = out.len();
+        out.reserve(first.len() + second.len() + TAG);
+        out.extend_from_slice(first);
+        out.extend_from_slice(second);
+        let nonce = self.nonce(last);
+        let aad = Aad::from(self.aad_base.as_slice());
+        match self.key.seal_in_place_separate_tag(nonce, aad, &mut out[start..]) {
+            Ok(tag) => out.extend_from_slice(tag.as_ref()),
+            Err(_) => {
+                out.truncate(start);
+                return Err(Error::Internal("AES-GCM seal".into()));
+            }
+        }
+        self.advance()
+    }
+
+    /// Opens the sealed chunk `first || second` (ciphertext and tag) straight into `out`,
+    /// which gets its plaintext only if the tag verifies (nothing otherwise).
+    fn open_into(&mut self, first: &[u8], second: &[u8], last: bool, out: &mut Vec<u8>) -> Result<(), Error> {
+        let start = out.len();
+        out.extend_from_slice(first);
+        out.extend_from_slice(second);
+        let nonce = self.nonce(last);
+        let aad = Aad::from(self.aad_base.as_slice());
+        let index = self.counter;
+        match self.key.open_in_place(nonce, aad, &mut out[start..]) {
+            Ok(plain) => {
+                let len = plain.len();
+                out.truncate(start + len);
+            }
+            Err(_) => {
+                // Never release a byte of a chunk that does not authenticate.
+                out.truncate(start);
+                return Err(Error::InvalidArgument(format!(
+                    "chunk {index} does not authenticate (tampered, reordered, truncated, from another stream, \
+                     or wrong key or context)"
+                )));
+            }
+        }
+        self.advance()
+    }
 }
 
 /// Encrypts a stream chunk by chunk. Feed plaintext with [`Encryptor::update`]; call
 /// [`Encryptor::finish`] once. Output is produced as soon as a chunk is full.
+///
+/// Plaintext is copied once, into the output, and encrypted in place there; only the tail of
+/// an update that does not fill a chunk is held back (in `pending`) for the next one.
 pub struct Encryptor {
     chunker: Chunker,
     pending: Vec<u8>,
@@ -162,10 +210,17 @@ impl Encryptor {
     pub fn new(key: &[u8; 32], header: &Header, context: &[u8]) -> Result<Self, Error> {
         Ok(Self {
             chunker: Chunker::new(key, header, context)?,
-            pending: Vec::with_capacity(header.chunk_size as usize + TAG),
+            pending: Vec::with_capacity(header.chunk_size as usize),
             chunk_size: header.chunk_size as usize,
             header: Some(header.encode()),
         })
+    }
+
+    /// The most bytes [`Encryptor::update`] appends for `len` bytes of plaintext.
+    pub fn max_output(&self, len: usize) -> usize {
+        let header = self.header.as_ref().map_or(0, Vec::len);
+        let chunks = (self.pending.len() + len) / self.chunk_size;
+        header + chunks * (self.chunk_size + TAG)
     }
 
     /// Adds plaintext; appends any finished output (header first) to `out`.
@@ -173,20 +228,22 @@ impl Encryptor {
     /// # Errors
     /// [`Error::InvalidArgument`] past 2^32 chunks.
     pub fn update(&mut self, mut data: &[u8], out: &mut Vec<u8>) -> Result<(), Error> {
+        out.reserve(self.max_output(data.len()));
         if let Some(h) = self.header.take() {
             out.extend_from_slice(&h);
         }
-        while !data.is_empty() {
-            // A full chunk is sealed only once more data arrives, so the final chunk is always
-            // shorter than chunk_size.
-            if self.pending.len() == self.chunk_size {
-                self.seal_pending(false, out)?;
+        // A full chunk is never the final one (that one is always shorter than chunk_size, and
+        // empty when the plaintext ends on a chunk boundary), so it is sealed at once.
+        loop {
+            let need = self.chunk_size - self.pending.len();
+            if data.len() < need {
+                self.pending.extend_from_slice(data);
+                return Ok(());
             }
-            let take = (self.chunk_size - self.pending.len()).min(data.len());
-            self.pending.extend_from_slice(&data[..take]);
-            data = &data[take..];
+            self.chunker.seal_into(&self.pending, &data[..need], false, out)?;
+            self.pending.clear();
+            data = &data[need..];
         }
-        Ok(())
     }
 
     /// Seals the final chunk and appends it to `out`.
@@ -197,26 +254,14 @@ impl Encryptor {
         if let Some(h) = self.header.take() {
             out.extend_from_slice(&h);
         }
-        if self.pending.len() == self.chunk_size {
-            self.seal_pending(false, out)?;
-        }
-        self.seal_pending(true, out)
-    }
-
-    fn seal_pending(&mut self, last: bool, out: &mut Vec<u8>) -> Result<(), Error> {
-        let nonce = self.chunker.nonce(last);
-        let aad = Aad::from(self.chunker.aad_base.as_slice());
-        self.chunker
-            .key
-            .seal_in_place_append_tag(nonce, aad, &mut self.pending)
-            .map_err(|_| Error::Internal("AES-GCM seal".into()))?;
-        out.extend_from_slice(&self.pending);
-        self.pending.clear();
-        self.chunker.advance()
+        self.chunker.seal_into(&self.pending, &[], true, out)
     }
 }
 
 /// Decrypts a stream chunk by chunk, releasing plaintext only after each chunk's tag verified.
+///
+/// Ciphertext is copied once, into the output, and opened in place there; only a chunk that
+/// is incomplete, or complete with nothing after it yet, is held back (in `buf`).
 pub struct Decryptor {
     chunker: Chunker,
     buf: Vec<u8>,
@@ -250,18 +295,21 @@ impl Decryptor {
     /// [`Error::InvalidArgument`] naming the failing chunk (tampered, reordered, spliced, wrong
     /// key or context), or data after the final chunk.
     pub fn update(&mut self, mut data: &[u8], out: &mut Vec<u8>) -> Result<(), Error> {
+        out.reserve((self.buf.len() + data.len()).saturating_sub(1) / self.sealed_chunk * (self.sealed_chunk - TAG));
         while !data.is_empty() {
             if self.done {
                 return Err(Error::InvalidArgument("data after the final chunk".into()));
             }
             // A full sealed chunk is opened as non-final only once more data shows it is not
             // the last one.
-            if self.buf.len() == self.sealed_chunk {
-                self.open_buf(false, out)?;
+            let need = self.sealed_chunk - self.buf.len();
+            if data.len() <= need {
+                self.buf.extend_from_slice(data);
+                return Ok(());
             }
-            let take = (self.sealed_chunk - self.buf.len()).min(data.len());
-            self.buf.extend_from_slice(&data[..take]);
-            data = &data[take..];
+            self.chunker.open_into(&self.buf, &data[..need], false, out)?;
+            self.buf.clear();
+            data = &data[need..];
         }
         Ok(())
     }
@@ -280,23 +328,9 @@ impl Decryptor {
                 self.chunker.counter
             )));
         }
-        self.open_buf(true, out)
-    }
-
-    fn open_buf(&mut self, last: bool, out: &mut Vec<u8>) -> Result<(), Error> {
-        let nonce = self.chunker.nonce(last);
-        let aad = Aad::from(self.chunker.aad_base.as_slice());
-        let index = self.chunker.counter;
-        let plain = self.chunker.key.open_in_place(nonce, aad, &mut self.buf).map_err(|_| {
-            Error::InvalidArgument(format!(
-                "chunk {index} does not authenticate (tampered, reordered, truncated, from another stream, \
-                 or wrong key or context)"
-            ))
-        })?;
-        out.extend_from_slice(plain);
-        self.buf.clear();
-        self.done = last;
-        self.chunker.advance()
+        self.chunker.open_into(&self.buf, &[], true, out)?;
+        self.done = true;
+        Ok(())
     }
 }
 
@@ -335,6 +369,31 @@ mod tests {
             for piece in [1000, CHUNK, 7 * CHUNK] {
                 let s = encrypt(&data, b"ctx", piece);
                 assert_eq!(decrypt(&s, &KEY, b"ctx", 4096).ok(), Some(data.clone()), "len {len} piece {piece}");
+            }
+        }
+    }
+
+    #[test]
+    fn output_does_not_depend_on_pieces() {
+        let h = Header { key_name: "dk".into(), key_id: [1; 16], chunk_size: CHUNK as u32, nonce_prefix: [3; PREFIX] };
+        for len in [0, 1, CHUNK - 1, CHUNK, CHUNK + 1, 2 * CHUNK, 3 * CHUNK + 17] {
+            let data: Vec<u8> = (0..len).map(|i| (i % 253) as u8).collect();
+            let mut reference = None;
+            for piece in [1, 1000, CHUNK - 1, CHUNK, CHUNK + 1, 2 * CHUNK, 5 * CHUNK] {
+                let mut e = Encryptor::new(&KEY, &h, b"c").unwrap_or_else(|e| panic!("{e}"));
+                let mut out = Vec::new();
+                for c in data.chunks(piece) {
+                    let before = out.len();
+                    let max = e.max_output(c.len());
+                    e.update(c, &mut out).unwrap_or_else(|e| panic!("{e}"));
+                    assert!(out.len() - before <= max, "max_output");
+                }
+                e.finish(&mut out).unwrap_or_else(|e| panic!("{e}"));
+                assert_eq!(out.len(), h.encode().len() + len + (len / CHUNK + 1) * TAG);
+                match &reference {
+                    None => reference = Some(out),
+                    Some(r) => assert!(r == &out, "len {len} piece {piece}"),
+                }
             }
         }
     }

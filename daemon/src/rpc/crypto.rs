@@ -1,14 +1,16 @@
 //! `tpmvault.v1.CryptoService`: data keys, streaming AES-256-GCM and random bytes.
 //!
-//! Streams run as a task per call that reads the request stream, encrypts or decrypts one
-//! 64 KiB chunk at a time, and sends results through a small bounded channel: memory stays
-//! bounded for any stream length, and a slow reader slows the writer instead of buffering.
+//! A stream's response body (`CryptoStream`) does the work itself as the transport polls it:
+//! it reads a request message, encrypts or decrypts it (64 KiB chunks, each copied once into
+//! the response buffer and sealed or opened in place there) and yields the output. No task or
+//! channel sits in between, so memory stays bounded for any stream length (one request and one
+//! response message, plus the HTTP/2 windows), and a slow reader slows the writer instead of
+//! buffering.
 
 use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Instant;
 
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
 use tpm_vault_proto::v1 as pb;
@@ -17,14 +19,13 @@ use tpm_vault_proto::v1::crypto_service_server::CryptoService;
 use super::{observe, pcr_binding, Ctx};
 use crate::auth::{identity, Grant, Operation, Peer};
 use crate::crypto::drbg::MAX_REQUEST;
-use crate::crypto::stream::{Header, CHUNK};
+use crate::crypto::stream::{Decryptor, Encryptor, Header};
 use crate::error::Error;
 use crate::model::KeyName;
 
-/// Responses are flushed once this much output is buffered.
-const FLUSH_AT: usize = CHUNK;
-/// Responses in flight per stream.
-const CHANNEL: usize = 4;
+/// A response is sent once this much output is buffered. The client library's 128 KiB
+/// request messages make one response each (two chunks and their tags).
+const FLUSH_AT: usize = 64 * 1024;
 
 /// A stream of responses.
 pub type ResponseStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
@@ -42,22 +43,168 @@ impl CryptoRpc {
     }
 }
 
-/// Ends a stream call: metrics, audit, and the error (if any) to the client.
-async fn end_stream<T>(
-    ctx: &Ctx,
+/// The stream transform of a call: [`Encryptor`] or [`Decryptor`].
+trait Transform: Send + Unpin + 'static {
+    /// Adds input, appends output.
+    fn update(&mut self, data: &[u8], out: &mut Vec<u8>) -> Result<(), Error>;
+    /// Ends the input, appends the last output.
+    fn finish(self, out: &mut Vec<u8>) -> Result<(), Error>;
+}
+
+impl Transform for Encryptor {
+    fn update(&mut self, data: &[u8], out: &mut Vec<u8>) -> Result<(), Error> {
+        Encryptor::update(self, data, out)
+    }
+
+    fn finish(self, out: &mut Vec<u8>) -> Result<(), Error> {
+        Encryptor::finish(self, out)
+    }
+}
+
+impl Transform for Decryptor {
+    fn update(&mut self, data: &[u8], out: &mut Vec<u8>) -> Result<(), Error> {
+        Decryptor::update(self, data, out)
+    }
+
+    fn finish(self, out: &mut Vec<u8>) -> Result<(), Error> {
+        Decryptor::finish(self, out)
+    }
+}
+
+/// A stream call's accounting: metrics and the audit event, once, when it ends.
+struct Ending {
+    ctx: Ctx,
     rpc: &'static str,
     start: Instant,
-    grant: &Grant,
-    tx: &mpsc::Sender<Result<T, Status>>,
-    result: Result<(), Error>,
-) {
-    ctx.metrics.observe(rpc, start.elapsed(), result.is_ok());
-    match result {
-        Ok(()) => ctx.access.finish(grant, "ok"),
-        Err(e) => {
-            let status = Status::from(&e);
-            ctx.access.finish(grant, &format!("{:?}", status.code()));
-            let _ = tx.send(Err(status)).await;
+    grant: Grant,
+}
+
+impl Ending {
+    /// Records the outcome: success, or the error the client is sent.
+    fn record(self, error: Option<&Error>) {
+        self.ctx.metrics.observe(self.rpc, self.start.elapsed(), error.is_none());
+        match error {
+            None => self.ctx.access.finish(&self.grant, "ok"),
+            Some(e) => self.ctx.access.finish(&self.grant, &format!("{:?}", Status::from(e).code())),
+        }
+    }
+}
+
+/// The response body of an `Encrypt` or `Decrypt` call (see the module docs).
+struct CryptoStream<Req, Resp, X> {
+    inbound: Streaming<Req>,
+    /// The request message's data.
+    data_of: fn(Req) -> Vec<u8>,
+    /// A response message.
+    wrap: fn(Vec<u8>) -> Resp,
+    /// `None` once the input ended or failed.
+    transform: Option<X>,
+    /// Output not sent yet.
+    out: Vec<u8>,
+    /// Whether output made before a failure is still sent (decryption: the authenticated
+    /// chunks before a failing one).
+    flush_on_error: bool,
+    /// What ends the stream once `out` is sent: `Ok` (the last response, sent even if empty)
+    /// or the error.
+    last: Option<Result<(), Error>>,
+    /// `None` once recorded.
+    ending: Option<Ending>,
+}
+
+impl<Req, Resp, X: Transform> CryptoStream<Req, Resp, X> {
+    /// A stream that first processes `first` (data that came with the call's first messages).
+    fn new(
+        inbound: Streaming<Req>,
+        data_of: fn(Req) -> Vec<u8>,
+        wrap: fn(Vec<u8>) -> Resp,
+        mut transform: X,
+        first: &[u8],
+        flush_on_error: bool,
+        ending: Ending,
+    ) -> Self {
+        let mut out = Vec::new();
+        let (transform, last) = match transform.update(first, &mut out) {
+            Ok(()) => (Some(transform), None),
+            Err(e) => (None, Some(Err(e))),
+        };
+        Self { inbound, data_of, wrap, transform, out, flush_on_error, last, ending: Some(ending) }
+    }
+
+    /// Takes the pending output as a response.
+    fn take_out(&mut self) -> Resp {
+        (self.wrap)(std::mem::take(&mut self.out))
+    }
+
+    /// Records the outcome (once).
+    fn record(&mut self, error: Option<&Error>) {
+        if let Some(ending) = self.ending.take() {
+            ending.record(error);
+        }
+    }
+}
+
+impl<Req, Resp, X> Stream for CryptoStream<Req, Resp, X>
+where
+    Req: Send + 'static,
+    Resp: Send + 'static,
+    X: Transform,
+{
+    type Item = Result<Resp, Status>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        loop {
+            if let Some(last) = this.last.take() {
+                // The input ended or failed: `transform` is gone, so after this the stream ends.
+                return Poll::Ready(Some(match last {
+                    Ok(()) => {
+                        this.record(None);
+                        Ok(this.take_out())
+                    }
+                    Err(e) if this.flush_on_error && !this.out.is_empty() => {
+                        this.last = Some(Err(e));
+                        Ok(this.take_out())
+                    }
+                    Err(e) => {
+                        this.record(Some(&e));
+                        Err(Status::from(&e))
+                    }
+                }));
+            }
+            let Some(transform) = this.transform.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match Pin::new(&mut this.inbound).poll_next(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(Ok(message))) => {
+                    let data = (this.data_of)(message);
+                    if let Err(e) = transform.update(&data, &mut this.out) {
+                        this.transform = None;
+                        this.last = Some(Err(e));
+                        continue;
+                    }
+                    if this.out.len() >= FLUSH_AT {
+                        return Poll::Ready(Some(Ok(this.take_out())));
+                    }
+                }
+                Poll::Ready(Some(Err(s))) => {
+                    this.transform = None;
+                    this.last = Some(Err(Error::InvalidArgument(format!("request stream failed: {}", s.message()))));
+                }
+                Poll::Ready(None) => {
+                    let result = this.transform.take().map_or(Ok(()), |t| t.finish(&mut this.out));
+                    this.last = Some(result);
+                }
+            }
+        }
+    }
+}
+
+impl<Req, Resp, X> Drop for CryptoStream<Req, Resp, X> {
+    fn drop(&mut self) {
+        // Dropped before the end: the client went away (or the connection failed).
+        if let Some(ending) = self.ending.take() {
+            ending.record(Some(&Error::InvalidArgument("client went away".into())));
         }
     }
 }
@@ -121,40 +268,18 @@ impl CryptoService for CryptoRpc {
                 return Err(Status::from(&e));
             }
         };
-        let mut encryptor = key.encryptor(&first.context).map_err(Status::from)?;
-        let (tx, rx) = mpsc::channel(CHANNEL);
-        let ctx = self.ctx.clone();
-        tokio::spawn(async move {
-            let result = async {
-                let mut out = Vec::with_capacity(FLUSH_AT + CHUNK);
-                let mut pending = Some(first.data);
-                loop {
-                    let data = match pending.take() {
-                        Some(d) => d,
-                        None => match inbound.message().await {
-                            Ok(Some(m)) => m.data,
-                            Ok(None) => break,
-                            Err(s) => {
-                                return Err(Error::InvalidArgument(format!("request stream failed: {}", s.message())))
-                            }
-                        },
-                    };
-                    encryptor.update(&data, &mut out)?;
-                    if out.len() >= FLUSH_AT {
-                        let data = std::mem::replace(&mut out, Vec::with_capacity(FLUSH_AT + CHUNK));
-                        if tx.send(Ok(pb::EncryptResponse { data })).await.is_err() {
-                            return Err(Error::InvalidArgument("client went away".into()));
-                        }
-                    }
-                }
-                encryptor.finish(&mut out)?;
-                let _ = tx.send(Ok(pb::EncryptResponse { data: out })).await;
-                Ok(())
-            }
-            .await;
-            end_stream(&ctx, "Encrypt", start, &grant, &tx, result).await;
-        });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        let encryptor = key.encryptor(&first.context).map_err(Status::from)?;
+        let ending = Ending { ctx: self.ctx.clone(), rpc: "Encrypt", start, grant };
+        let stream = CryptoStream::new(
+            inbound,
+            |m: pb::EncryptRequest| m.data,
+            |data| pb::EncryptResponse { data },
+            encryptor,
+            &first.data,
+            false,
+            ending,
+        );
+        Ok(Response::new(Box::pin(stream)))
     }
 
     async fn decrypt(
@@ -192,42 +317,18 @@ impl CryptoService for CryptoRpc {
                 return Err(Status::from(&e));
             }
         };
-        let (tx, rx) = mpsc::channel(CHANNEL);
-        let ctx = self.ctx.clone();
-        tokio::spawn(async move {
-            let mut decryptor = decryptor;
-            let result = async {
-                let mut out = Vec::with_capacity(FLUSH_AT + CHUNK);
-                let mut pending = Some(buf.split_off(used));
-                loop {
-                    let data = match pending.take() {
-                        Some(d) => d,
-                        None => match inbound.message().await {
-                            Ok(Some(m)) => m.data,
-                            Ok(None) => break,
-                            Err(s) => {
-                                return Err(Error::InvalidArgument(format!("request stream failed: {}", s.message())))
-                            }
-                        },
-                    };
-                    let res = decryptor.update(&data, &mut out);
-                    // Authenticated chunks before a failure are still delivered, nothing after.
-                    if !out.is_empty() && (out.len() >= FLUSH_AT || res.is_err()) {
-                        let data = std::mem::replace(&mut out, Vec::with_capacity(FLUSH_AT + CHUNK));
-                        if tx.send(Ok(pb::DecryptResponse { data })).await.is_err() {
-                            return Err(Error::InvalidArgument("client went away".into()));
-                        }
-                    }
-                    res?;
-                }
-                decryptor.finish(&mut out)?;
-                let _ = tx.send(Ok(pb::DecryptResponse { data: out })).await;
-                Ok(())
-            }
-            .await;
-            end_stream(&ctx, "Decrypt", start, &grant, &tx, result).await;
-        });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        let ending = Ending { ctx: self.ctx.clone(), rpc: "Decrypt", start, grant };
+        // Authenticated chunks before a failure are still delivered, nothing after.
+        let stream = CryptoStream::new(
+            inbound,
+            |m: pb::DecryptRequest| m.data,
+            |data| pb::DecryptResponse { data },
+            decryptor,
+            &buf[used..],
+            true,
+            ending,
+        );
+        Ok(Response::new(Box::pin(stream)))
     }
 
     async fn get_random(&self, req: Request<pb::GetRandomRequest>) -> Result<Response<pb::GetRandomResponse>, Status> {
