@@ -20,25 +20,21 @@
 //!   reported as a ratio to that limit (target ≥ 0.85) and to the best tpm2-openssl
 //!   configuration (target ≥ 1.3), both with one client.
 
-use std::fs::File;
 use std::io::{BufRead, BufReader, Read as _};
 use std::net::SocketAddr;
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{bail, ensure, Context as _, Result};
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::runtime::Runtime;
 use tpm_vault_proto::v1 as pb;
 use tpm_vault_proto::v1::key_service_client::KeyServiceClient;
 
 use crate::report::{num, spread};
-use crate::sign::daemon::Setup;
+use crate::sign::daemon::{Daemon, Setup};
 use crate::sign::{Timing, KEY_NAME};
 use crate::stats::Spread;
 use crate::summary::{Check, Goal};
@@ -50,8 +46,6 @@ pub const GOAL: Goal = Goal::AtLeast(0.85);
 pub const PEER_GOAL: Goal = Goal::AtLeast(1.3);
 /// `s_time` processes at once in the concurrent variant.
 pub const CLIENTS: usize = 4;
-/// Longest wait for the daemon or the example server to come up.
-const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Handshakes per elapsed second of one server.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -166,11 +160,18 @@ pub fn run(
     mut progress: impl FnMut(&str),
 ) -> Result<TlsRound> {
     let vault = {
-        let daemon = Daemon::start(&setup.daemon, round)?;
+        std::fs::create_dir_all(&setup.daemon.work).with_context(|| format!("{}", setup.daemon.work.display()))?;
+        // The benchmark key may be used for signing, read, and given a certificate.
+        let uid = nix::unistd::getuid().as_raw();
+        let policy = format!(
+            "[[rule]]\nname = \"tls-benchmark\"\nclients = [\"uid:{uid}\"]\nkeys = [\"{KEY_NAME}\"]\n\
+             operations = [\"sign\", \"public\", \"create\"]\n"
+        );
+        let (daemon, _) = Daemon::start_with(&setup.daemon, &format!("daemon-tls-round{round}.log"), &policy)?;
         if round == 1 {
-            rt.block_on(self_sign(&daemon.socket))?;
+            rt.block_on(self_sign(daemon.socket()))?;
         }
-        let server = Example::start(&setup.example, &daemon.socket)?;
+        let server = Example::start(&setup.example, daemon.socket())?;
         let rate = measure(server.addr, timing).context("s_time against the vault example server")?;
         drop(server);
         daemon.stop()?;
@@ -352,93 +353,6 @@ async fn software_server() -> Result<(SocketAddr, tokio::sync::oneshot::Sender<(
         }
     });
     Ok((addr, stop_tx))
-}
-
-/// A `tpm-vaultd` for this phase (its own socket and policy: the benchmark key may be used for
-/// signing, read, and given a certificate); killed on drop if not stopped.
-struct Daemon {
-    child: Child,
-    socket: PathBuf,
-}
-
-impl Daemon {
-    fn start(setup: &Setup, round: usize) -> Result<Self> {
-        std::fs::create_dir_all(&setup.work).with_context(|| format!("{}", setup.work.display()))?;
-        let socket = setup.work.join("vault.sock");
-        let policies = setup.work.join("policies");
-        let config = setup.work.join("config.toml");
-        if socket.exists() {
-            std::fs::remove_file(&socket).with_context(|| format!("{}", socket.display()))?;
-        }
-        std::fs::create_dir_all(&policies)?;
-        let uid = nix::unistd::getuid().as_raw();
-        std::fs::write(
-            policies.join("bench.toml"),
-            format!(
-                "[[rule]]\nname = \"tls-benchmark\"\nclients = [\"uid:{uid}\"]\nkeys = [\"{KEY_NAME}\"]\n\
-                 operations = [\"sign\", \"public\", \"create\"]\n"
-            ),
-        )?;
-        std::fs::write(&config, "")?;
-        let log = File::create(setup.work.join(format!("daemon-tls-round{round}.log")))?;
-        let mut cmd = Command::new(&setup.bin);
-        cmd.arg("--config")
-            .arg(&config)
-            .arg("--tcti")
-            .arg(&setup.tcti)
-            .arg("--state-dir")
-            .arg(&setup.state_dir)
-            .arg("--socket")
-            .arg(&socket)
-            .arg("--policies")
-            .arg(&policies)
-            .env("RUST_LOG", &setup.rust_log)
-            .env_remove("NOTIFY_SOCKET")
-            .env_remove("LISTEN_FDS")
-            .env_remove("LISTEN_PID")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log);
-        for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with("TPM_VAULT_") {
-                cmd.env_remove(key);
-            }
-        }
-        let child = cmd.spawn().with_context(|| format!("starting {}", setup.bin.display()))?;
-        let mut daemon = Self { child, socket };
-        let started = Instant::now();
-        while UnixStream::connect(&daemon.socket).is_err() {
-            if let Some(status) = daemon.child.try_wait()? {
-                bail!("tpm-vaultd exited during start ({status})");
-            }
-            ensure!(started.elapsed() < START_TIMEOUT, "tpm-vaultd did not start within {START_TIMEOUT:?}");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        Ok(daemon)
-    }
-
-    fn stop(mut self) -> Result<()> {
-        let pid = Pid::from_raw(i32::try_from(self.child.id()).context("pid")?);
-        kill(pid, Signal::SIGTERM).context("SIGTERM to tpm-vaultd")?;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                ensure!(status.success(), "tpm-vaultd exited with {status} after SIGTERM");
-                return Ok(());
-            }
-            ensure!(Instant::now() < deadline, "tpm-vaultd still running 20 s after SIGTERM");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
 }
 
 /// The example server, killed on drop.
@@ -642,6 +556,8 @@ fn openssl_version() -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]

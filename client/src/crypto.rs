@@ -238,14 +238,8 @@ impl Client {
         tx.try_send(first).map_err(|_| channel_closed())?;
         let mut crypto = self.stream_client();
         let call = async move {
-            let mut responses = crypto.encrypt(ReceiverStream::new(rx)).await?.into_inner();
-            let mut written = 0u64;
-            while let Some(message) = responses.message().await? {
-                writer.write_all(&message.data).await.map_err(Error::Write)?;
-                written += message.data.len() as u64;
-            }
-            writer.flush().await.map_err(Error::Write)?;
-            Ok(written)
+            let responses = crypto.encrypt(ReceiverStream::new(rx)).await?.into_inner();
+            write_responses(responses, |m: &proto::EncryptResponse| &m.data, writer).await
         };
         let pump = pump(reader, tx, |data| proto::EncryptRequest { data, ..Default::default() });
         let ((), written) = tokio::try_join!(pump, call)?;
@@ -293,14 +287,8 @@ impl Client {
             .map_err(|_| channel_closed())?;
         let mut crypto = self.stream_client();
         let call = async move {
-            let mut responses = crypto.decrypt(ReceiverStream::new(rx)).await?.into_inner();
-            let mut written = 0u64;
-            while let Some(message) = responses.message().await? {
-                writer.write_all(&message.data).await.map_err(Error::Write)?;
-                written += message.data.len() as u64;
-            }
-            writer.flush().await.map_err(Error::Write)?;
-            Ok(written)
+            let responses = crypto.decrypt(ReceiverStream::new(rx)).await?.into_inner();
+            write_responses(responses, |m: &proto::DecryptResponse| &m.data, writer).await
         };
         let pump = pump(reader, tx, |data| proto::DecryptRequest { data, ..Default::default() });
         let ((), written) = tokio::try_join!(pump, call)?;
@@ -510,6 +498,26 @@ where
             return Ok(());
         }
     }
+}
+
+/// Writes the data of every response of a stream to `writer`, then flushes it; returns the
+/// bytes written.
+async fn write_responses<T, W>(
+    mut responses: tonic::Streaming<T>,
+    data: impl Fn(&T) -> &[u8],
+    writer: &mut W,
+) -> Result<u64, Error>
+where
+    W: AsyncWrite + Unpin + ?Sized,
+{
+    let mut written = 0u64;
+    while let Some(message) = responses.message().await? {
+        let bytes = data(&message);
+        writer.write_all(bytes).await.map_err(Error::Write)?;
+        written += bytes.len() as u64;
+    }
+    writer.flush().await.map_err(Error::Write)?;
+    Ok(written)
 }
 
 /// The error for a request channel that closed before the call started (cannot happen: the

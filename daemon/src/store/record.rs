@@ -119,10 +119,7 @@ pub struct PcrPolicy {
 impl KeyRecord {
     /// Serialises the record.
     pub fn to_bytes(&self) -> Vec<u8> {
-        // invariant: serialising a struct of strings, numbers and hex strings cannot fail.
-        let mut v = serde_json::to_vec_pretty(self).unwrap_or_default();
-        v.push(b'\n');
-        v
+        json_line(self, true)
     }
 
     /// Parses and checks a record read from the file for `expected`.
@@ -144,6 +141,15 @@ impl KeyRecord {
         }
         Ok(record)
     }
+}
+
+/// A record as one JSON document and a final newline; `pretty` for the small records people
+/// may read, compact for sealed records (whose ciphertext can be megabytes of hex).
+fn json_line(record: &impl Serialize, pretty: bool) -> Vec<u8> {
+    // invariant: serialising structs of strings, numbers and hex strings cannot fail.
+    let mut v = if pretty { serde_json::to_vec_pretty(record) } else { serde_json::to_vec(record) }.unwrap_or_default();
+    v.push(b'\n');
+    v
 }
 
 /// The checks every record kind shares: a known format version, and the record names the key
@@ -328,10 +334,7 @@ pub struct SealedRecord {
 impl SealedRecord {
     /// Serialises the record.
     pub fn to_bytes(&self) -> Vec<u8> {
-        // invariant: serialising strings, numbers and hex strings cannot fail.
-        let mut v = serde_json::to_vec(self).unwrap_or_default();
-        v.push(b'\n');
-        v
+        json_line(self, false)
     }
 
     /// Parses and checks a record read from the file for `expected`.
@@ -381,10 +384,7 @@ pub struct DataKeyRecord {
 impl DataKeyRecord {
     /// Serialises the record.
     pub fn to_bytes(&self) -> Vec<u8> {
-        // invariant: serialising strings, numbers and hex strings cannot fail.
-        let mut v = serde_json::to_vec_pretty(self).unwrap_or_default();
-        v.push(b'\n');
-        v
+        json_line(self, true)
     }
 
     /// Parses and checks a record read from the file for `expected`.
