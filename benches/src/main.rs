@@ -20,6 +20,7 @@
 //! AES-GCM and SHA-256 against `openssl speed`, and [`scale`] signing and daemon start with 10,
 //! 1,000 and 100,000 stored keys. After the rounds, [`device`] counts the TPM commands of every
 //! operation through the [`tap`] and projects the run onto the Jetson Orin and i.MX95.
+#![forbid(unsafe_code)]
 
 mod bulk;
 mod device;

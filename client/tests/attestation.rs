@@ -8,6 +8,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use tpm_vault_daemon::spawn::CloseInheritedFds as _;
 
 use sha2::{Digest, Sha256};
 use support::{fails, ok, Daemon};
@@ -21,8 +22,8 @@ fn fresh_nonce() -> String {
 }
 
 fn checkquote(dir: &Path, ak: &Path, nonce: &str) -> Output {
-    support::cloexec_all_fds();
     Command::new("tpm2_checkquote")
+        .close_inherited_fds()
         .arg("-u")
         .arg(ak)
         .arg("-m")
@@ -152,8 +153,8 @@ fn tampered_quotes_are_rejected_by_both_verifiers_with_the_reason_named() {
     let other_key = d.dir.path().join("other.key");
     let other_pem = d.dir.path().join("other.pem");
     openssl(&["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out"], &other_key);
-    support::cloexec_all_fds();
     let out = Command::new("openssl")
+        .close_inherited_fds()
         .args(["pkey", "-pubout", "-in"])
         .arg(&other_key)
         .arg("-out")
@@ -181,8 +182,7 @@ fn tampered_quotes_are_rejected_by_both_verifiers_with_the_reason_named() {
 }
 
 fn openssl(args: &[&str], out: &Path) {
-    support::cloexec_all_fds();
-    let status = Command::new("openssl").args(args).arg(out).output().unwrap();
+    let status = Command::new("openssl").close_inherited_fds().args(args).arg(out).output().unwrap();
     assert!(status.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&status.stderr));
 }
 
@@ -250,8 +250,8 @@ fn credential_activation_round_trip_through_the_cli() {
     let dir = d.dir.path();
     std::fs::write(dir.join("secret.bin"), b"verifier-chosen credential").unwrap();
     let make = |name: &str, out: &str| {
-        support::cloexec_all_fds();
         let out = Command::new("tpm2_makecredential")
+            .close_inherited_fds()
             .current_dir(dir)
             .args(["--tcti", "none", "-G", "rsa", "-u", "ek.pem", "-s", "secret.bin", "-n", name, "-o", out])
             .output()
@@ -290,11 +290,15 @@ fn verify_quote_reads_files_written_by_tpm2_quote() {
     let tcti = swtpm.tcti();
     // No resource manager in front of this swtpm: flush what each tool leaves loaded.
     let tool = |args: &[&str]| {
-        support::cloexec_all_fds();
-        let out = Command::new(args[0]).current_dir(dir.path()).args(&args[1..]).args(["-T", &tcti]).output().unwrap();
+        let out = Command::new(args[0])
+            .close_inherited_fds()
+            .current_dir(dir.path())
+            .args(&args[1..])
+            .args(["-T", &tcti])
+            .output()
+            .unwrap();
         assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        support::cloexec_all_fds();
-        let out = Command::new("tpm2_flushcontext").args(["-t", "-T", &tcti]).output().unwrap();
+        let out = Command::new("tpm2_flushcontext").close_inherited_fds().args(["-t", "-T", &tcti]).output().unwrap();
         assert!(out.status.success(), "flush: {}", String::from_utf8_lossy(&out.stderr));
     };
     tool(&["tpm2_createek", "-c", "ek.ctx", "-G", "rsa", "-u", "ek.pub"]);

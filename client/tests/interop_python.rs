@@ -11,6 +11,7 @@ mod support;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use tpm_vault_daemon::spawn::CloseInheritedFds as _;
 
 use nix::fcntl::{Flock, FlockArg};
 use p256::ecdsa::signature::Verifier;
@@ -63,8 +64,8 @@ fn python_grpc_client_creates_a_key_and_signs() {
     std::fs::create_dir_all(&stubs).unwrap();
     generate_stubs(&python, &stubs);
 
-    support::cloexec_all_fds();
     let out = Command::new(&python)
+        .close_inherited_fds()
         .arg("-c")
         .arg(SCRIPT)
         .arg(&stubs)
@@ -104,8 +105,7 @@ fn venv_python() -> PathBuf {
         return python;
     }
     let _ = std::fs::remove_dir_all(&venv);
-    support::cloexec_all_fds();
-    let out = Command::new("python3").arg("-m").arg("venv").arg(&venv).output();
+    let out = Command::new("python3").close_inherited_fds().arg("-m").arg("venv").arg(&venv).output();
     match out {
         Ok(out) if out.status.success() => {}
         Ok(out) => panic!(
@@ -115,8 +115,8 @@ fn venv_python() -> PathBuf {
         ),
         Err(e) => panic!("cannot run python3 ({e}); install python3 and python3-venv"),
     }
-    support::cloexec_all_fds();
     let out = Command::new(&python)
+        .close_inherited_fds()
         .args(["-m", "pip", "install", "--disable-pip-version-check", "--quiet", "grpcio", "grpcio-tools"])
         .output()
         .expect("run pip");
@@ -126,8 +126,11 @@ fn venv_python() -> PathBuf {
          them and does not pass without them.\n{}",
         text(&out.stderr)
     );
-    support::cloexec_all_fds();
-    let out = Command::new(&python).args(["-c", "import grpc, grpc_tools.protoc"]).output().expect("run python");
+    let out = Command::new(&python)
+        .close_inherited_fds()
+        .args(["-c", "import grpc, grpc_tools.protoc"])
+        .output()
+        .expect("run python");
     assert!(out.status.success(), "grpcio installed but does not import:\n{}", text(&out.stderr));
     std::fs::write(&ready, "grpcio grpcio-tools\n").unwrap();
     python
@@ -143,8 +146,8 @@ fn generate_stubs(python: &Path, out: &Path) {
         .collect();
     protos.sort();
     assert!(protos.iter().any(|p| p.ends_with("keys.proto")), "{protos:?}");
-    support::cloexec_all_fds();
     let result: Output = Command::new(python)
+        .close_inherited_fds()
         .args(["-m", "grpc_tools.protoc"])
         .arg("-I")
         .arg(&root)

@@ -6,13 +6,18 @@ mod support;
 
 use std::path::Path;
 use std::process::{Command, Output};
+use tpm_vault_daemon::spawn::CloseInheritedFds as _;
 
 use support::{fails, ok, run_cli, Daemon};
 
 /// `openssl ARGS...` in `dir`.
 fn openssl(dir: &Path, args: &[&str]) -> Output {
-    support::cloexec_all_fds();
-    Command::new("openssl").args(args).current_dir(dir).output().expect("run openssl (is it installed?)")
+    Command::new("openssl")
+        .close_inherited_fds()
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run openssl (is it installed?)")
 }
 
 /// The README tour: create, sign, export, `openssl dgst -verify`, `tpm-vault verify`.
@@ -99,8 +104,8 @@ fn key_passwords_from_env_and_file() {
 
     // From TPM_VAULT_KEY_AUTH with --auth.
     let with_env = |args: &[&str], password: &str| -> Output {
-        support::cloexec_all_fds();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_tpm-vault"));
+        cmd.close_inherited_fds();
         cmd.arg("--socket").arg(&d.socket).args(args).current_dir(dir).env("TPM_VAULT_KEY_AUTH", password);
         cmd.output().unwrap()
     };

@@ -8,6 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::{Arc, Mutex};
+use tpm_vault_daemon::spawn::CloseInheritedFds as _;
 
 use sha2::Digest as _;
 use tokio::net::UnixListener;
@@ -308,6 +309,7 @@ fn run_cli(socket: &Path, args: &[&str], stdin: Option<&[u8]>) -> Output {
     use std::process::Stdio;
 
     let mut child = Command::new(env!("CARGO_BIN_EXE_tpm-vault"))
+        .close_inherited_fds()
         .arg("--socket")
         .arg(socket)
         .args(args)

@@ -8,6 +8,7 @@ mod support;
 
 use std::path::Path;
 use std::process::Command;
+use tpm_vault_daemon::spawn::CloseInheritedFds as _;
 
 use sha2::{Digest, Sha256};
 use support::{fails, ok, Daemon};
@@ -36,8 +37,7 @@ fn run(cmd: &mut Command) {
 fn openssl_authority(dir: &Path, name: &str) -> (String, String) {
     let key = format!("{name}.key");
     let public = format!("{name}.pem");
-    support::cloexec_all_fds();
-    run(Command::new("openssl").current_dir(dir).args([
+    run(Command::new("openssl").close_inherited_fds().current_dir(dir).args([
         "genpkey",
         "-algorithm",
         "EC",
@@ -46,8 +46,10 @@ fn openssl_authority(dir: &Path, name: &str) -> (String, String) {
         "-out",
         &key,
     ]));
-    support::cloexec_all_fds();
-    run(Command::new("openssl").current_dir(dir).args(["pkey", "-in", &key, "-pubout", "-out", &public]));
+    run(Command::new("openssl")
+        .close_inherited_fds()
+        .current_dir(dir)
+        .args(["pkey", "-in", &key, "-pubout", "-out", &public]));
     (key, public)
 }
 
@@ -179,8 +181,13 @@ fn signed_policies_carry_a_secret_across_a_kernel_update() {
     fails(&d.cli(&["unseal", "fleet", "--policy", "forged.policy"]), 5);
 
     // A SEC1 key works too, and the library's offline signer produces what the CLI does.
-    support::cloexec_all_fds();
-    run(Command::new("openssl").current_dir(dir).args(["ec", "-in", &key, "-out", "authority.sec1"]));
+    run(Command::new("openssl").close_inherited_fds().current_dir(dir).args([
+        "ec",
+        "-in",
+        &key,
+        "-out",
+        "authority.sec1",
+    ]));
     let pem = std::fs::read_to_string(dir.join("authority.sec1")).unwrap();
     assert!(pem.contains("BEGIN EC PRIVATE KEY"), "{pem}");
     let authority = PolicyAuthority::from_pem(&pem).unwrap();

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tpm_vault_daemon::spawn::CloseInheritedFds as _;
 
 use rcgen::{BasicConstraints, CertificateParams, CertificateSigningRequestParams, DnType, IsCa, Issuer, KeyPair};
 use rustls::pki_types::pem::PemObject;
@@ -90,12 +91,16 @@ fn csr_verifies_and_ca_issued_chain_is_checked_on_import() {
     ]));
     assert!(csr.starts_with("-----BEGIN CERTIFICATE REQUEST-----"), "{csr}");
     std::fs::write(dir.join("req.pem"), &csr).unwrap();
-    support::cloexec_all_fds();
-    let verify = run(Command::new("openssl").args(["req", "-in", "req.pem", "-verify", "-noout"]).current_dir(dir));
+    let verify = run(Command::new("openssl")
+        .close_inherited_fds()
+        .args(["req", "-in", "req.pem", "-verify", "-noout"])
+        .current_dir(dir));
     ok(&verify);
     assert!(String::from_utf8_lossy(&verify.stderr).contains("verify OK"), "{verify:?}");
-    support::cloexec_all_fds();
-    let text = ok(&run(Command::new("openssl").args(["req", "-in", "req.pem", "-noout", "-text"]).current_dir(dir)));
+    let text = ok(&run(Command::new("openssl")
+        .close_inherited_fds()
+        .args(["req", "-in", "req.pem", "-noout", "-text"])
+        .current_dir(dir)));
     assert!(text.contains("CN = device-1, O = Example") || text.contains("CN=device-1, O=Example"), "{text}");
     assert!(text.contains("DNS:device-1.example") && text.contains("IP Address:10.0.0.7"), "{text}");
     assert!(text.contains("URI:spiffe://example.org/device-1"), "{text}");
@@ -105,12 +110,15 @@ fn csr_verifies_and_ca_issued_chain_is_checked_on_import() {
     let leaf = ca.issue(&csr);
     std::fs::write(dir.join("ca.pem"), &ca.pem).unwrap();
     std::fs::write(dir.join("leaf.pem"), &leaf).unwrap();
-    support::cloexec_all_fds();
-    let verified = ok(&run(Command::new("openssl").args(["verify", "-CAfile", "ca.pem", "leaf.pem"]).current_dir(dir)));
+    let verified = ok(&run(Command::new("openssl")
+        .close_inherited_fds()
+        .args(["verify", "-CAfile", "ca.pem", "leaf.pem"])
+        .current_dir(dir)));
     assert!(verified.contains("leaf.pem: OK"), "{verified}");
-    support::cloexec_all_fds();
-    let leaf_key =
-        ok(&run(Command::new("openssl").args(["x509", "-noout", "-pubkey", "-in", "leaf.pem"]).current_dir(dir)));
+    let leaf_key = ok(&run(Command::new("openssl")
+        .close_inherited_fds()
+        .args(["x509", "-noout", "-pubkey", "-in", "leaf.pem"])
+        .current_dir(dir)));
     let vault_key = ok(&daemon.cli(&["key", "public", "device"]));
     assert_eq!(leaf_key.trim(), vault_key.trim());
 
@@ -152,9 +160,10 @@ fn csr_verifies_and_ca_issued_chain_is_checked_on_import() {
     // Self-signed: stored, version bumped, accepted by OpenSSL as its own anchor.
     let self_signed = ok(&daemon.cli(&["cert", "self-sign", "device", "--subject", "CN=device-1", "--days", "7"]));
     std::fs::write(dir.join("self.pem"), &self_signed).unwrap();
-    support::cloexec_all_fds();
-    let verified =
-        ok(&run(Command::new("openssl").args(["verify", "-CAfile", "self.pem", "self.pem"]).current_dir(dir)));
+    let verified = ok(&run(Command::new("openssl")
+        .close_inherited_fds()
+        .args(["verify", "-CAfile", "self.pem", "self.pem"])
+        .current_dir(dir)));
     assert!(verified.contains("OK"), "{verified}");
     let json = ok(&daemon.cli(&["--output", "json", "cert", "show", "device"]));
     assert_eq!(serde_json::from_str::<serde_json::Value>(&json).unwrap()["version"], 2);
@@ -170,8 +179,8 @@ struct ExampleServer {
 
 impl ExampleServer {
     fn start(daemon: &Daemon, key: &str, current_thread: bool) -> ExampleServer {
-        support::cloexec_all_fds();
         let mut cmd = Command::new(example_binary());
+        cmd.close_inherited_fds();
         cmd.args(["--key", key, "--listen", "127.0.0.1:0", "--refresh-secs", "1", "--socket"])
             .arg(&daemon.socket)
             .stdin(Stdio::null())
@@ -219,8 +228,8 @@ fn example_binary() -> PathBuf {
     let path = profile_dir.join("examples").join("tls_server");
     if !path.exists() {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        support::cloexec_all_fds();
         let status = Command::new(cargo)
+            .close_inherited_fds()
             .args(["build", "-p", "tpm-vault-client", "--example", "tls_server"])
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .status()
@@ -261,8 +270,8 @@ fn example_server_speaks_to_openssl_curl_and_rustls() {
     let mut server = ExampleServer::start(&daemon, "web", false);
     let addr = server.addr.to_string();
 
-    support::cloexec_all_fds();
     let s_client = run(Command::new("openssl")
+        .close_inherited_fds()
         .args(["s_client", "-connect", &addr, "-tls1_3", "-CAfile", "ca.pem", "-servername", "localhost"])
         .current_dir(dir));
     let text = String::from_utf8_lossy(&s_client.stdout);
@@ -271,8 +280,8 @@ fn example_server_speaks_to_openssl_curl_and_rustls() {
     assert!(text.contains("CN = localhost, O = Example") || text.contains("CN=localhost, O=Example"), "{text}");
 
     let port = server.addr.port();
-    support::cloexec_all_fds();
     let curl = ok(&run(Command::new("curl")
+        .close_inherited_fds()
         .args(["-sS", "--cacert", "ca.pem", "-w", "\n%{http_code}", "--resolve"])
         .arg(format!("localhost:{port}:127.0.0.1"))
         .arg(format!("https://localhost:{port}/"))

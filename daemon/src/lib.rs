@@ -10,14 +10,16 @@
 //! - [`crypto`]: in-core cryptography (verification; bulk crypto later).
 //! - [`model`]: validated domain types; [`error`]: the error type; [`metrics`]: counters.
 //! - [`config`], [`server`], [`simulator`]: configuration, the listener/lifecycle, and the
-//!   private swtpm used when the machine has no TPM.
+//!   private swtpm used when the machine has no TPM; [`spawn`]: child processes that
+//!   inherit no TPM socket.
 //! - [`tls`]: TPM-resident TLS keys in-process (a rustls signing key over the TPM actor) and
 //!   the `--listen` gRPC-over-TLS listener with client certificates.
 //! - [`systemd`], [`telemetry`]: readiness, stopping and watchdog messages to systemd, and the
 //!   optional Prometheus endpoint.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![deny(missing_docs, missing_debug_implementations)]
-#![forbid(unsafe_code)]
+// One audited exception: `spawn` runs a close_range hook between fork and exec.
+#![deny(unsafe_code)]
 
 pub mod auth;
 pub mod config;
@@ -28,6 +30,7 @@ pub mod model;
 pub mod rpc;
 pub mod server;
 pub mod simulator;
+pub mod spawn;
 pub mod store;
 pub mod systemd;
 pub mod telemetry;

@@ -4,6 +4,7 @@
 //! Exit codes: 0 after a clean shutdown (or a valid `--check-config`), 64 (EX_USAGE) for a bad
 //! command line, environment, config file or policy directory (one line on stderr naming the
 //! setting, file and line), 1 when the daemon cannot start or fails while serving.
+#![forbid(unsafe_code)]
 
 use std::process::ExitCode;
 

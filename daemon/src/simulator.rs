@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use nix::fcntl::{Flock, FlockArg};
 
+use crate::spawn::CloseInheritedFds as _;
+
 /// Why the simulator could not be started.
 #[derive(Debug, thiserror::Error)]
 pub enum SimulatorError {
@@ -157,6 +159,7 @@ impl Drop for Swtpm {
 fn spawn(state_dir: &Path, port: u16) -> Result<Child, SimulatorError> {
     let pid_file = state_dir.join("swtpm.pid");
     Command::new("swtpm")
+        .close_inherited_fds()
         .arg("socket")
         .arg("--tpm2")
         .arg("--tpmstate")

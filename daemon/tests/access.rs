@@ -9,6 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
+use tpm_vault_daemon::spawn::CloseInheritedFds as _;
 
 use support::{DaemonEnv, TpmEnv};
 use tonic::Code;
@@ -51,8 +52,8 @@ async fn another_uid_gets_exactly_what_its_rule_allows_and_the_audit_log_has_bot
     std::fs::set_permissions(env.tpm.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod dir");
     std::fs::set_permissions(&env.socket, std::fs::Permissions::from_mode(0o666)).expect("chmod socket");
     let exe = std::env::current_exe().expect("exe");
-    support::cloexec_all_fds();
     let out = std::process::Command::new("setpriv")
+        .close_inherited_fds()
         .args(["--reuid", &NOBODY.to_string(), "--regid", &NOBODY.to_string(), "--clear-groups"])
         .arg(exe)
         .args(["--ignored", "--exact", "client_running_as_nobody", "--nocapture"])

@@ -8,6 +8,7 @@ use p256::ecdsa::signature::Verifier;
 use p256::pkcs8::DecodePublicKey;
 use support::TpmEnv;
 use tpm_vault_daemon::model::{HashAlg, PcrBank, PcrSelection};
+use tpm_vault_daemon::spawn::CloseInheritedFds as _;
 use tpm_vault_daemon::Error;
 
 fn pcrs_0_9() -> PcrSelection {
@@ -77,6 +78,7 @@ async fn credential_activation_round_trip() {
     std::fs::write(dir.join("ek.pem"), ek_pem).expect("write");
     std::fs::write(dir.join("secret.bin"), b"verifier-chosen credential").expect("write");
     let out = std::process::Command::new("tpm2_makecredential")
+        .close_inherited_fds()
         .args(["--tcti", "none", "-G", "rsa", "-u"])
         .arg(dir.join("ek.pem"))
         .arg("-s")
@@ -96,6 +98,7 @@ async fn credential_activation_round_trip() {
     assert_eq!(recovered, b"verifier-chosen credential");
     // A credential bound to another name is refused.
     let out = std::process::Command::new("tpm2_makecredential")
+        .close_inherited_fds()
         .args(["--tcti", "none", "-G", "rsa", "-u"])
         .arg(dir.join("ek.pem"))
         .arg("-s")

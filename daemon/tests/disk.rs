@@ -7,6 +7,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
+use tpm_vault_daemon::spawn::CloseInheritedFds as _;
 
 use support::{DaemonEnv, TpmEnv};
 use tonic::Code;
@@ -19,6 +20,7 @@ impl Tmpfs {
     fn mount(at: &Path, size: &str) -> Self {
         std::fs::create_dir_all(at).expect("mount point");
         let out = Command::new("mount")
+            .close_inherited_fds()
             .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0700"), "tmpfs"])
             .arg(at)
             .output()
@@ -28,14 +30,19 @@ impl Tmpfs {
     }
 
     fn remount_read_only(&self) {
-        let out = Command::new("mount").args(["-o", "remount,ro"]).arg(&self.0).output().expect("remount");
+        let out = Command::new("mount")
+            .close_inherited_fds()
+            .args(["-o", "remount,ro"])
+            .arg(&self.0)
+            .output()
+            .expect("remount");
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     }
 }
 
 impl Drop for Tmpfs {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        let _ = Command::new("umount").close_inherited_fds().arg("-l").arg(&self.0).status();
     }
 }
 

@@ -9,6 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tpm_vault_daemon::spawn::CloseInheritedFds as _;
 
 use support::{DaemonEnv, TpmEnv};
 use tpm_vault_daemon::auth::audit::AuditLog;
@@ -67,8 +68,8 @@ async fn a_greedy_client_cannot_starve_another() {
         }));
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    support::cloexec_all_fds();
     let out = tokio::process::Command::new("setpriv")
+        .close_inherited_fds()
         .args(["--reuid", &NOBODY.to_string(), "--regid", &NOBODY.to_string(), "--clear-groups"])
         .arg(std::env::current_exe().expect("exe"))
         .args(["--ignored", "--exact", "victim", "--nocapture"])

@@ -9,6 +9,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use tpm_vault_daemon::spawn::CloseInheritedFds as _;
 
 use nix::sys::signal::Signal;
 use support::{send_signal, wait_exit, KillOnDrop, ProcEnv};
@@ -129,6 +130,7 @@ async fn drain_on(signal: Signal, grace_ms: Option<u64>) {
 fn check_config(config_text: Option<&str>, extra: &[&str]) -> (Option<i32>, String, String) {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tpm-vaultd"));
+    cmd.close_inherited_fds();
     cmd.arg("--check-config").env_remove("TPM_VAULT_CONFIG").env_remove("TPM_VAULT_METRICS_LISTEN");
     if let Some(text) = config_text {
         let path = dir.path().join("config.toml");

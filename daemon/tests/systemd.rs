@@ -11,6 +11,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
+use tpm_vault_daemon::spawn::CloseInheritedFds as _;
 
 use nix::sys::signal::Signal;
 use support::{send_signal, wait_exit, KillOnDrop, ProcEnv};
@@ -38,7 +39,7 @@ fn unit_files() -> Vec<PathBuf> {
 }
 
 fn have(tool: &str) -> bool {
-    let found = Command::new(tool).arg("--version").output().is_ok();
+    let found = Command::new(tool).close_inherited_fds().arg("--version").output().is_ok();
     if !found {
         eprintln!("SKIPPED: {tool} not installed (apt-get install systemd)");
     }
@@ -73,6 +74,7 @@ fn every_unit_passes_systemd_analyze_verify() {
         names.push(dir.path().join(&name));
     }
     let out = Command::new("systemd-analyze")
+        .close_inherited_fds()
         .arg("verify")
         .arg("--man=no")
         .args(&names)
@@ -90,6 +92,7 @@ fn service_exposure_is_at_most_2() {
         return;
     }
     let out = Command::new("systemd-analyze")
+        .close_inherited_fds()
         .args(["security", "--offline=true", "--no-pager"])
         .arg(units_dir().join("tpm-vaultd.service"))
         .output()
@@ -144,6 +147,7 @@ fn sysusers_and_tmpfiles_apply_to_a_scratch_root() {
     std::fs::create_dir(root.path().join("etc")).expect("etc");
     let sysusers = units_dir().join("sysusers.d/tpm-vault.conf");
     let out = Command::new("systemd-sysusers")
+        .close_inherited_fds()
         .arg(format!("--root={}", root.path().display()))
         .arg(&sysusers)
         .output()
@@ -161,6 +165,7 @@ fn sysusers_and_tmpfiles_apply_to_a_scratch_root() {
     );
     let tmpfiles = units_dir().join("tmpfiles.d/tpm-vault.conf");
     let out = Command::new("systemd-tmpfiles")
+        .close_inherited_fds()
         .arg(format!("--root={}", root.path().display()))
         .arg("--create")
         .arg(&tmpfiles)
@@ -184,6 +189,7 @@ async fn socket_activation_serves_with_peer_credentials() {
     }
     let mut env = ProcEnv::new();
     let mut cmd = Command::new("systemd-socket-activate");
+    cmd.close_inherited_fds();
     cmd.arg("-l").arg(&env.socket);
     for var in ["NOTIFY_SOCKET", "TSS2_LOG", "RUST_LOG"] {
         cmd.arg("-E").arg(var);
@@ -225,6 +231,7 @@ async fn socket_activation_serves_with_peer_credentials() {
         std::fs::set_permissions(env.tpm.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
         std::fs::set_permissions(&env.socket, std::fs::Permissions::from_mode(0o666)).expect("chmod socket");
         let out = Command::new(std::env::current_exe().expect("test binary"))
+            .close_inherited_fds()
             .args(["--exact", "peer_credentials_helper", "--ignored", "--nocapture", "--test-threads=1"])
             .env(HELPER_SOCKET, &env.socket)
             .uid(OTHER_UID)

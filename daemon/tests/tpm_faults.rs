@@ -4,6 +4,7 @@
 mod support;
 
 use std::time::{Duration, Instant};
+use tpm_vault_daemon::spawn::CloseInheritedFds as _;
 
 use support::proxy::{TpmProxy, CC_SIGN, CC_UNSEAL, RC_PCR_CHANGED};
 use support::{DaemonEnv, TpmEnv};
@@ -84,8 +85,8 @@ async fn pcr_changed_during_a_policy_session_is_retried_from_a_new_session() {
 async fn lockout_from_password_guessing_spares_keys_without_a_password() {
     let env = TpmEnv::start();
     // Two tries, one forgiven every 30 s (swtpm's defaults: 3 tries, 1,000 s).
-    support::cloexec_all_fds();
     let out = std::process::Command::new("tpm2_dictionarylockout")
+        .close_inherited_fds()
         .args(["--setup-parameters", "--max-tries=2", "--recovery-time=30", "--lockout-recovery-time=0"])
         .args(["-T", &env.swtpm.tcti()])
         .output()

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
+use tpm_vault_daemon::spawn::CloseInheritedFds as _;
 
 use tempfile::TempDir;
 use tokio::sync::oneshot;
@@ -157,8 +158,8 @@ impl Drop for Daemon {
 /// Runs the `tpm-vault` binary against `socket` in `cwd`, feeding `stdin` from a thread (so
 /// large inputs cannot deadlock against a full stdout pipe).
 pub fn run_cli(socket: &Path, args: &[&str], stdin: &[u8], cwd: &Path) -> Output {
-    cloexec_all_fds();
     let mut child = Command::new(env!("CARGO_BIN_EXE_tpm-vault"))
+        .close_inherited_fds()
         .arg("--socket")
         .arg(socket)
         .args(args)
@@ -212,21 +213,4 @@ fn policy(rules: &str) -> Access {
 /// Deterministic test data of `len` bytes (not all zero, not periodic at chunk size).
 pub fn data(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i.wrapping_mul(31) % 253) as u8).collect()
-}
-
-/// Marks every open descriptor close-on-exec; call right before spawning a child process.
-/// The in-process daemon's TPM connection is a libtss2 swtpm socket opened per command WITHOUT
-/// close-on-exec: a child inheriting one keeps it open, swtpm (one connection at a time) keeps
-/// serving it, and the daemon's next command hangs.
-pub fn cloexec_all_fds() {
-    use nix::fcntl::{fcntl, FcntlArg, FdFlag};
-    if let Ok(entries) = std::fs::read_dir("/proc/self/fd") {
-        for e in entries.flatten() {
-            if let Some(fd) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) {
-                if fd > 2 {
-                    let _ = fcntl(fd, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC));
-                }
-            }
-        }
-    }
 }

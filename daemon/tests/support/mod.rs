@@ -5,6 +5,7 @@ pub mod proxy;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use tpm_vault_daemon::spawn::CloseInheritedFds as _;
 
 use tempfile::TempDir;
 use tpm_vault_daemon::model::KeyName;
@@ -175,6 +176,7 @@ impl ProcEnv {
     /// `tpm-vaultd` with [`ProcEnv::args`], `NOTIFY_SOCKET` and stderr into a file.
     pub fn command(&self) -> std::process::Command {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tpm-vaultd"));
+        cmd.close_inherited_fds();
         cmd.args(self.args());
         self.child_env(&mut cmd);
         cmd
@@ -307,21 +309,4 @@ pub fn allow_self_access() -> tpm_vault_daemon::auth::Access {
     let mut policy = tpm_vault_daemon::auth::Policy::default();
     policy.add_file(Path::new("test.toml"), &allow_self_policy()).expect("policy");
     tpm_vault_daemon::auth::Access::with_policy(policy, tpm_vault_daemon::auth::audit::AuditLog::tracing_only())
-}
-
-/// Marks every open file descriptor close-on-exec before a test spawns a child process.
-/// libtss2's swtpm TCTI opens its sockets without CLOEXEC: a child would inherit the vault's
-/// TPM connection and, since swtpm serves one connection at a time, keep it busy after the
-/// vault reconnects, hanging the vault.
-pub fn cloexec_all_fds() {
-    use nix::fcntl::{fcntl, FcntlArg, FdFlag};
-    if let Ok(entries) = std::fs::read_dir("/proc/self/fd") {
-        for e in entries.flatten() {
-            if let Some(fd) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) {
-                if fd > 2 {
-                    let _ = fcntl(fd, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC));
-                }
-            }
-        }
-    }
 }
