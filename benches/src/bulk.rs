@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
+use tpm_vault_daemon::spawn::CloseInheritedFds as _;
 
 use anyhow::{bail, ensure, Context as _, Result};
 use tokio::io::{AsyncReadExt, AsyncWrite};
@@ -105,6 +106,7 @@ pub struct BulkRound {
 /// Whether `openssl speed` can run.
 pub fn openssl_available() -> bool {
     Command::new("openssl")
+        .close_inherited_fds()
         .arg("version")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -158,6 +160,7 @@ fn sha_in_core(timing: Timing, pids: Pids) -> Result<f64> {
 
 fn openssl(args: &[&str]) -> Result<String> {
     let out = Command::new("openssl")
+        .close_inherited_fds()
         .arg("speed")
         .args(["-elapsed", "-mr"])
         .args(args)

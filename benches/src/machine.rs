@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
+use tpm_vault_daemon::spawn::CloseInheritedFds as _;
 
 /// What a report records about where it ran.
 #[derive(Debug, Clone)]
@@ -62,7 +63,7 @@ fn cpu_model(cpuinfo: &str) -> Option<String> {
 }
 
 fn first_line(cmd: &str, args: &[&str]) -> Option<String> {
-    let out = Command::new(cmd).args(args).output().ok()?;
+    let out = Command::new(cmd).close_inherited_fds().args(args).output().ok()?;
     if !out.status.success() {
         return None;
     }
@@ -87,6 +88,7 @@ fn tpm2_tools_version() -> Option<String> {
 fn revision(workspace: &Path) -> String {
     let git = |args: &[&str]| {
         Command::new("git")
+            .close_inherited_fds()
             .arg("-C")
             .arg(workspace)
             .args(args)

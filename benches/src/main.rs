@@ -41,6 +41,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
+use tpm_vault_daemon::spawn::CloseInheritedFds as _;
 
 use anyhow::{bail, ensure, Context as _, Result};
 use clap::Parser;
@@ -213,6 +214,7 @@ fn daemon_binary(explicit: Option<&Path>, workspace: &Path, notes: &mut Vec<Stri
     let candidate = dir.join("tpm-vaultd");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
     let mut build = Command::new(&cargo);
+    build.close_inherited_fds();
     build.args(["build", "-p", "tpm-vault-daemon", "--bin", "tpm-vaultd"]).current_dir(workspace);
     if !cfg!(debug_assertions) {
         build.arg("--release");

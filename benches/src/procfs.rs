@@ -5,6 +5,7 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
+use tpm_vault_daemon::spawn::CloseInheritedFds as _;
 
 use anyhow::{anyhow, bail, Context, Result};
 
@@ -127,6 +128,7 @@ fn clock_ticks() -> u64 {
     static TICKS: OnceLock<u64> = OnceLock::new();
     *TICKS.get_or_init(|| {
         Command::new("getconf")
+            .close_inherited_fds()
             .arg("CLK_TCK")
             .output()
             .ok()

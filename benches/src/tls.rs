@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Instant;
+use tpm_vault_daemon::spawn::CloseInheritedFds as _;
 
 use anyhow::{bail, ensure, Context as _, Result};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -116,6 +117,7 @@ pub fn example_binary(workspace: &Path) -> Result<PathBuf> {
     let candidate = dir.join("examples").join("tls_server");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut build = Command::new(cargo);
+    build.close_inherited_fds();
     build.args(["build", "-p", "tpm-vault-client", "--example", "tls_server"]).current_dir(workspace);
     if !cfg!(debug_assertions) {
         build.arg("--release");
@@ -133,6 +135,7 @@ pub fn example_binary(workspace: &Path) -> Result<PathBuf> {
 /// Whether `openssl s_time` can run.
 pub fn available() -> bool {
     Command::new("openssl")
+        .close_inherited_fds()
         .arg("version")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -258,6 +261,7 @@ fn s_time(addr: SocketAddr, secs: u64, clients: usize) -> Result<f64> {
     let mut readers = Vec::with_capacity(clients);
     for _ in 0..clients {
         let mut child = Command::new("openssl")
+            .close_inherited_fds()
             .args(["s_time", "-connect", &addr.to_string(), "-new", "-time", &secs.to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -364,6 +368,7 @@ struct Example {
 impl Example {
     fn start(bin: &Path, socket: &Path) -> Result<Self> {
         let mut child = Command::new(bin)
+            .close_inherited_fds()
             .args(["--key", KEY_NAME, "--listen", "127.0.0.1:0", "--socket"])
             .arg(socket)
             .stdin(Stdio::null())
@@ -547,6 +552,7 @@ pub fn markdown(rounds: &[TlsRound], timing: Timing, skipped: &[(Server, String)
 /// `3.0.13` from `openssl version`, or `3` if it cannot be read.
 fn openssl_version() -> String {
     Command::new("openssl")
+        .close_inherited_fds()
         .arg("version")
         .output()
         .ok()

@@ -17,6 +17,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use tpm_vault_daemon::spawn::CloseInheritedFds as _;
 
 use anyhow::{bail, ensure, Context as _, Result};
 use nix::sys::signal::{kill, Signal};
@@ -134,7 +135,12 @@ impl Peers {
 /// Why the tpm2 provider cannot be loaded, if it cannot.
 fn provider_missing() -> Option<String> {
     let dir = std::env::var_os("OPENSSL_MODULES").map(PathBuf::from).or_else(|| {
-        let out = Command::new("openssl").args(["version", "-m"]).stderr(Stdio::null()).output().ok()?;
+        let out = Command::new("openssl")
+            .close_inherited_fds()
+            .args(["version", "-m"])
+            .stderr(Stdio::null())
+            .output()
+            .ok()?;
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         let dir = text.split_once("MODULESDIR:")?.1.trim().trim_matches('"').to_owned();
         Some(PathBuf::from(dir))
@@ -156,7 +162,7 @@ fn abrmd_missing() -> Option<String> {
     // ldconfig is in /sbin, which a user's PATH may lack.
     let libraries = ["ldconfig", "/sbin/ldconfig", "/usr/sbin/ldconfig"]
         .iter()
-        .find_map(|ldconfig| Command::new(ldconfig).arg("-p").stderr(Stdio::null()).output().ok())
+        .find_map(|ldconfig| Command::new(ldconfig).close_inherited_fds().arg("-p").stderr(Stdio::null()).output().ok())
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
         .unwrap_or_default();
     if !libraries.contains("libtss2-tcti-tabrmd.so") {
@@ -236,6 +242,7 @@ impl Files {
 /// Runs `openssl ARGS MORE` with the tpm2 provider pointed at `tcti`.
 fn openssl(args: &[&str], more: &[&str], tcti: &str) -> Result<()> {
     let out = Command::new("openssl")
+        .close_inherited_fds()
         .args(args)
         .args(more)
         .env("TPM2OPENSSL_TCTI", tcti)
@@ -317,6 +324,7 @@ impl SServer {
     fn start(args: &[String], env: &[(&str, String)], log: &Path) -> Result<Self> {
         let out = File::create(log).with_context(|| format!("{}", log.display()))?;
         let mut cmd = Command::new("openssl");
+        cmd.close_inherited_fds();
         cmd.args(args).env_remove("TPM2OPENSSL_TCTI").stdin(Stdio::null()).stdout(out.try_clone()?).stderr(out);
         for (k, v) in env {
             cmd.env(k, v);
@@ -364,6 +372,7 @@ impl Bus {
             std::fs::remove_file(&socket).with_context(|| format!("{}", socket.display()))?;
         }
         let mut child = Command::new("dbus-daemon")
+            .close_inherited_fds()
             .args(["--session", "--nofork", "--nopidfile", "--print-address=1"])
             .arg(format!("--address=unix:path={}", socket.display()))
             .stdin(Stdio::null())
@@ -399,6 +408,7 @@ impl Abrmd {
     fn start(tcti: &str, bus: &str, log: &Path) -> Result<Self> {
         let out = File::create(log).with_context(|| format!("{}", log.display()))?;
         let mut cmd = Command::new("tpm2-abrmd");
+        cmd.close_inherited_fds();
         cmd.args(["--session", "--flush-all"]).arg(format!("--tcti={tcti}"));
         if nix::unistd::geteuid().is_root() {
             cmd.arg("--allow-root");
@@ -429,6 +439,7 @@ impl Abrmd {
 /// Whether tpm2-abrmd owns its name on `bus` yet.
 fn name_has_owner(bus: &str) -> Result<bool> {
     let out = Command::new("dbus-send")
+        .close_inherited_fds()
         .args([
             "--session",
             "--print-reply",

@@ -14,6 +14,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use tpm_vault_daemon::spawn::CloseInheritedFds as _;
 
 use anyhow::{bail, ensure, Context as _, Result};
 use nix::sys::signal::{kill, Signal};
@@ -136,6 +137,7 @@ impl Daemon {
         let err = out.try_clone()?;
 
         let mut cmd = Command::new(&setup.bin);
+        cmd.close_inherited_fds();
         cmd.arg("--config")
             .arg(&config)
             .arg("--tcti")

@@ -17,6 +17,7 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use tpm_vault_daemon::spawn::CloseInheritedFds as _;
 
 use anyhow::{bail, ensure, Context as _, Result};
 use tpm_vault_daemon::crypto::verify;
@@ -102,6 +103,7 @@ pub struct Tools {
 /// Whether tpm2-tools is installed.
 pub fn available() -> bool {
     Command::new("tpm2_sign")
+        .close_inherited_fds()
         .arg("--version")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -128,6 +130,7 @@ impl Tools {
     /// Runs one tpm2-tools command in the work directory; fails with its stderr.
     fn tool(&self, name: &str, args: &[&str]) -> Result<()> {
         let out = Command::new(name)
+            .close_inherited_fds()
             .args(args.iter().map(OsStr::new))
             .current_dir(&self.dir)
             .env("TPM2TOOLS_TCTI", &self.tcti)
