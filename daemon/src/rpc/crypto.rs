@@ -16,7 +16,7 @@ use tonic::{Request, Response, Status, Streaming};
 use tpm_vault_proto::v1 as pb;
 use tpm_vault_proto::v1::crypto_service_server::CryptoService;
 
-use super::{observe, pcr_binding, Ctx};
+use super::{pcr_binding, Ctx};
 use crate::auth::{identity, Grant, Operation, Peer};
 use crate::crypto::drbg::MAX_REQUEST;
 use crate::crypto::stream::{Decryptor, Encryptor, Header};
@@ -215,37 +215,31 @@ impl CryptoService for CryptoRpc {
     type DecryptStream = ResponseStream<pb::DecryptResponse>;
 
     async fn create_data_key(&self, req: Request<pb::CreateDataKeyRequest>) -> Result<Response<pb::DataKey>, Status> {
-        let start = Instant::now();
         let uid = Peer::of(&req).map_or(0, |p| p.uid);
-        let who = identity(&req);
-        let r = req.into_inner();
-        let mut grant = None;
-        let result = async {
-            let name = KeyName::try_from(r.name.as_str())?;
-            grant = Some(self.ctx.authorize(who, Operation::Create, Some(&name)).await?);
-            let pcr = r.pcr_binding.map(pcr_binding).transpose()?;
-            let key_id = self.ctx.vault.create_data_key(name.clone(), uid, pcr).await?;
-            Ok(pb::DataKey { name: name.to_string(), key_id })
-        }
-        .await;
-        observe(&self.ctx, "CreateDataKey", start, grant, result)
+        self.ctx
+            .on_key(
+                "CreateDataKey",
+                req,
+                Operation::Create,
+                |r| &r.name,
+                |r, name| async move {
+                    let pcr = r.pcr_binding.map(pcr_binding).transpose()?;
+                    let key_id = self.ctx.vault.create_data_key(name.clone(), uid, pcr).await?;
+                    Ok(pb::DataKey { name: name.to_string(), key_id })
+                },
+            )
+            .await
     }
 
     async fn delete_data_key(
         &self,
         req: Request<pb::DeleteDataKeyRequest>,
     ) -> Result<Response<pb::DeleteDataKeyResponse>, Status> {
-        let start = Instant::now();
-        let who = identity(&req);
-        let r = req.into_inner();
-        let mut grant = None;
-        let result = async {
-            let name = KeyName::try_from(r.name.as_str())?;
-            grant = Some(self.ctx.authorize(who, Operation::Delete, Some(&name)).await?);
-            self.ctx.vault.delete_data_key(&name).await
-        }
-        .await;
-        observe(&self.ctx, "DeleteDataKey", start, grant, result.map(|()| pb::DeleteDataKeyResponse {}))
+        self.ctx
+            .on_key("DeleteDataKey", req, Operation::Delete, |r| &r.name, |_, name| async move {
+                self.ctx.vault.delete_data_key(&name).await.map(|()| pb::DeleteDataKeyResponse {})
+            })
+            .await
     }
 
     async fn encrypt(
@@ -332,21 +326,16 @@ impl CryptoService for CryptoRpc {
     }
 
     async fn get_random(&self, req: Request<pb::GetRandomRequest>) -> Result<Response<pb::GetRandomResponse>, Status> {
-        let start = Instant::now();
-        let who = identity(&req);
-        let r = req.into_inner();
-        let mut grant = None;
-        let result = async {
-            grant = Some(self.ctx.authorize(who, Operation::Random, None).await?);
-            let n = r.length as usize;
-            if n == 0 || n > MAX_REQUEST {
-                return Err(Error::InvalidArgument(format!("length must be 1 to {MAX_REQUEST}")));
-            }
-            let mut data = vec![0u8; n];
-            self.ctx.vault.random(&mut data)?;
-            Ok(pb::GetRandomResponse { data })
-        }
-        .await;
-        observe(&self.ctx, "GetRandom", start, grant, result)
+        self.ctx
+            .on_vault("GetRandom", req, Operation::Random, |r| async move {
+                let n = r.length as usize;
+                if n == 0 || n > MAX_REQUEST {
+                    return Err(Error::InvalidArgument(format!("length must be 1 to {MAX_REQUEST}")));
+                }
+                let mut data = vec![0u8; n];
+                self.ctx.vault.random(&mut data)?;
+                Ok(pb::GetRandomResponse { data })
+            })
+            .await
     }
 }

@@ -157,35 +157,32 @@ fn auth(bytes: Vec<u8>) -> Option<Zeroizing<Vec<u8>>> {
 #[tonic::async_trait]
 impl KeyService for KeyRpc {
     async fn create_key(&self, req: Request<pb::CreateKeyRequest>) -> Result<Response<pb::Key>, Status> {
-        let start = Instant::now();
-        let peer = Peer::of(&req);
-        let who = identity(&req);
-        let r = req.into_inner();
-        let mut grant = None;
-        let result = async {
-            let n = name(&r.name)?;
-            grant = Some(self.ctx.authorize(who, Operation::Create, Some(&n)).await?);
-            let alg = key_alg(r.algorithm)?;
-            let pcr = r.pcr_binding.map(super::pcr_binding).transpose()?;
-            let uid = peer.map_or(0, |p| p.uid);
-            self.ctx.vault.create_key(n, alg, uid, auth(r.auth), pcr).await
-        }
-        .await;
-        observe(&self.ctx, "CreateKey", start, grant, result.map(key_to_pb))
+        let uid = Peer::of(&req).map_or(0, |p| p.uid);
+        self.ctx
+            .on_key(
+                "CreateKey",
+                req,
+                Operation::Create,
+                |r| &r.name,
+                |r, n| async move {
+                    let alg = key_alg(r.algorithm)?;
+                    let pcr = r.pcr_binding.map(super::pcr_binding).transpose()?;
+                    self.ctx.vault.create_key(n, alg, uid, auth(r.auth), pcr).await.map(key_to_pb)
+                },
+            )
+            .await
     }
 
     async fn get_key(&self, req: Request<pb::GetKeyRequest>) -> Result<Response<pb::Key>, Status> {
-        let start = Instant::now();
-        let who = identity(&req);
-        let r = req.into_inner();
-        let mut grant = None;
-        let result = async {
-            let n = name(&r.name)?;
-            grant = Some(self.ctx.authorize(who, Operation::Public, Some(&n)).await?);
-            self.ctx.vault.key(&n).await
-        }
-        .await;
-        observe(&self.ctx, "GetKey", start, grant, result.map(key_to_pb))
+        self.ctx
+            .on_key(
+                "GetKey",
+                req,
+                Operation::Public,
+                |r| &r.name,
+                |_, n| async move { self.ctx.vault.key(&n).await.map(key_to_pb) },
+            )
+            .await
     }
 
     async fn list_keys(&self, req: Request<pb::ListKeysRequest>) -> Result<Response<pb::ListKeysResponse>, Status> {
@@ -224,128 +221,121 @@ impl KeyService for KeyRpc {
     }
 
     async fn delete_key(&self, req: Request<pb::DeleteKeyRequest>) -> Result<Response<pb::DeleteKeyResponse>, Status> {
-        let start = Instant::now();
-        let who = identity(&req);
-        let r = req.into_inner();
-        let mut grant = None;
-        let result = async {
-            let n = name(&r.name)?;
-            grant = Some(self.ctx.authorize(who, Operation::Delete, Some(&n)).await?);
-            self.ctx.vault.delete(&n).await
-        }
-        .await;
-        observe(&self.ctx, "DeleteKey", start, grant, result.map(|()| pb::DeleteKeyResponse {}))
+        self.ctx
+            .on_key(
+                "DeleteKey",
+                req,
+                Operation::Delete,
+                |r| &r.name,
+                |_, n| async move { self.ctx.vault.delete(&n).await.map(|()| pb::DeleteKeyResponse {}) },
+            )
+            .await
     }
 
     async fn get_public_key(&self, req: Request<pb::GetPublicKeyRequest>) -> Result<Response<pb::PublicKey>, Status> {
-        let start = Instant::now();
-        let who = identity(&req);
-        let r = req.into_inner();
-        let mut grant = None;
-        let result = async {
-            let n = name(&r.name)?;
-            grant = Some(self.ctx.authorize(who, Operation::Public, Some(&n)).await?);
-            let (alg, der) = self.ctx.vault.public_key(&n).await?;
-            let ml_dsa_der = self.ctx.vault.hybrid_ml_dsa_public_key(&n).await?.unwrap_or_default();
-            Ok(pb::PublicKey {
-                pem: pem_public_key(&der),
-                der,
-                algorithm: alg_to_pb(alg) as i32,
-                ml_dsa_pem: if ml_dsa_der.is_empty() { String::new() } else { pem_public_key(&ml_dsa_der) },
-                ml_dsa_der,
-            })
-        }
-        .await;
-        observe(&self.ctx, "GetPublicKey", start, grant, result)
+        self.ctx
+            .on_key(
+                "GetPublicKey",
+                req,
+                Operation::Public,
+                |r| &r.name,
+                |_, n| async move {
+                    let (alg, der) = self.ctx.vault.public_key(&n).await?;
+                    let ml_dsa_der = self.ctx.vault.hybrid_ml_dsa_public_key(&n).await?.unwrap_or_default();
+                    Ok(pb::PublicKey {
+                        pem: pem_public_key(&der),
+                        der,
+                        algorithm: alg_to_pb(alg) as i32,
+                        ml_dsa_pem: if ml_dsa_der.is_empty() { String::new() } else { pem_public_key(&ml_dsa_der) },
+                        ml_dsa_der,
+                    })
+                },
+            )
+            .await
     }
 
     async fn sign(&self, req: Request<pb::SignRequest>) -> Result<Response<pb::SignResponse>, Status> {
-        let start = Instant::now();
-        let who = identity(&req);
-        let r = req.into_inner();
-        let mut grant = None;
-        let result = async {
-            let n = name(&r.name)?;
-            grant = Some(self.ctx.authorize(who, Operation::Sign, Some(&n)).await?);
-            let request = SignRequest { input: sign_input(r.input)?, hash: hash(r.hash)?, scheme: scheme(r.scheme)? };
-            let out = self.ctx.vault.sign(&n, request, auth(r.auth)).await?;
-            Ok(pb::SignResponse {
-                signature: out.signature,
-                scheme: scheme_to_pb(out.scheme) as i32,
-                hash: hash_to_pb(out.hash) as i32,
-            })
-        }
-        .await;
-        observe(&self.ctx, "Sign", start, grant, result)
+        self.ctx
+            .on_key(
+                "Sign",
+                req,
+                Operation::Sign,
+                |r| &r.name,
+                |r, n| async move {
+                    let request =
+                        SignRequest { input: sign_input(r.input)?, hash: hash(r.hash)?, scheme: scheme(r.scheme)? };
+                    let out = self.ctx.vault.sign(&n, request, auth(r.auth)).await?;
+                    Ok(pb::SignResponse {
+                        signature: out.signature,
+                        scheme: scheme_to_pb(out.scheme) as i32,
+                        hash: hash_to_pb(out.hash) as i32,
+                    })
+                },
+            )
+            .await
     }
 
     async fn verify(&self, req: Request<pb::VerifyRequest>) -> Result<Response<pb::VerifyResponse>, Status> {
-        let start = Instant::now();
-        let who = identity(&req);
-        let r = req.into_inner();
-        let mut grant = None;
-        let result = async {
-            let n = name(&r.name)?;
-            grant = Some(self.ctx.authorize(who, Operation::Public, Some(&n)).await?);
-            let valid = self
-                .ctx
-                .vault
-                .verify(&n, verify_input(r.input)?, &r.signature, hash(r.hash)?, scheme(r.scheme)?)
-                .await?;
-            Ok(pb::VerifyResponse { valid })
-        }
-        .await;
-        observe(&self.ctx, "Verify", start, grant, result)
+        self.ctx
+            .on_key(
+                "Verify",
+                req,
+                Operation::Public,
+                |r| &r.name,
+                |r, n| async move {
+                    let input = verify_input(r.input)?;
+                    let valid =
+                        self.ctx.vault.verify(&n, input, &r.signature, hash(r.hash)?, scheme(r.scheme)?).await?;
+                    Ok(pb::VerifyResponse { valid })
+                },
+            )
+            .await
     }
 
     async fn create_csr(&self, req: Request<pb::CreateCsrRequest>) -> Result<Response<pb::CreateCsrResponse>, Status> {
-        let start = Instant::now();
-        let who = identity(&req);
-        let r = req.into_inner();
-        let mut grant = None;
-        let result = async {
-            let n = name(&r.name)?;
-            grant = Some(self.ctx.authorize(who, Operation::Sign, Some(&n)).await?);
-            let subject = subject(r.subject)?;
-            let (pem, der) = self.ctx.vault.create_csr(&n, subject, auth(r.auth)).await?;
-            Ok(pb::CreateCsrResponse { pem, der })
-        }
-        .await;
-        observe(&self.ctx, "CreateCsr", start, grant, result)
+        self.ctx
+            .on_key(
+                "CreateCsr",
+                req,
+                Operation::Sign,
+                |r| &r.name,
+                |r, n| async move {
+                    let subject = subject(r.subject)?;
+                    let (pem, der) = self.ctx.vault.create_csr(&n, subject, auth(r.auth)).await?;
+                    Ok(pb::CreateCsrResponse { pem, der })
+                },
+            )
+            .await
     }
 
     async fn set_certificate(
         &self,
         req: Request<pb::SetCertificateRequest>,
     ) -> Result<Response<pb::CertificateChain>, Status> {
-        let start = Instant::now();
-        let who = identity(&req);
-        let r = req.into_inner();
-        let mut grant = None;
-        let result = async {
-            let n = name(&r.name)?;
-            grant = Some(self.ctx.authorize(who, Operation::Create, Some(&n)).await?);
-            self.ctx.vault.set_certificate(&n, &r.chain_pem).await
-        }
-        .await;
-        observe(&self.ctx, "SetCertificate", start, grant, result.map(chain_to_pb))
+        self.ctx
+            .on_key(
+                "SetCertificate",
+                req,
+                Operation::Create,
+                |r| &r.name,
+                |r, n| async move { self.ctx.vault.set_certificate(&n, &r.chain_pem).await.map(chain_to_pb) },
+            )
+            .await
     }
 
     async fn get_certificate(
         &self,
         req: Request<pb::GetCertificateRequest>,
     ) -> Result<Response<pb::CertificateChain>, Status> {
-        let start = Instant::now();
-        let who = identity(&req);
-        let r = req.into_inner();
-        let mut grant = None;
-        let result = async {
-            let n = name(&r.name)?;
-            grant = Some(self.ctx.authorize(who, Operation::Public, Some(&n)).await?);
-            self.ctx.vault.certificate(&n).await
-        }
-        .await;
-        observe(&self.ctx, "GetCertificate", start, grant, result.map(chain_to_pb))
+        self.ctx
+            .on_key(
+                "GetCertificate",
+                req,
+                Operation::Public,
+                |r| &r.name,
+                |_, n| async move { self.ctx.vault.certificate(&n).await.map(chain_to_pb) },
+            )
+            .await
     }
 
     async fn create_self_signed_certificate(
@@ -380,19 +370,19 @@ impl KeyService for KeyRpc {
         &self,
         req: Request<pb::DecapsulateRequest>,
     ) -> Result<Response<pb::DecapsulateResponse>, Status> {
-        let start = Instant::now();
-        let who = identity(&req);
-        let r = req.into_inner();
-        let mut grant = None;
-        let result = async {
-            let n = name(&r.name)?;
-            grant = Some(self.ctx.authorize(who, Operation::Decrypt, Some(&n)).await?);
-            let secret = self.ctx.vault.decapsulate(&n, &r.ciphertext).await?;
-            // The response message owns its copy; ours is wiped here.
-            Ok(pb::DecapsulateResponse { shared_secret: secret.to_vec() })
-        }
-        .await;
-        observe(&self.ctx, "Decapsulate", start, grant, result)
+        self.ctx
+            .on_key(
+                "Decapsulate",
+                req,
+                Operation::Decrypt,
+                |r| &r.name,
+                |r, n| async move {
+                    let secret = self.ctx.vault.decapsulate(&n, &r.ciphertext).await?;
+                    // The response message owns its copy; ours is wiped here.
+                    Ok(pb::DecapsulateResponse { shared_secret: secret.to_vec() })
+                },
+            )
+            .await
     }
 }
 

@@ -9,18 +9,19 @@ pub mod key;
 pub mod seal;
 pub mod status;
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
 use tonic::service::Routes;
-use tonic::{Response, Status};
+use tonic::{Request, Response, Status};
 use tpm_vault_proto::v1::attestation_service_server::AttestationServiceServer;
 use tpm_vault_proto::v1::crypto_service_server::CryptoServiceServer;
 use tpm_vault_proto::v1::key_service_server::KeyServiceServer;
 use tpm_vault_proto::v1::seal_service_server::SealServiceServer;
 use tpm_vault_proto::v1::status_service_server::StatusServiceServer;
 
-use crate::auth::{Access, Grant, Identity, Operation};
+use crate::auth::{identity, Access, Grant, Identity, Operation};
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::model::{KeyName, PcrBank, PcrSelection, PcrTarget};
@@ -61,6 +62,56 @@ impl Ctx {
             self.access.take_slot(&mut grant).await?;
         }
         Ok(grant)
+    }
+
+    /// The frame of a unary RPC on one key: the key name `key_of` picks from the request is
+    /// parsed, the caller checked for `op` on it, `work` run, and the outcome measured and
+    /// audited ([`observe`]).
+    async fn on_key<Req, T, Fut>(
+        &self,
+        rpc: &'static str,
+        req: Request<Req>,
+        op: Operation,
+        key_of: fn(&Req) -> &str,
+        work: impl FnOnce(Req, KeyName) -> Fut,
+    ) -> Result<Response<T>, Status>
+    where
+        Fut: Future<Output = Result<T, Error>>,
+    {
+        let start = Instant::now();
+        let who = identity(&req);
+        let r = req.into_inner();
+        let mut grant = None;
+        let result = async {
+            let key = KeyName::try_from(key_of(&r))?;
+            grant = Some(self.authorize(who, op, Some(&key)).await?);
+            work(r, key).await
+        }
+        .await;
+        observe(self, rpc, start, grant, result)
+    }
+
+    /// [`Ctx::on_key`] for operations on no key (quotes, PCRs, random bytes).
+    async fn on_vault<Req, T, Fut>(
+        &self,
+        rpc: &'static str,
+        req: Request<Req>,
+        op: Operation,
+        work: impl FnOnce(Req) -> Fut,
+    ) -> Result<Response<T>, Status>
+    where
+        Fut: Future<Output = Result<T, Error>>,
+    {
+        let start = Instant::now();
+        let who = identity(&req);
+        let r = req.into_inner();
+        let mut grant = None;
+        let result = async {
+            grant = Some(self.authorize(who, op, None).await?);
+            work(r).await
+        }
+        .await;
+        observe(self, rpc, start, grant, result)
     }
 }
 

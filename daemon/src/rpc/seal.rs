@@ -70,60 +70,56 @@ impl SealService for SealRpc {
     }
 
     async fn unseal(&self, req: Request<pb::UnsealRequest>) -> Result<Response<pb::UnsealResponse>, Status> {
-        let start = Instant::now();
-        let who = identity(&req);
-        let r = req.into_inner();
-        let mut grant = None;
-        let result = async {
-            let name = KeyName::try_from(r.name.as_str())?;
-            grant = Some(self.ctx.authorize(who, Operation::Unseal, Some(&name)).await?);
-            let approval = if r.signed_policy.is_empty() {
-                None
-            } else {
-                Some(
-                    pb::SignedPolicy::decode(r.signed_policy.as_slice())
-                        .map_err(|e| Error::InvalidArgument(format!("signed policy does not decode: {e}")))?,
-                )
-            };
-            let secret = self.ctx.vault.unseal(&name, approval.as_ref()).await?;
-            // The response owns a copy; the zeroizing buffer is wiped when it drops here.
-            Ok(pb::UnsealResponse { secret: secret.to_vec() })
-        }
-        .await;
-        observe(&self.ctx, "Unseal", start, grant, result)
+        self.ctx
+            .on_key(
+                "Unseal",
+                req,
+                Operation::Unseal,
+                |r| &r.name,
+                |r, name| async move {
+                    let approval = if r.signed_policy.is_empty() {
+                        None
+                    } else {
+                        Some(
+                            pb::SignedPolicy::decode(r.signed_policy.as_slice())
+                                .map_err(|e| Error::InvalidArgument(format!("signed policy does not decode: {e}")))?,
+                        )
+                    };
+                    let secret = self.ctx.vault.unseal(&name, approval.as_ref()).await?;
+                    // The response owns a copy; the zeroizing buffer is wiped when it drops here.
+                    Ok(pb::UnsealResponse { secret: secret.to_vec() })
+                },
+            )
+            .await
     }
 
     async fn sign_policy(&self, req: Request<pb::SignPolicyRequest>) -> Result<Response<pb::SignedPolicy>, Status> {
-        let start = Instant::now();
-        let who = identity(&req);
-        let r = req.into_inner();
-        let mut grant = None;
-        let result = async {
-            let key = KeyName::try_from(r.key_name.as_str())?;
-            grant = Some(self.ctx.authorize(who, Operation::Sign, Some(&key)).await?);
-            let binding = r.pcrs.ok_or_else(|| Error::InvalidArgument("pcrs with values are required".into()))?;
-            let PcrTarget { selection, values } = pcr_binding(binding)?;
-            let values = values.ok_or_else(|| Error::InvalidArgument("PCR values to approve are required".into()))?;
-            self.ctx.vault.sign_policy(&key, selection, values, r.policy_version, r.expires_unix).await
-        }
-        .await;
-        observe(&self.ctx, "SignPolicy", start, grant, result)
+        self.ctx
+            .on_key(
+                "SignPolicy",
+                req,
+                Operation::Sign,
+                |r| &r.key_name,
+                |r, key| async move {
+                    let binding =
+                        r.pcrs.ok_or_else(|| Error::InvalidArgument("pcrs with values are required".into()))?;
+                    let PcrTarget { selection, values } = pcr_binding(binding)?;
+                    let values =
+                        values.ok_or_else(|| Error::InvalidArgument("PCR values to approve are required".into()))?;
+                    self.ctx.vault.sign_policy(&key, selection, values, r.policy_version, r.expires_unix).await
+                },
+            )
+            .await
     }
 
     async fn delete_sealed(
         &self,
         req: Request<pb::DeleteSealedRequest>,
     ) -> Result<Response<pb::DeleteSealedResponse>, Status> {
-        let start = Instant::now();
-        let who = identity(&req);
-        let r = req.into_inner();
-        let mut grant = None;
-        let result = async {
-            let name = KeyName::try_from(r.name.as_str())?;
-            grant = Some(self.ctx.authorize(who, Operation::Seal, Some(&name)).await?);
-            self.ctx.vault.delete_sealed(&name).await
-        }
-        .await;
-        observe(&self.ctx, "DeleteSealed", start, grant, result.map(|()| pb::DeleteSealedResponse {}))
+        self.ctx
+            .on_key("DeleteSealed", req, Operation::Seal, |r| &r.name, |_, name| async move {
+                self.ctx.vault.delete_sealed(&name).await.map(|()| pb::DeleteSealedResponse {})
+            })
+            .await
     }
 }
