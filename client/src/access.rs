@@ -8,63 +8,14 @@ use tpm_vault_proto::v1 as proto;
 
 use crate::Named;
 
-/// An operation of the access policies (`policies/README.md` lists the RPCs each covers).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Operation {
-    /// CreateKey.
-    Create,
-    /// Sign, and SignPolicy with that key.
-    Sign,
-    /// GetKey, GetPublicKey, Verify, ListKeys.
-    Public,
-    /// DeleteKey.
-    Delete,
-    /// Quote, ReadPcrs, GetAttestationKey, ActivateCredential.
-    Quote,
-    /// Seal, DeleteSealed.
-    Seal,
-    /// Unseal.
-    Unseal,
-    /// Bulk encryption.
-    Encrypt,
-    /// Bulk decryption.
-    Decrypt,
-    /// Random bytes.
-    Random,
-    /// GetStatus, CheckAccess.
-    Admin,
-}
+pub use tpm_vault_proto::operation::Operation;
 
 impl Named for Operation {
     const KIND: &'static str = "operation";
-    const VALUES: &'static [(&'static str, Self)] = &[
-        ("create", Operation::Create),
-        ("sign", Operation::Sign),
-        ("public", Operation::Public),
-        ("delete", Operation::Delete),
-        ("quote", Operation::Quote),
-        ("seal", Operation::Seal),
-        ("unseal", Operation::Unseal),
-        ("encrypt", Operation::Encrypt),
-        ("decrypt", Operation::Decrypt),
-        ("random", Operation::Random),
-        ("admin", Operation::Admin),
-    ];
+    const VALUES: &'static [(&'static str, Self)] = &Operation::NAMED;
 
     fn name(self) -> &'static str {
-        match self {
-            Operation::Create => "create",
-            Operation::Sign => "sign",
-            Operation::Public => "public",
-            Operation::Delete => "delete",
-            Operation::Quote => "quote",
-            Operation::Seal => "seal",
-            Operation::Unseal => "unseal",
-            Operation::Encrypt => "encrypt",
-            Operation::Decrypt => "decrypt",
-            Operation::Random => "random",
-            Operation::Admin => "admin",
-        }
+        self.as_str()
     }
 }
 

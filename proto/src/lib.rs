@@ -3,6 +3,10 @@
 //! The `.proto` files live in `proto/tpmvault/v1/`; the Rust code in `src/gen/` is generated from
 //! them by `tests/bootstrap.rs` (run `cargo test -p tpm-vault-proto` after editing a `.proto` and
 //! commit the result), so building needs no `protoc`.
+//!
+//! Beside the generated code, the contract both sides must agree on byte for byte or name for
+//! name: [`operation`] (the access-policy vocabulary), [`signed_policy`], [`pq_oids`],
+//! [`hybrid`] and [`status`].
 #![deny(missing_debug_implementations)]
 #![forbid(unsafe_code)]
 
@@ -14,6 +18,8 @@ pub mod v1 {
     /// Encoded `FileDescriptorSet` of the API, for gRPC server reflection.
     pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!("gen/tpmvault_descriptor.bin");
 }
+
+pub mod operation;
 
 /// The byte strings a policy authority signs in a [`v1::SignedPolicy`] (ECDSA P-256 with
 /// SHA-256 over each). Shared by the daemon (which checks them) and the CLI (which signs).

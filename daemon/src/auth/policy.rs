@@ -22,82 +22,7 @@ use serde::Deserialize;
 use super::Identity;
 use crate::model::KeyName;
 
-/// An operation a rule can grant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Operation {
-    /// Create keys, sealed secrets' keys and data keys.
-    Create,
-    /// Sign with a key (and approve PCR policies with it).
-    Sign,
-    /// Read public keys and metadata, list keys, verify.
-    Public,
-    /// Delete keys.
-    Delete,
-    /// Quote PCRs, read PCRs, use the attestation key.
-    Quote,
-    /// Seal secrets (and delete sealed secrets).
-    Seal,
-    /// Unseal secrets.
-    Unseal,
-    /// Encrypt with a data key.
-    Encrypt,
-    /// Decrypt with a data key.
-    Decrypt,
-    /// Random bytes.
-    Random,
-    /// Daemon status and metrics.
-    Admin,
-}
-
-impl Operation {
-    /// Every operation, for `operations = ["*"]`.
-    pub const ALL: [Operation; 11] = [
-        Self::Create,
-        Self::Sign,
-        Self::Public,
-        Self::Delete,
-        Self::Quote,
-        Self::Seal,
-        Self::Unseal,
-        Self::Encrypt,
-        Self::Decrypt,
-        Self::Random,
-        Self::Admin,
-    ];
-
-    /// Lower-case name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Create => "create",
-            Self::Sign => "sign",
-            Self::Public => "public",
-            Self::Delete => "delete",
-            Self::Quote => "quote",
-            Self::Seal => "seal",
-            Self::Unseal => "unseal",
-            Self::Encrypt => "encrypt",
-            Self::Decrypt => "decrypt",
-            Self::Random => "random",
-            Self::Admin => "admin",
-        }
-    }
-}
-
-impl FromStr for Operation {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        Self::ALL.into_iter().find(|o| o.as_str() == s).ok_or_else(|| {
-            let all: Vec<_> = Self::ALL.iter().map(|o| o.as_str()).collect();
-            format!(
-                "unknown operation {:?} (expected one of {})",
-                crate::model::truncate_for_message(s),
-                all.join(", ")
-            )
-        })
-    }
-}
+pub use tpm_vault_proto::operation::Operation;
 
 /// Which clients a rule names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -284,7 +209,7 @@ impl Policy {
                 if o == "*" {
                     operations.extend(Operation::ALL);
                 } else {
-                    operations.push(o.parse::<Operation>().map_err(at)?);
+                    operations.push(o.parse::<Operation>().map_err(|e| at(e.to_string()))?);
                 }
             }
             for k in &r.keys {

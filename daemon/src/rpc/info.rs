@@ -85,7 +85,7 @@ impl StatusService for StatusRpc {
         let grant = self.ctx.access.authorize(identity(&req), Operation::Admin, None, None).map_err(Status::from)?;
         let r = req.into_inner();
         let result = (|| {
-            let op: Operation = r.operation.parse().map_err(Error::InvalidArgument)?;
+            let op = r.operation.parse::<Operation>().map_err(|e| Error::InvalidArgument(e.to_string()))?;
             let key = if r.key.is_empty() { None } else { Some(KeyName::try_from(r.key.as_str())?) };
             Ok::<_, Error>((op, key))
         })();
