@@ -20,8 +20,8 @@ use crate::crypto::stream::{Decryptor, Encryptor, Header};
 use crate::error::Error;
 use crate::model::{KeyName, PcrTarget};
 use crate::store::record::RECORD_VERSION;
-use crate::store::{DataKeyRecord, SealPolicy, StoreError};
-use crate::tpm::{pcr, templates, KeyBlob, PolicyAuth, TpmError};
+use crate::store::{DataKeyRecord, StoreError};
+use crate::tpm::{pcr, templates, KeyBlob, TpmError};
 
 /// How long an unsealed data key stays in memory after its last use, by default.
 pub const DEFAULT_IDLE: Duration = Duration::from_secs(300);
@@ -219,22 +219,7 @@ impl Vault {
         let private = super::unmarshal_private(&record.private)
             .ok_or_else(|| Error::Internal(format!("data key {name}: bad private blob")))?;
         let blob = KeyBlob { name: record.tpm_name.clone(), public, private };
-        let auth = record.pcr_policy.as_ref().map(|p| PolicyAuth::Pcr(p.selection.clone()));
-        let unsealed = match self.tpm().call("datakey_unseal", move |tpm| tpm.unseal(&blob, auth.as_ref())).await {
-            Ok(k) => k,
-            Err(e @ (TpmError::PolicyFailed | TpmError::Command { .. })) => {
-                return Err(match record.pcr_policy.clone() {
-                    Some(pcr) => self.pcr_mismatch_error(&SealPolicy::Pcr { pcr }).await,
-                    None => e.into(),
-                });
-            }
-            Err(e) => return Err(e.into()),
-        };
-        if unsealed.len() != 32 {
-            return Err(Error::Internal(format!("data key {name}: unsealed {} bytes", unsealed.len())));
-        }
-        let mut key = Zeroizing::new([0u8; 32]);
-        key.copy_from_slice(&unsealed);
+        let key = self.unseal_key256(&format!("data key {name}"), blob, record.pcr_policy.as_ref()).await?;
         let mut key_id = [0u8; 16];
         key_id.copy_from_slice(&record.key_id);
         let dk = Arc::new(DataKey { name: name.clone(), key_id, key });

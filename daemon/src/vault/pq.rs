@@ -289,21 +289,9 @@ impl Vault {
             return Ok(key);
         }
         let blob = wrap.clone();
-        let auth = record.pcr_policy.as_ref().map(|p| PolicyAuth::Pcr(p.selection.clone()));
-        let wrapping_key = match self.tpm().call("pq_unseal", move |tpm| tpm.unseal(&blob, auth.as_ref())).await {
-            Ok(k) => k,
-            Err(e @ (TpmError::PolicyFailed | TpmError::Command { .. })) => {
-                return Err(match record.pcr_policy.clone() {
-                    Some(pcr) => self.pcr_mismatch_error(&SealPolicy::Pcr { pcr }).await,
-                    None => e.into(),
-                });
-            }
-            Err(e) => return Err(e.into()),
-        };
-        if wrapping_key.len() != 32 {
-            return Err(Error::Internal(format!("key {name}: unsealed {} bytes", wrapping_key.len())));
-        }
-        let material = decrypt(&wrapping_key, &pq.nonce, &aad(name, record.alg, &pq.public_key), &pq.ciphertext)?;
+        let wrapping_key = self.unseal_key256(&format!("key {name}"), blob, record.pcr_policy.as_ref()).await?;
+        let material =
+            decrypt(wrapping_key.as_slice(), &pq.nonce, &aad(name, record.alg, &pq.public_key), &pq.ciphertext)?;
         let key = Arc::new(expand(part, &material, &pq.public_key)?);
         self.inner.pqkeys.put(name.clone(), wrap.name.clone(), key.clone());
         Ok(key)

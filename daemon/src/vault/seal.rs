@@ -260,6 +260,38 @@ impl Vault {
         })
     }
 
+    /// Unseals a 256-bit key the vault sealed to itself (a data key, a post-quantum key's
+    /// wrapping key), under its PCR policy if it has one. `what` names it in errors.
+    ///
+    /// # Errors
+    /// [`Error::PcrMismatch`] naming the PCRs that differ when the policy does not hold; TPM
+    /// errors; [`Error::Internal`] if the sealed object is not 32 bytes.
+    pub(super) async fn unseal_key256(
+        &self,
+        what: &str,
+        blob: KeyBlob,
+        pcr_policy: Option<&PcrPolicy>,
+    ) -> Result<Zeroizing<[u8; 32]>, Error> {
+        let auth = pcr_policy.map(|p| PolicyAuth::Pcr(p.selection.clone()));
+        let unsealed = match self.tpm().call("unseal_key256", move |tpm| tpm.unseal(&blob, auth.as_ref())).await {
+            Ok(k) => k,
+            Err(e @ (TpmError::PolicyFailed | TpmError::Command { .. })) => {
+                return Err(match pcr_policy {
+                    Some(pcr) => self.pcr_mismatch_error(&SealPolicy::Pcr { pcr: pcr.clone() }).await,
+                    None => e.into(),
+                });
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if unsealed.len() != 32 {
+            return Err(Error::Internal(format!("{what}: unsealed {} bytes", unsealed.len())));
+        }
+        // Copied straight into the wiped-on-drop buffer (no stack copy of the key).
+        let mut key = Zeroizing::new([0u8; 32]);
+        key.copy_from_slice(&unsealed);
+        Ok(key)
+    }
+
     /// Builds the FAILED_PRECONDITION error for a PCR policy that did not hold, naming the PCRs
     /// that differ (current vs sealed values).
     pub(super) async fn pcr_mismatch_error(&self, policy: &SealPolicy) -> Error {
