@@ -14,6 +14,7 @@
 //!   inherit no TPM socket.
 //! - [`tls`]: TPM-resident TLS keys in-process (a rustls signing key over the TPM actor) and
 //!   the `--listen` gRPC-over-TLS listener with client certificates.
+//! - [`logwriter`]: log and audit lines to stderr in batches, off the request path.
 //! - [`systemd`], [`telemetry`]: readiness, stopping and watchdog messages to systemd, and the
 //!   optional Prometheus endpoint.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
@@ -25,6 +26,7 @@ pub mod auth;
 pub mod config;
 pub mod crypto;
 pub mod error;
+pub mod logwriter;
 pub mod metrics;
 pub mod model;
 pub mod rpc;

@@ -10,6 +10,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use tpm_vault_daemon::config::{self, Args, Config, LogFormat, PolicyCheck};
+use tpm_vault_daemon::logwriter::{BatchedStderr, FlushGuard};
 use tpm_vault_daemon::server::ServerError;
 
 /// Exit code for configuration errors (EX_USAGE).
@@ -55,7 +56,13 @@ fn main() -> ExitCode {
         std::env::set_var("TSS2_LOG", "all+NONE");
     }
     // Flushes buffered log lines when main returns.
-    let _log_guard = init_logging(config.log_format);
+    let _log_guard = match init_logging(config.log_format) {
+        Ok(guard) => guard,
+        Err(e) => {
+            eprintln!("tpm-vaultd: cannot start the log thread: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let tpm = if config.simulator { "private swtpm" } else { config.tcti.as_str() };
     match &config.file {
         Some(file) => tracing::info!(config = %file.display(), tpm, "starting"),
@@ -116,7 +123,7 @@ fn check_config(config: &Config) -> ExitCode {
 
 /// Logs go to stderr (journald picks them up under systemd). `RUST_LOG` filters them
 /// (e.g. `RUST_LOG=debug` or `RUST_LOG=info,audit=warn`); without it, [`DEFAULT_LOG_FILTER`].
-fn init_logging(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
+fn init_logging(format: LogFormat) -> std::io::Result<FlushGuard> {
     let default = || tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER);
     let (filter, bad_filter) = match std::env::var("RUST_LOG") {
         Ok(spec) if !spec.is_empty() => match tracing_subscriber::EnvFilter::try_new(&spec) {
@@ -125,14 +132,9 @@ fn init_logging(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuar
         },
         _ => (default(), None),
     };
-    // Logging (audit events included, one per request) is written by a background thread, so a
-    // slow journal never sits on the request path. Not lossy: when the buffer is full, callers
-    // wait rather than drop audit events. The thread drains every queued line into the buffer,
-    // then flushes once: under load, one write(2) carries many lines.
-    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
-        .lossy(false)
-        .thread_name("log")
-        .finish(std::io::BufWriter::with_capacity(64 * 1024, std::io::stderr()));
+    // Logging (audit events included, one per request) is written in batches by a background
+    // thread (`logwriter`), so a slow journal never sits on the request path; not lossy.
+    let (writer, guard) = BatchedStderr::start()?;
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
     match format {
         LogFormat::Json => builder.json().init(),
@@ -141,7 +143,7 @@ fn init_logging(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuar
     if let Some(why) = bad_filter {
         tracing::warn!("ignoring invalid RUST_LOG {why}; using {DEFAULT_LOG_FILTER}");
     }
-    guard
+    Ok(guard)
 }
 
 /// Installs the SIGTERM and SIGINT handlers; the future resolves at the first of either.
