@@ -1,10 +1,11 @@
-//! Log output off the request path, in batches.
+//! Log output off the request path, in batches: stderr (the journal under systemd) and the
+//! optional audit log file.
 //!
-//! Every request writes an audit line, so how lines reach stderr (the journal under systemd)
-//! is on the hot path. Writing from the async workers would let a slow journal stall requests;
+//! Every request writes an audit line, so how lines reach their destination is on the hot
+//! path. Writing from the async workers would let a slow journal stall requests;
 //! a channel to a writer thread (tracing-appender's `non_blocking`) wakes that thread for every
 //! line, and on a small or virtualised CPU a wake-up costs more than formatting the line.
-//! [`BatchedStderr`] appends each line to a shared buffer and wakes the writer thread only when
+//! [`BatchedWriter`] appends each line to a shared buffer and wakes the writer thread only when
 //! the buffer was empty; the thread then waits [`COALESCE`] for more lines and writes them all
 //! with one `write(2)`. Nothing is dropped: past [`HIGH_WATER`] buffered bytes, loggers wait for
 //! the writer. [`FlushGuard`] writes what is left when the daemon stops.
@@ -57,7 +58,7 @@ impl Shared {
 
 /// A `MakeWriter` for tracing-subscriber: each event's bytes go to the shared buffer.
 #[derive(Debug, Clone)]
-pub struct BatchedStderr {
+pub struct BatchedWriter {
     shared: Arc<Shared>,
 }
 
@@ -68,30 +69,33 @@ pub struct FlushGuard {
     thread: Option<JoinHandle<()>>,
 }
 
-impl BatchedStderr {
-    /// Starts the writer thread (named `log`) writing to stderr.
-    ///
-    /// # Errors
-    /// If the thread cannot be spawned.
-    pub fn start() -> io::Result<(BatchedStderr, FlushGuard)> {
-        Self::start_with(io::stderr())
+impl BatchedWriter {
+    /// Appends `bytes` (whole lines) for the writer thread; waits while [`HIGH_WATER`] bytes
+    /// are buffered.
+    pub fn append(&self, bytes: &[u8]) {
+        self.shared.append(bytes);
     }
 
-    /// [`BatchedStderr::start`] with another destination (tests).
+    /// Starts a writer thread named `thread` writing to `out`; `on_error` hears of failed
+    /// writes (at most once per batch; the next batch tries again).
     ///
     /// # Errors
     /// If the thread cannot be spawned.
-    pub fn start_with<W: Write + Send + 'static>(out: W) -> io::Result<(BatchedStderr, FlushGuard)> {
+    pub fn start<W: Write + Send + 'static>(
+        thread: &str,
+        out: W,
+        on_error: Option<fn(&io::Error)>,
+    ) -> io::Result<(BatchedWriter, FlushGuard)> {
         let shared = Arc::new(Shared::default());
         let for_thread = shared.clone();
-        let thread = std::thread::Builder::new().name("log".into()).spawn(move || run(&for_thread, out))?;
-        Ok((BatchedStderr { shared: shared.clone() }, FlushGuard { shared, thread: Some(thread) }))
+        let thread = std::thread::Builder::new().name(thread.into()).spawn(move || run(&for_thread, out, on_error))?;
+        Ok((BatchedWriter { shared: shared.clone() }, FlushGuard { shared, thread: Some(thread) }))
     }
 }
 
 /// The writer thread: waits for a first line, lets a batch gather for [`COALESCE`], swaps the
 /// buffer out and writes it; until closed and empty.
-fn run<W: Write>(shared: &Shared, mut out: W) {
+fn run<W: Write>(shared: &Shared, mut out: W, on_error: Option<fn(&io::Error)>) {
     let mut spare = Vec::new();
     loop {
         let mut state = shared.lock();
@@ -108,8 +112,9 @@ fn run<W: Write>(shared: &Shared, mut out: W) {
         std::mem::swap(&mut state.buf, &mut spare);
         drop(state);
         shared.has_room.notify_all();
-        // Nowhere to report a failed log write; the next batch tries again.
-        let _ = out.write_all(&spare).and_then(|()| out.flush());
+        if let (Err(e), Some(report)) = (out.write_all(&spare).and_then(|()| out.flush()), on_error) {
+            report(&e);
+        }
     }
 }
 
@@ -124,9 +129,9 @@ impl Drop for FlushGuard {
     }
 }
 
-impl Write for BatchedStderr {
+impl Write for BatchedWriter {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        self.shared.append(bytes);
+        self.append(bytes);
         Ok(bytes.len())
     }
 
@@ -135,8 +140,8 @@ impl Write for BatchedStderr {
     }
 }
 
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for BatchedStderr {
-    type Writer = BatchedStderr;
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for BatchedWriter {
+    type Writer = BatchedWriter;
 
     fn make_writer(&'a self) -> Self::Writer {
         self.clone()
@@ -164,7 +169,7 @@ mod tests {
     #[test]
     fn lines_arrive_whole_in_order_and_batched() {
         let calls = Calls::default();
-        let (writer, guard) = BatchedStderr::start_with(calls.clone()).unwrap();
+        let (writer, guard) = BatchedWriter::start("test-log", calls.clone(), None).unwrap();
         let threads: Vec<_> = (0..4)
             .map(|t| {
                 let mut w = writer.clone();
@@ -197,7 +202,7 @@ mod tests {
     #[test]
     fn a_full_buffer_makes_loggers_wait_not_drop() {
         let calls = Calls::default();
-        let (mut writer, guard) = BatchedStderr::start_with(calls.clone()).unwrap();
+        let (mut writer, guard) = BatchedWriter::start("test-log", calls.clone(), None).unwrap();
         let line = vec![b'x'; 64 * 1024];
         for _ in 0..64 {
             writer.write_all(&line).unwrap();

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use tpm_vault_daemon::config::{self, Args, Config, LogFormat, PolicyCheck};
-use tpm_vault_daemon::logwriter::{BatchedStderr, FlushGuard};
+use tpm_vault_daemon::logwriter::{BatchedWriter, FlushGuard};
 use tpm_vault_daemon::server::ServerError;
 
 /// Exit code for configuration errors (EX_USAGE).
@@ -134,7 +134,8 @@ fn init_logging(format: LogFormat) -> std::io::Result<FlushGuard> {
     };
     // Logging (audit events included, one per request) is written in batches by a background
     // thread (`logwriter`), so a slow journal never sits on the request path; not lossy.
-    let (writer, guard) = BatchedStderr::start()?;
+    // A failed write to stderr has nowhere to be reported.
+    let (writer, guard) = BatchedWriter::start("log", std::io::stderr(), None)?;
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
     match format {
         LogFormat::Json => builder.json().init(),
