@@ -5,6 +5,7 @@
 //! command line, environment, config file or policy directory (one line on stderr naming the
 //! setting, file and line), 1 when the daemon cannot start or fails while serving.
 #![forbid(unsafe_code)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 use std::process::ExitCode;
 

@@ -9,6 +9,7 @@
 //! [`hybrid`] and [`status`].
 #![deny(missing_debug_implementations)]
 #![forbid(unsafe_code)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 /// Version 1 of the API.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]

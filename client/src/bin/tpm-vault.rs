@@ -1,5 +1,6 @@
 //! `tpm-vault`: the command line of tpm-vault. All logic is in `tpm_vault_client::cli`.
 #![forbid(unsafe_code)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 use std::process::ExitCode;
 
