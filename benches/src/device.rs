@@ -467,7 +467,7 @@ pub fn markdown(rounds: &[Round], census: Option<&Census>, daemon_clients: usize
             Op::SignCold,
             pair(&|r| r.scale.counts.first().map(|c| &c.cold), &|r| Some(&r.ops.sign_cold_raw)),
         ),
-        (Op::Quote, Op::QuoteWithPcrRead, pair(&|r| Some(&r.ops.quote_daemon), &|r| Some(&r.ops.quote_raw_pcr))),
+        (Op::Quote, Op::Quote, pair(&|r| Some(&r.ops.quote_daemon), &|r| Some(&r.ops.quote_raw))),
         (Op::Seal, Op::Seal, pair(&|r| Some(&r.ops.seal_daemon), &|r| Some(&r.ops.seal_raw))),
         (Op::Unseal, Op::Unseal, pair(&|r| Some(&r.ops.unseal_daemon), &|r| Some(&r.ops.unseal_raw))),
     ];

@@ -2,9 +2,10 @@
 //! raw ESAPI in this process, on the same swtpm, in the same round.
 //!
 //! - **Quote**: `AttestationService/Quote` over [`QUOTE_PCRS`] with a [`NONCE_LEN`]-byte nonce,
-//!   against one raw `TPM2_Quote` with an AK (the vault's AK template) loaded. The daemon also
-//!   reads the PCR values in the same TPM job (so it can return them, consistent with the
-//!   quote): a second raw peer does `TPM2_PCR_Read` + `TPM2_Quote`, the same TPM work.
+//!   against one raw `TPM2_Quote` with an AK (the vault's AK template) loaded. The daemon returns
+//!   the PCR values with the quote: the values it read for an earlier quote when they hash to
+//!   the new digest (PCRs unchanged, as here: one TPM command), else freshly read ones. A second
+//!   raw peer does `TPM2_PCR_Read` + `TPM2_Quote`, the work of a quote whose PCRs changed.
 //! - **Seal**: `SealService/Seal` of a 32-byte secret to the current [`SEAL_PCRS`] value
 //!   (overwriting one record), against raw `TPM2_PCR_Read` + `TPM2_Create` of a sealed data
 //!   object under the SRK with its PolicyPCR digest, through a long-lived salted HMAC session with

@@ -209,8 +209,10 @@ fn more_sections(w: &mut String, run: &RunInfo, s: &Summary) {
          in this process first, then a fresh `tpm-vaultd` on the same swtpm through the client \
          library (`benches/src/ops.rs`). The ratio is the path's **p50 latency ÷ the peer's p50** \
          in the same round: lower is better, 1.00× is the raw TPM's speed. *Quote*: sha256:0,7,9, \
-         20-byte nonce, the vault's AK template on both paths; the daemon also reads the PCR \
-         values it returns in the same TPM job, so the second ratio compares the same TPM work. \
+         20-byte nonce, the vault's AK template on both paths; the daemon returns the PCR \
+         values with the quote, reusing the values it read for an earlier quote while they hash \
+         to the new quote's digest (one TPM command; PCRs do not change here), so the second \
+         ratio, against raw PCR_Read + quote, is what a quote after a PCR change compares to. \
          *Seal*: 32 bytes to the current sha256:9 through the long-lived salted HMAC session with \
          parameter encryption, as the daemon does; the daemon also encrypts the secret in-core \
          and writes its record durably (fsync), which is in its ratio. *Unseal*: a salted policy \

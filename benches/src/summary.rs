@@ -252,7 +252,11 @@ fn ops_rows(rounds: &[Round]) -> Vec<OpRow> {
         op_row("raw ESAPI `TPM2_Quote`, AK loaded", &quote_raw, None),
         op_row("raw ESAPI `TPM2_PCR_Read` + `TPM2_Quote`", &quote_pcr, vs(&quote_pcr, &quote_raw, "raw quote", None)),
         op_row("daemon `Quote` RPC", &quote, vs(&quote, &quote_raw, "raw quote", Some(QUOTE_GOAL))),
-        op_row("same, against the same TPM work", &quote, vs(&quote, &quote_pcr, "raw PCR_Read + quote", None)),
+        op_row(
+            "same, against a quote with fresh PCR values",
+            &quote,
+            vs(&quote, &quote_pcr, "raw PCR_Read + quote", None),
+        ),
         op_row("raw ESAPI `TPM2_PCR_Read` + `TPM2_Create` (sealed object, HMAC session)", &seal_raw, None),
         op_row("daemon `Seal` RPC (32 B, record written with fsync)", &seal, vs(&seal, &seal_raw, "raw seal", None)),
         op_row(

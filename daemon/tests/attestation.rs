@@ -6,10 +6,13 @@ mod support;
 
 use p256::ecdsa::signature::Verifier;
 use p256::pkcs8::DecodePublicKey;
+use std::time::Duration;
+
+use support::proxy::TpmProxy;
 use support::TpmEnv;
 use tpm_vault_daemon::model::{HashAlg, PcrBank, PcrSelection};
 use tpm_vault_daemon::spawn::CloseInheritedFds as _;
-use tpm_vault_daemon::Error;
+use tpm_vault_daemon::{Error, Vault, VaultConfig};
 
 fn pcrs_0_9() -> PcrSelection {
     PcrSelection::new(PcrBank::Sha256, &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]).expect("sel")
@@ -63,6 +66,38 @@ async fn quote_is_signed_by_the_ak_and_matches_the_returned_pcrs() {
     // Nonce bounds.
     assert!(matches!(vault.quote(pcrs_0_9(), vec![]).await, Err(Error::InvalidArgument(_))));
     assert!(matches!(vault.quote(pcrs_0_9(), vec![0; 65]).await, Err(Error::InvalidArgument(_))));
+}
+
+/// A quote costs one TPM command while the PCRs stay put: the values read for an earlier quote
+/// are returned when they hash to the new quote's digest, and read again once a PCR changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quotes_read_the_pcrs_again_only_when_they_changed() {
+    // TPM2_PCR_Read of one bank's 3 PCRs: tag NO_SESSIONS, size 20, TPM_CC_PCR_Read.
+    const PCR_READ: [u8; 10] = [0x80, 0x01, 0, 0, 0, 0x14, 0, 0, 0x01, 0x7E];
+    let env = TpmEnv::start();
+    let proxy = TpmProxy::start(env.swtpm.port());
+    let vault = Vault::open(VaultConfig { tcti: proxy.tcti(), ..env.vault_config() }).await.expect("open");
+    let sel = PcrSelection::new(PcrBank::Sha256, &[0, 7, 9]).expect("sel");
+    let quoted = |attest: &[u8], values: &[Vec<u8>]| {
+        assert_eq!(nonce_and_digest(attest).1, HashAlg::Sha256.digest(&values.concat()), "values are the quoted ones");
+    };
+    let before = proxy.count(&PCR_READ);
+    let first = vault.quote(sel.clone(), vec![1]).await.expect("quote");
+    quoted(&first.attest, &first.values);
+    assert_eq!(proxy.count(&PCR_READ) - before, 1, "the first quote reads the PCRs");
+    for n in 2..5u8 {
+        let q = vault.quote(sel.clone(), vec![n]).await.expect("quote");
+        quoted(&q.attest, &q.values);
+        assert_eq!(q.values, first.values);
+    }
+    assert_eq!(proxy.count(&PCR_READ) - before, 1, "quotes over unchanged PCRs read nothing");
+    vault.pcr_extend(PcrBank::Sha256, 9, HashAlg::Sha256.digest(b"next kernel")).await.expect("extend");
+    let after = vault.quote(sel.clone(), vec![9]).await.expect("quote");
+    quoted(&after.attest, &after.values);
+    assert_ne!(after.values[2], first.values[2], "PCR 9 changed");
+    assert_eq!(after.values[..2], first.values[..2]);
+    assert_eq!(proxy.count(&PCR_READ) - before, 2, "a changed PCR is read again");
+    vault.shutdown(Duration::from_secs(5)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

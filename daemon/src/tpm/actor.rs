@@ -122,6 +122,8 @@ struct Conn {
     /// How many user keys may be loaded at once (the object budget minus the SRK).
     max_keys: usize,
     info: TpmInfo,
+    /// PCR values last read on this connection (see [`pcr::PcrCache`]).
+    pcrs: pcr::PcrCache,
 }
 
 /// Loaded key objects by TPM name, least recently used first out.
@@ -261,8 +263,16 @@ impl Tpm {
             }
         }
         let max_keys = self.cfg.max_loaded.saturating_sub(usize::from(srk_transient)).max(1);
-        self.conn =
-            Some(Conn { ctx, srk, srk_transient, hmac: None, loaded: Lru::default(), max_keys, info: info.clone() });
+        self.conn = Some(Conn {
+            ctx,
+            srk,
+            srk_transient,
+            hmac: None,
+            loaded: Lru::default(),
+            max_keys,
+            info: info.clone(),
+            pcrs: pcr::PcrCache::default(),
+        });
         Ok(info)
     }
 
@@ -482,9 +492,10 @@ impl Tpm {
         })
     }
 
-    /// Quotes `sel` with the attestation key over `nonce` and reads the PCR values in the same
-    /// job, re-reading and re-quoting (up to 3 times) until the values hash to the quoted digest,
-    /// so the returned values are exactly the quoted ones.
+    /// Quotes `sel` with the attestation key over `nonce` and returns the PCR values with it:
+    /// the values remembered from the last read if they hash to the quoted digest (the usual
+    /// case: one TPM command), else freshly read ones, re-quoting (up to 3 times) until they
+    /// hash to it. Either way the returned values are exactly the quoted ones.
     ///
     /// # Errors
     /// TPM errors; [`TpmError::Busy`] if the PCRs kept changing.
@@ -496,11 +507,18 @@ impl Tpm {
     ) -> Result<(super::attest::Quote, Vec<Vec<u8>>), TpmError> {
         self.with_conn(|conn| {
             let handle = conn.load(ak)?;
+            let matches =
+                |values: &[Vec<u8>], digest: &[u8]| crate::model::HashAlg::Sha256.digest(&values.concat()) == digest;
             for _ in 0..3 {
-                let (_, values) = pcr::read(&mut conn.ctx, sel)?;
                 let quote = super::attest::quote(&mut conn.ctx, handle, nonce, sel)?;
-                let digest = crate::model::HashAlg::Sha256.digest(&values.concat());
-                if digest == quote.pcr_digest {
+                // While the PCRs do not change, the values read for the last quote hash to this
+                // one's digest: one TPM command per quote.
+                if let Some(values) = conn.pcrs.get(sel).filter(|v| matches(v, &quote.pcr_digest)) {
+                    return Ok((quote, values));
+                }
+                let (_, values) = pcr::read(&mut conn.ctx, sel)?;
+                conn.pcrs.put(sel, &values);
+                if matches(&values, &quote.pcr_digest) {
                     return Ok((quote, values));
                 }
                 tracing::debug!("PCRs changed during the quote; quoting again");
@@ -560,7 +578,11 @@ impl Tpm {
     /// # Errors
     /// TPM errors.
     pub fn pcr_read(&mut self, sel: &PcrSelection) -> Result<(u32, Vec<Vec<u8>>), TpmError> {
-        self.with_conn(|conn| pcr::read(&mut conn.ctx, sel))
+        self.with_conn(|conn| {
+            let (counter, values) = pcr::read(&mut conn.ctx, sel)?;
+            conn.pcrs.put(sel, &values);
+            Ok((counter, values))
+        })
     }
 
     /// The TPM name of an external public key loaded into the owner hierarchy (what

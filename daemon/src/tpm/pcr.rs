@@ -6,6 +6,8 @@
 //! - `TPM2_PolicyPCR`: `H(old || TPM_CC_PolicyPCR || TPML_PCR_SELECTION || H(values))`
 //! - `TPM2_PolicyAuthorize`: `H(H(old || TPM_CC_PolicyAuthorize || keyName) || policyRef)`
 
+use std::collections::HashMap;
+
 use tss_esapi::handles::PcrHandle;
 use tss_esapi::interface_types::algorithm::HashingAlgorithm;
 use tss_esapi::structures::{Digest, DigestValues, PcrSelectionList, PcrSlot};
@@ -84,6 +86,34 @@ pub fn read(ctx: &mut Context, sel: &PcrSelection) -> Result<(u32, Vec<Vec<u8>>)
         values.extend(digests.value().iter().map(|d| d.value().to_vec()));
     }
     Ok((counter, values))
+}
+
+/// The PCR values the TPM last reported, per bank and index. Only a hint: a quote checks
+/// remembered values against the digest the TPM signed before it returns them (so a stale
+/// entry costs a read, never a wrong answer), which saves a `TPM2_PCR_Read` per quote while the
+/// PCRs do not change; on a firmware TPM that is a whole secure-world round trip.
+#[derive(Debug, Default)]
+pub struct PcrCache {
+    values: HashMap<(PcrBank, u8), Vec<u8>>,
+}
+
+impl PcrCache {
+    /// The remembered values of `sel`, in selection order, if every one is known.
+    pub fn get(&self, sel: &PcrSelection) -> Option<Vec<Vec<u8>>> {
+        sel.pcrs.iter().map(|&i| self.values.get(&(sel.bank, i)).cloned()).collect()
+    }
+
+    /// Remembers `values` (in selection order) as just read.
+    pub fn put(&mut self, sel: &PcrSelection, values: &[Vec<u8>]) {
+        for (&i, v) in sel.pcrs.iter().zip(values) {
+            self.values.insert((sel.bank, i), v.clone());
+        }
+    }
+
+    /// Forgets one PCR's value (after extending it).
+    pub fn forget(&mut self, bank: PcrBank, pcr: u8) {
+        self.values.remove(&(bank, pcr));
+    }
 }
 
 /// Extends a PCR with a digest of `bank`'s size (what a boot loader does). For tests and tools.
