@@ -73,3 +73,54 @@ impl AuditLog {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    /// The audit file is a pipe whose reader starts late and reads slowly, and four threads
+    /// record a burst meanwhile: every decision still arrives, one JSON line each. (The file
+    /// writer used to drop lines once 4,096 were pending.)
+    #[test]
+    fn a_slow_audit_destination_loses_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.fifo");
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR).unwrap();
+        let reader_path = path.clone();
+        let reader = std::thread::spawn(move || {
+            let mut pipe = std::fs::File::open(reader_path).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            let mut text = String::new();
+            let mut chunk = [0u8; 4096];
+            loop {
+                match pipe.read(&mut chunk).unwrap() {
+                    0 => break,
+                    n => text.push_str(std::str::from_utf8(&chunk[..n]).unwrap()),
+                }
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+            text
+        });
+        let log = AuditLog::with_file(&path).unwrap();
+        let writers: Vec<_> = (0..4u32)
+            .map(|t| {
+                let log = log.clone();
+                std::thread::spawn(move || {
+                    let who = Identity::Cert { subject: format!("CN=client-{t}") };
+                    for i in 0..5_000 {
+                        log.record(&who, Operation::Sign, Some(&format!("key-{i}")), "allow", Some("r"), "ok");
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        drop(log);
+        let text = reader.join().unwrap();
+        let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines.len(), 20_000);
+        assert!(lines.iter().all(|l| l["op"] == "sign" && l["decision"] == "allow"));
+    }
+}
