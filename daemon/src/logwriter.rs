@@ -77,7 +77,7 @@ impl BatchedWriter {
     }
 
     /// Starts a writer thread named `thread` writing to `out`; `on_error` hears of failed
-    /// writes (at most once per batch; the next batch tries again).
+    /// writes (once per failed batch, whose lines are lost; the next batch is written as usual).
     ///
     /// # Errors
     /// If the thread cannot be spawned.
