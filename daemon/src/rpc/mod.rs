@@ -64,9 +64,34 @@ impl Ctx {
         Ok(grant)
     }
 
-    /// The frame of a unary RPC on one key: the key name `key_of` picks from the request is
-    /// parsed, the caller checked for `op` on it, `work` run, and the outcome measured and
-    /// audited ([`observe`]).
+    /// The frame of a unary RPC: the request's `target` is parsed, the caller checked for `op`
+    /// on it, `work` run, and the outcome measured and audited ([`observe`]).
+    async fn unary<Req, K, T, Fut>(
+        &self,
+        rpc: &'static str,
+        req: Request<Req>,
+        op: Operation,
+        target: impl FnOnce(&Req) -> Result<K, Error>,
+        work: impl FnOnce(Req, K) -> Fut,
+    ) -> Result<Response<T>, Status>
+    where
+        K: Target,
+        Fut: Future<Output = Result<T, Error>>,
+    {
+        let start = Instant::now();
+        let who = identity(&req);
+        let r = req.into_inner();
+        let mut grant = None;
+        let result = async {
+            let target = target(&r)?;
+            grant = Some(self.authorize(who, op, target.key()).await?);
+            work(r, target).await
+        }
+        .await;
+        observe(self, rpc, start, grant, result)
+    }
+
+    /// [`Ctx::unary`] for an operation on the key `key_of` names in the request.
     async fn on_key<Req, T, Fut>(
         &self,
         rpc: &'static str,
@@ -78,20 +103,10 @@ impl Ctx {
     where
         Fut: Future<Output = Result<T, Error>>,
     {
-        let start = Instant::now();
-        let who = identity(&req);
-        let r = req.into_inner();
-        let mut grant = None;
-        let result = async {
-            let key = KeyName::try_from(key_of(&r))?;
-            grant = Some(self.authorize(who, op, Some(&key)).await?);
-            work(r, key).await
-        }
-        .await;
-        observe(self, rpc, start, grant, result)
+        self.unary(rpc, req, op, |r| KeyName::try_from(key_of(r)), work).await
     }
 
-    /// [`Ctx::on_key`] for operations on no key (quotes, PCRs, random bytes).
+    /// [`Ctx::unary`] for an operation on no key (quotes, PCRs, random bytes).
     async fn on_vault<Req, T, Fut>(
         &self,
         rpc: &'static str,
@@ -102,16 +117,24 @@ impl Ctx {
     where
         Fut: Future<Output = Result<T, Error>>,
     {
-        let start = Instant::now();
-        let who = identity(&req);
-        let r = req.into_inner();
-        let mut grant = None;
-        let result = async {
-            grant = Some(self.authorize(who, op, None).await?);
-            work(r).await
-        }
-        .await;
-        observe(self, rpc, start, grant, result)
+        self.unary(rpc, req, op, |_| Ok(()), |r, ()| work(r)).await
+    }
+}
+
+/// What a unary RPC acts on, for the policy check: a named key, or nothing (`()`).
+trait Target {
+    fn key(&self) -> Option<&KeyName>;
+}
+
+impl Target for KeyName {
+    fn key(&self) -> Option<&KeyName> {
+        Some(self)
+    }
+}
+
+impl Target for () {
+    fn key(&self) -> Option<&KeyName> {
+        None
     }
 }
 
