@@ -29,11 +29,8 @@ impl CloseInheritedFds for std::process::Command {
 
 impl CloseInheritedFds for tokio::process::Command {
     fn close_inherited_fds(&mut self) -> &mut Self {
-        // SAFETY: as for `std::process::Command` above.
-        #[allow(unsafe_code)]
-        unsafe {
-            self.pre_exec(cloexec_above_stdio)
-        }
+        self.as_std_mut().close_inherited_fds();
+        self
     }
 }
 

@@ -109,11 +109,6 @@ impl PcrCache {
             self.values.insert((sel.bank, i), v.clone());
         }
     }
-
-    /// Forgets one PCR's value (after extending it).
-    pub fn forget(&mut self, bank: PcrBank, pcr: u8) {
-        self.values.remove(&(bank, pcr));
-    }
 }
 
 /// Extends a PCR with a digest of `bank`'s size (what a boot loader does). For tests and tools.
