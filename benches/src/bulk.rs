@@ -103,7 +103,7 @@ pub struct BulkRound {
     pub tuned: StreamRound,
 }
 
-/// Whether `openssl speed` can run.
+/// Whether `openssl` can run (for `openssl speed` here and `s_server`/`s_time` in the TLS phase).
 pub fn openssl_available() -> bool {
     Command::new("openssl")
         .close_inherited_fds()

@@ -326,7 +326,7 @@ fn run(args: &Args) -> Result<()> {
         notes.push(format!("the daemon ran with RUST_LOG={}, not its default `info`", args.daemon_rust_log));
     }
 
-    let tls_setup = if tls::available() {
+    let tls_setup = if bulk::openssl_available() {
         progress("setup", "building the tls_server example (cargo build -p tpm-vault-client --example tls_server)");
         let example = tls::example_binary(&workspace)?;
         let daemon = daemon::Setup { work: tmp.path().join("t"), ..setup.clone() };

@@ -32,8 +32,6 @@ use tokio::runtime::Runtime;
 use tpm_vault_client::{Client, HashAlgorithm, SignInput, SignOptions, SignatureScheme};
 use tpm_vault_daemon::model::{KeyAlg, KeyName};
 use tpm_vault_daemon::store::Store;
-use tpm_vault_daemon::tpm::QueueConfig;
-use tpm_vault_daemon::{Vault, VaultConfig};
 
 use crate::procfs::{self, Proc};
 use crate::sign::daemon::{policy_allow_all, Daemon, Setup};
@@ -64,16 +62,7 @@ fn copy_name(i: usize) -> String {
 /// # Errors
 /// Vault errors.
 pub async fn create_real_keys(state_dir: &Path, tcti: &str) -> Result<Option<Duration>> {
-    let vault = Vault::open(VaultConfig {
-        state_dir: state_dir.to_owned(),
-        tcti: tcti.to_owned(),
-        max_loaded_objects: 3,
-        queue: QueueConfig::default(),
-        simulator: false,
-        datakey_idle: Duration::from_secs(300),
-    })
-    .await
-    .with_context(|| format!("opening the vault in {}", state_dir.display()))?;
+    let vault = crate::sign::actor::open(state_dir, tcti).await?;
     let uid = nix::unistd::getuid().as_raw();
     let result = async {
         let (mut took, mut created) = (Duration::ZERO, 0u32);

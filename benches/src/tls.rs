@@ -132,17 +132,6 @@ pub fn example_binary(workspace: &Path) -> Result<PathBuf> {
     Ok(candidate)
 }
 
-/// Whether `openssl s_time` can run.
-pub fn available() -> bool {
-    Command::new("openssl")
-        .close_inherited_fds()
-        .arg("version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 /// The OpenSSL peers that can run here, and a note for each one that cannot.
 pub fn detect_peers() -> (Peers, Vec<String>) {
     let peers = Peers::detect();

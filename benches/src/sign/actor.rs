@@ -18,7 +18,11 @@ use crate::stats::Measurement;
 /// How long shutdown waits for the actor to flush and close.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
-async fn open(state_dir: &Path, tcti: &str) -> Result<Vault> {
+/// Opens the vault at `state_dir` with the daemon's defaults (also the key-set phase's opener).
+///
+/// # Errors
+/// Vault errors.
+pub async fn open(state_dir: &Path, tcti: &str) -> Result<Vault> {
     Vault::open(VaultConfig {
         state_dir: state_dir.to_owned(),
         tcti: tcti.to_owned(),
