@@ -63,6 +63,10 @@ pub struct Args {
     /// How long SIGTERM waits for in-flight requests, in milliseconds.
     #[arg(long)]
     pub shutdown_grace_ms: Option<u64>,
+    /// Threads serving gRPC (HTTP/2, access checks, in-core crypto). Default: half the CPUs,
+    /// at least 1, at most 4; the TPM thread and the rest of the device keep the other half.
+    #[arg(long, env = "TPM_VAULT_WORKER_THREADS")]
+    pub worker_threads: Option<usize>,
     /// Log format: `plain` (journald-friendly) or `json`.
     #[arg(long, env = "TPM_VAULT_LOG_FORMAT")]
     pub log_format: Option<LogFormat>,
@@ -116,6 +120,8 @@ pub struct FileConfig {
     pub tpm_timeout_ms: Option<u64>,
     /// See [`Args::shutdown_grace_ms`].
     pub shutdown_grace_ms: Option<u64>,
+    /// See [`Args::worker_threads`].
+    pub worker_threads: Option<usize>,
     /// See [`Args::log_format`].
     pub log_format: Option<LogFormat>,
     /// See [`Args::metrics_listen`].
@@ -147,6 +153,8 @@ pub struct Config {
     pub tpm_timeout: Duration,
     /// Shutdown drain bound.
     pub shutdown_grace: Duration,
+    /// Async runtime worker threads (gRPC serving).
+    pub worker_threads: usize,
     /// Log format.
     pub log_format: LogFormat,
     /// Optional Prometheus endpoint; always a loopback address (see [`Config::load`]).
@@ -238,6 +246,13 @@ impl Config {
         if tpm_timeout_ms == 0 {
             return Err(ConfigError::Invalid { field: "tpm_timeout_ms", reason: "must be positive".into() });
         }
+        let worker_threads = args.worker_threads.or(file.worker_threads).unwrap_or_else(default_worker_threads);
+        if !(1..=MAX_WORKER_THREADS).contains(&worker_threads) {
+            return Err(ConfigError::Invalid {
+                field: "worker_threads",
+                reason: format!("must be between 1 and {MAX_WORKER_THREADS}"),
+            });
+        }
         let metrics_listen = args.metrics_listen.or(file.metrics_listen);
         if let Some(addr) = metrics_listen {
             if !addr.ip().is_loopback() {
@@ -281,6 +296,7 @@ impl Config {
             max_loaded_objects,
             tpm_timeout: Duration::from_millis(tpm_timeout_ms),
             shutdown_grace: Duration::from_millis(args.shutdown_grace_ms.or(file.shutdown_grace_ms).unwrap_or(10_000)),
+            worker_threads,
             log_format: args.log_format.or(file.log_format).unwrap_or(LogFormat::Plain),
             metrics_listen,
             audit_log: args.audit_log.clone().or(file.audit_log),
@@ -288,6 +304,21 @@ impl Config {
             file: file_path,
         })
     }
+}
+
+/// Upper bound of [`Config::worker_threads`].
+pub const MAX_WORKER_THREADS: usize = 256;
+
+/// Default [`Config::worker_threads`]: half the CPUs this process may use, between 1 and 4.
+///
+/// Every request ends at the one TPM thread, so more serving threads add no TPM throughput;
+/// what they add is cross-thread hand-offs (tokio's idle workers wake to steal each new task).
+/// Measured on a 2-CPU machine (`docs/BENCHMARKS.md`, "Serving threads"), one worker instead of
+/// two cut the daemon's CPU per GiB streamed by a third and raised 16-client signing; four cover
+/// bulk streams from several clients on a larger device.
+#[must_use]
+pub fn default_worker_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).clamp(1, 4))
 }
 
 /// What [`check_policies`] found.
@@ -368,6 +399,18 @@ mod tests {
         std::fs::write(&path, "max_loaded_objects = \"many\"\n").ok();
         let err = Config::load(&args(&["--config", &p])).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains("line 1") && !err.contains('\n'), "{err}");
+    }
+
+    #[test]
+    fn worker_threads_default_and_bounds() {
+        let d = Config::load(&args(&[])).map(|c| c.worker_threads).unwrap_or(0);
+        assert_eq!(d, default_worker_threads());
+        assert!((1..=4).contains(&d), "{d}");
+        assert_eq!(Config::load(&args(&["--worker-threads", "3"])).map(|c| c.worker_threads).ok(), Some(3));
+        for bad in ["0", "257"] {
+            let err = Config::load(&args(&["--worker-threads", bad]));
+            assert!(matches!(err, Err(ConfigError::Invalid { field: "worker_threads", .. })), "{err:?}");
+        }
     }
 
     #[test]

@@ -72,7 +72,12 @@ fn main() -> ExitCode {
     if nix::unistd::Uid::effective().is_root() && !config.simulator {
         tracing::warn!("running as root: prefer the tpm-vault user (see systemd/tpm-vaultd.service)");
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("tpm-vaultd").build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.worker_threads)
+        .enable_all()
+        .thread_name("tpm-vaultd")
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("tpm-vaultd: cannot start runtime: {e}");
