@@ -25,6 +25,14 @@ impl AsyncWrite for Counter {
     }
 }
 
+/// Minor page faults of a process so far.
+fn minflt(pid: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(7)?.parse().ok()))
+        .unwrap_or(0)
+}
+
 /// utime + stime of a process, seconds.
 fn cpu(pid: &str) -> Result<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
@@ -65,21 +73,22 @@ async fn main() -> Result<()> {
     anyhow::ensure!(opened == plain, "round trip");
     // A ciphertext of `bytes` for the decrypt stream, held in memory (only when small enough).
     for _ in 0..rounds {
-        let (d0, c0, r0) = (cpu(&daemon)?, cpu("self")?, rss_kib(&daemon));
+        let (d0, c0, r0, f0) = (cpu(&daemon)?, cpu("self")?, rss_kib(&daemon), minflt("self"));
         let start = Instant::now();
         let mut source = tokio::io::repeat(0x5a).take(bytes);
         let mut sink = Counter(0);
         client.copy_encrypt("bench-data", b"ctx", &mut source, &mut sink).await?;
         let secs = start.elapsed().as_secs_f64();
-        let (d1, c1, r1) = (cpu(&daemon)?, cpu("self")?, rss_kib(&daemon));
+        let (d1, c1, r1, f1) = (cpu(&daemon)?, cpu("self")?, rss_kib(&daemon), minflt("self"));
         let gib = bytes as f64 / (1u64 << 30) as f64;
         println!(
-            "encrypt {mib} MiB: {:.0} MiB/s, daemon {:.2} s CPU/GiB, client {:.2} s CPU/GiB, daemon RSS {} -> {} KiB",
+            "encrypt {mib} MiB: {:.0} MiB/s, daemon {:.2} s CPU/GiB, client {:.2} s CPU/GiB, daemon RSS {} -> {} KiB, client page faults {}",
             mib as f64 / secs,
             (d1 - d0) / gib,
             (c1 - c0) / gib,
             r0,
-            r1
+            r1,
+            f1 - f0
         );
         if bytes <= 1 << 30 {
             let mut sealed = Vec::with_capacity(bytes as usize + bytes as usize / 4096 + 1024);

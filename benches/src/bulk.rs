@@ -318,12 +318,12 @@ pub async fn stream_tuned(socket: &std::path::Path, pids: Pids, bytes: u64) -> R
     let mut client = pb::crypto_service_client::CryptoServiceClient::new(channel)
         .max_decoding_message_size(64 * 1024 * 1024)
         .max_encoding_message_size(64 * 1024 * 1024);
-    let piece = vec![0x5au8; TUNED_MESSAGE];
-    let first = pb::EncryptRequest { key_name: DATA_KEY.into(), context: CONTEXT.to_vec(), data: vec![] };
+    let piece = tonic::codegen::Bytes::from(vec![0x5au8; TUNED_MESSAGE]);
+    let first = pb::EncryptRequest { key_name: DATA_KEY.into(), context: CONTEXT.to_vec(), data: Default::default() };
     let sizes = (0..bytes.div_ceil(TUNED_MESSAGE as u64))
         .map(move |i| (bytes - i * TUNED_MESSAGE as u64).min(TUNED_MESSAGE as u64) as usize);
     let messages = std::iter::once(first)
-        .chain(sizes.map(move |n| pb::EncryptRequest { data: piece[..n].to_vec(), ..Default::default() }));
+        .chain(sizes.map(move |n| pb::EncryptRequest { data: piece.slice(..n), ..Default::default() }));
     let rss_before_kib = procfs::rss_kib(Proc::Pid(daemon))?;
     let cpu_start = CpuSnapshot::take(pids)?;
     let start = Instant::now();

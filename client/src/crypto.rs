@@ -19,6 +19,7 @@ use std::io;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
+use prost::bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream, ReadBuf};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -234,14 +235,14 @@ impl Client {
     {
         let (tx, rx) = mpsc::channel(IN_FLIGHT);
         // The first message names the key; the daemon reads it before it answers.
-        let first = proto::EncryptRequest { key_name: key.to_owned(), context: context.to_vec(), data: Vec::new() };
+        let first = proto::EncryptRequest { key_name: key.to_owned(), context: context.to_vec(), data: Bytes::new() };
         tx.try_send(first).map_err(|_| channel_closed())?;
         let mut crypto = self.stream_client();
         let call = async move {
             let responses = crypto.encrypt(ReceiverStream::new(rx)).await?.into_inner();
             write_responses(responses, |m: &proto::EncryptResponse| &m.data, writer).await
         };
-        let pump = pump(reader, tx, |data| proto::EncryptRequest { data, ..Default::default() });
+        let pump = pump(reader, tx, |data| proto::EncryptRequest { data: data.into(), ..Default::default() });
         let ((), written) = tokio::try_join!(pump, call)?;
         Ok(written)
     }
@@ -283,14 +284,14 @@ impl Client {
         W: AsyncWrite + Unpin + ?Sized,
     {
         let (tx, rx) = mpsc::channel(IN_FLIGHT);
-        tx.try_send(proto::DecryptRequest { context: context.to_vec(), data: Vec::new() })
+        tx.try_send(proto::DecryptRequest { context: context.to_vec(), data: Bytes::new() })
             .map_err(|_| channel_closed())?;
         let mut crypto = self.stream_client();
         let call = async move {
             let responses = crypto.decrypt(ReceiverStream::new(rx)).await?.into_inner();
             write_responses(responses, |m: &proto::DecryptResponse| &m.data, writer).await
         };
-        let pump = pump(reader, tx, |data| proto::DecryptRequest { data, ..Default::default() });
+        let pump = pump(reader, tx, |data| proto::DecryptRequest { data: data.into(), ..Default::default() });
         let ((), written) = tokio::try_join!(pump, call)?;
         Ok(written)
     }
@@ -387,7 +388,7 @@ impl Client {
                 data.len()
             ))));
         }
-        Ok(data)
+        Ok(Vec::from(data))
     }
 }
 

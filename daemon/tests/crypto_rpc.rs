@@ -5,6 +5,7 @@
 
 mod support;
 
+use prost::bytes::Bytes;
 use support::DaemonEnv;
 use tonic::Code;
 use tpm_vault_daemon::model::{HashAlg, PcrBank};
@@ -23,11 +24,11 @@ async fn encrypt(
     ctx: &[u8],
     data: &[u8],
 ) -> Result<Vec<u8>, tonic::Status> {
-    let mut msgs = vec![pb::EncryptRequest { key_name: key.into(), context: ctx.to_vec(), data: vec![] }];
+    let mut msgs = vec![pb::EncryptRequest { key_name: key.into(), context: ctx.to_vec(), data: Bytes::new() }];
     msgs.extend(data.chunks(100_000).map(|d| pb::EncryptRequest {
         key_name: String::new(),
         context: vec![],
-        data: d.to_vec(),
+        data: Bytes::copy_from_slice(d),
     }));
     let mut stream = c.encrypt(tokio_stream::iter(msgs)).await?.into_inner();
     let mut out = Vec::new();
@@ -43,8 +44,8 @@ async fn decrypt(
     ctx: &[u8],
     data: &[u8],
 ) -> (Vec<u8>, Option<tonic::Status>) {
-    let mut msgs = vec![pb::DecryptRequest { context: ctx.to_vec(), data: vec![] }];
-    msgs.extend(data.chunks(100_000).map(|d| pb::DecryptRequest { context: vec![], data: d.to_vec() }));
+    let mut msgs = vec![pb::DecryptRequest { context: ctx.to_vec(), data: Bytes::new() }];
+    msgs.extend(data.chunks(100_000).map(|d| pb::DecryptRequest { context: vec![], data: Bytes::copy_from_slice(d) }));
     let mut out = Vec::new();
     let mut stream = match c.decrypt(tokio_stream::iter(msgs)).await {
         Ok(s) => s.into_inner(),
@@ -171,11 +172,12 @@ async fn long_stream_memory_stays_bounded() {
     let total: usize = std::env::var("TPM_VAULT_STREAM_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(256) << 20;
     let rss_before = rss_kib();
     // Encrypt a generated stream and decrypt it on the fly, never holding it whole.
-    let piece = vec![0x5Au8; 256 * 1024];
+    let piece = Bytes::from(vec![0x5Au8; 256 * 1024]);
     let n = total / piece.len();
-    let reqs = std::iter::once(pb::EncryptRequest { key_name: "big".into(), context: vec![], data: vec![] }).chain(
-        (0..n).map(move |_| pb::EncryptRequest { key_name: String::new(), context: vec![], data: piece.clone() }),
-    );
+    let reqs =
+        std::iter::once(pb::EncryptRequest { key_name: "big".into(), context: vec![], data: Bytes::new() }).chain(
+            (0..n).map(move |_| pb::EncryptRequest { key_name: String::new(), context: vec![], data: piece.clone() }),
+        );
     let mut enc = c.encrypt(tokio_stream::iter(reqs)).await.expect("encrypt").into_inner();
     let (tx, rx) = tokio::sync::mpsc::channel::<pb::DecryptRequest>(4);
     let mut dec_client = client(&env).await;

@@ -598,7 +598,7 @@ impl Fixtures {
             .await
             .expect("fixture data key");
         let plain: Vec<u8> = (0..70_000u32).map(|i| (i % 251) as u8).collect();
-        let msgs = vec![pb::EncryptRequest { key_name: "g-dk".into(), context: b"ctx".to_vec(), data: plain }];
+        let msgs = vec![pb::EncryptRequest { key_name: "g-dk".into(), context: b"ctx".to_vec(), data: plain.into() }];
         let mut s = crypto.encrypt(tokio_stream::iter(msgs)).await.expect("encrypt").into_inner();
         let mut ciphertext = Vec::new();
         while let Some(m) = s.message().await.expect("encrypt stream") {
@@ -997,7 +997,7 @@ impl Gen {
             .map(|i| pb::EncryptRequest {
                 key_name: if i == 0 && self.rng.gen_bool(0.6) { "g-dk".into() } else { self.name() },
                 context: self.bytes(100),
-                data: if self.rng.gen_bool(0.05) { vec![1; 200_000] } else { self.bytes(3000) },
+                data: if self.rng.gen_bool(0.05) { vec![1; 200_000] } else { self.bytes(3000) }.into(),
             })
             .collect()
     }
@@ -1020,7 +1020,7 @@ impl Gen {
             let n = self.rng.gen_range(0..=rest.len().min(70_000));
             let (piece, tail) = rest.split_at(n);
             let ctx = if msgs.is_empty() { context.clone() } else { self.bytes(10) };
-            msgs.push(pb::DecryptRequest { context: ctx, data: piece.to_vec() });
+            msgs.push(pb::DecryptRequest { context: ctx, data: piece.to_vec().into() });
             rest = tail;
             if msgs.len() > 50 {
                 break;
@@ -1079,9 +1079,11 @@ impl Gen {
             ),
             "Encrypt" => encrypt(
                 c.crypto,
-                vec![pb::EncryptRequest { key_name: "g-dk".into(), context: vec![], data: vec![0; OVERSIZE] }],
+                vec![pb::EncryptRequest { key_name: "g-dk".into(), context: vec![], data: vec![0; OVERSIZE].into() }],
             ),
-            "Decrypt" => decrypt(c.crypto, vec![pb::DecryptRequest { context: vec![], data: vec![0; OVERSIZE] }]),
+            "Decrypt" => {
+                decrypt(c.crypto, vec![pb::DecryptRequest { context: vec![], data: vec![0; OVERSIZE].into() }])
+            }
             "Seal" => unary(c.seal, pb::SealRequest { name: huge(), ..Default::default() }, |mut s, r| async move {
                 s.seal(r).await
             }),

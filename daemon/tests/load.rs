@@ -205,15 +205,15 @@ async fn round_trip(
     plain: &[u8],
 ) -> Result<(), String> {
     let reqs = vec![
-        pb::EncryptRequest { key_name: "load-dk".into(), context: b"load".to_vec(), data: vec![] },
-        pb::EncryptRequest { key_name: String::new(), context: vec![], data: plain.to_vec() },
+        pb::EncryptRequest { key_name: "load-dk".into(), context: b"load".to_vec(), data: Default::default() },
+        pb::EncryptRequest { key_name: String::new(), context: vec![], data: plain.to_vec().into() },
     ];
     let mut s = c.encrypt(tokio_stream::iter(reqs)).await.map_err(|e| e.to_string())?.into_inner();
     let mut sealed = Vec::new();
     while let Some(m) = s.message().await.map_err(|e| e.to_string())? {
         sealed.extend_from_slice(&m.data);
     }
-    let reqs = vec![pb::DecryptRequest { context: b"load".to_vec(), data: sealed }];
+    let reqs = vec![pb::DecryptRequest { context: b"load".to_vec(), data: sealed.into() }];
     let mut s = c.decrypt(tokio_stream::iter(reqs)).await.map_err(|e| e.to_string())?.into_inner();
     let mut out = Vec::new();
     while let Some(m) = s.message().await.map_err(|e| e.to_string())? {

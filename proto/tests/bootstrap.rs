@@ -17,6 +17,12 @@ fn generated_code_is_up_to_date() {
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)
+        // Bulk payloads decode as `Bytes` views of the received buffer instead of copies.
+        .bytes(".tpmvault.v1.EncryptRequest.data")
+        .bytes(".tpmvault.v1.EncryptResponse.data")
+        .bytes(".tpmvault.v1.DecryptRequest.data")
+        .bytes(".tpmvault.v1.DecryptResponse.data")
+        .bytes(".tpmvault.v1.GetRandomResponse.data")
         .out_dir(&out)
         .file_descriptor_set_path(out.join("tpmvault_descriptor.bin"))
         .compile_protos(&protos, std::slice::from_ref(&root))

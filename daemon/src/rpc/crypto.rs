@@ -11,6 +11,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
+use prost::bytes::Bytes;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
 use tpm_vault_proto::v1 as pb;
@@ -94,7 +95,7 @@ impl Ending {
 struct CryptoStream<Req, Resp, X> {
     inbound: Streaming<Req>,
     /// The request message's data.
-    data_of: fn(Req) -> Vec<u8>,
+    data_of: fn(Req) -> Bytes,
     /// A response message.
     wrap: fn(Vec<u8>) -> Resp,
     /// `None` once the input ended or failed.
@@ -115,7 +116,7 @@ impl<Req, Resp, X: Transform> CryptoStream<Req, Resp, X> {
     /// A stream that first processes `first` (data that came with the call's first messages).
     fn new(
         inbound: Streaming<Req>,
-        data_of: fn(Req) -> Vec<u8>,
+        data_of: fn(Req) -> Bytes,
         wrap: fn(Vec<u8>) -> Resp,
         mut transform: X,
         first: &[u8],
@@ -267,7 +268,7 @@ impl CryptoService for CryptoRpc {
         let stream = CryptoStream::new(
             inbound,
             |m: pb::EncryptRequest| m.data,
-            |data| pb::EncryptResponse { data },
+            |data| pb::EncryptResponse { data: data.into() },
             encryptor,
             &first.data,
             false,
@@ -316,7 +317,7 @@ impl CryptoService for CryptoRpc {
         let stream = CryptoStream::new(
             inbound,
             |m: pb::DecryptRequest| m.data,
-            |data| pb::DecryptResponse { data },
+            |data| pb::DecryptResponse { data: data.into() },
             decryptor,
             &buf[used..],
             true,
@@ -334,7 +335,7 @@ impl CryptoService for CryptoRpc {
                 }
                 let mut data = vec![0u8; n];
                 self.ctx.vault.random(&mut data)?;
-                Ok(pb::GetRandomResponse { data })
+                Ok(pb::GetRandomResponse { data: data.into() })
             })
             .await
     }

@@ -2326,16 +2326,16 @@ pub struct EncryptRequest {
     #[prost(bytes = "vec", tag = "2")]
     pub context: ::prost::alloc::vec::Vec<u8>,
     /// Plaintext.
-    #[prost(bytes = "vec", tag = "3")]
-    pub data: ::prost::alloc::vec::Vec<u8>,
+    #[prost(bytes = "bytes", tag = "3")]
+    pub data: ::prost::bytes::Bytes,
 }
 /// Encrypt output message.
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct EncryptResponse {
     /// Encrypted stream bytes.
-    #[prost(bytes = "vec", tag = "1")]
-    pub data: ::prost::alloc::vec::Vec<u8>,
+    #[prost(bytes = "bytes", tag = "1")]
+    pub data: ::prost::bytes::Bytes,
 }
 /// Decrypt input message.
 #[allow(clippy::all)]
@@ -2345,16 +2345,16 @@ pub struct DecryptRequest {
     #[prost(bytes = "vec", tag = "1")]
     pub context: ::prost::alloc::vec::Vec<u8>,
     /// Encrypted stream bytes.
-    #[prost(bytes = "vec", tag = "2")]
-    pub data: ::prost::alloc::vec::Vec<u8>,
+    #[prost(bytes = "bytes", tag = "2")]
+    pub data: ::prost::bytes::Bytes,
 }
 /// Decrypt output message.
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct DecryptResponse {
     /// Authenticated plaintext.
-    #[prost(bytes = "vec", tag = "1")]
-    pub data: ::prost::alloc::vec::Vec<u8>,
+    #[prost(bytes = "bytes", tag = "1")]
+    pub data: ::prost::bytes::Bytes,
 }
 /// GetRandom input.
 #[allow(clippy::all)]
@@ -2369,8 +2369,8 @@ pub struct GetRandomRequest {
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct GetRandomResponse {
     /// Random bytes.
-    #[prost(bytes = "vec", tag = "1")]
-    pub data: ::prost::alloc::vec::Vec<u8>,
+    #[prost(bytes = "bytes", tag = "1")]
+    pub data: ::prost::bytes::Bytes,
 }
 /// Generated client implementations.
 pub mod crypto_service_client {
