@@ -24,6 +24,7 @@
 
 mod bulk;
 mod device;
+mod floor;
 mod machine;
 mod ops;
 mod procfs;
@@ -160,6 +161,21 @@ impl Plan {
 }
 
 fn main() -> ExitCode {
+    // The bare gRPC server of the floor phase: this binary re-run as a child (see `floor`).
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv.get(1).is_some_and(|a| a == floor::SERVER_FLAG) {
+        let Some(socket) = argv.get(2) else {
+            eprintln!("tpm-vault-bench: {} needs a socket path", floor::SERVER_FLAG);
+            return ExitCode::FAILURE;
+        };
+        return match floor::serve(Path::new(socket)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("tpm-vault-bench: bare gRPC server: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     match run(&Args::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -382,6 +398,13 @@ fn run(args: &Args) -> Result<()> {
         })
         .context("daemon phase")?;
         check_clean(&tcti, &format!("the daemon (round {r})"), &mut notes)?;
+        let floor_m = {
+            let server = floor::FloorServer::start(tmp.path())?;
+            let pids = Pids { swtpm: swtpm_pid, daemon: Some(server.pid()) };
+            rt.block_on(floor::measure(server.socket(), floor::timing(plan.timing), pids))
+                .context("bare gRPC round trip")?
+        };
+        progress(&stage, &format!("bare gRPC health check: {}", describe(&floor_m)));
 
         let mut tools_m = Vec::new();
         if let Some(t) = &tools {
@@ -404,6 +427,7 @@ fn run(args: &Args) -> Result<()> {
             raw: raw_m,
             actor: actor_m,
             handoff,
+            floor: floor_m,
             daemon: daemon_r,
             tools: tools_m,
             ops: ops_r,

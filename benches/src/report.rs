@@ -422,7 +422,13 @@ pub fn markdown(run: &RunInfo, machine: &Machine, s: &Summary) -> String {
         "Per round: the path's median latency minus the raw ESAPI median latency of the same \
          round. The hand-off row times empty jobs through the TPM actor (queue, thread switch, \
          reply; no TPM command): the part of the library's added latency that is not the TPM, \
-         given as a fraction of one raw `TPM2_Sign`.\n"
+         given as a fraction of one raw `TPM2_Sign`. The last two rows are the floor under the \
+         daemon's figure: one client's health checks (`grpc.health.v1`, no work behind them) \
+         against a bare tonic server in a process of its own, with the daemon's runtime and \
+         HTTP/2 settings on a Unix socket (`benches/src/floor.rs`), i.e. what one unary gRPC \
+         call costs on this machine before any server does anything; and the same check against \
+         `tpm-vaultd`, its gRPC stack without a TPM job. A daemon request pays that round trip \
+         plus the TPM actor hand-off, so their sum is the least it can add with a gRPC API here.\n"
     );
     let _ = writeln!(w, "| figure | µs | ratio | peer | target |\n|---|---:|---:|---|---|");
     for f in &s.latency {

@@ -18,6 +18,8 @@ pub struct Round {
     pub actor: Measurement,
     /// Empty jobs through the TPM actor (hand-off cost without a TPM command).
     pub handoff: Measurement,
+    /// Health checks against a bare tonic server in its own process: the gRPC round trip alone.
+    pub floor: Measurement,
     /// The daemon over its socket.
     pub daemon: DaemonRound,
     /// tpm2-tools variants (empty when tpm2-tools is not installed).
@@ -590,6 +592,22 @@ impl Summary {
             goal: None,
             ratio: Some(ratio_of(&handoff, &raw_p50, "raw ESAPI p50 (one TPM2_Sign)", None)),
         });
+        let floor: Vec<f64> = rounds.iter().map(|r| us(r.floor.p50())).collect();
+        latency.push(Figure {
+            label: "gRPC round trip alone: bare tonic server (health check only, own process), 1 client: p50".into(),
+            unit: "µs",
+            value: spread(floor.iter().copied()),
+            goal: None,
+            ratio: Some(ratio_of(&floor, &raw_p50, "raw ESAPI p50 (one TPM2_Sign)", None)),
+        });
+        let health: Vec<f64> = rounds.iter().map(|r| us(r.daemon.health.p50())).collect();
+        latency.push(Figure {
+            label: "daemon health check (its gRPC stack, no TPM job), 1 client: p50".into(),
+            unit: "µs",
+            value: spread(health.iter().copied()),
+            goal: None,
+            ratio: Some(ratio_of(&health, &floor, "bare tonic round trip", None)),
+        });
 
         let mib = |kib: u64| kib as f64 / 1024.0;
         let idle: Vec<f64> = rounds.iter().map(|r| mib(r.daemon.rss_idle_kib)).collect();
@@ -846,6 +864,7 @@ pub(crate) mod tests {
             raw: m(raw, 700),
             actor: m(actor, 710),
             handoff: m(1000, 20),
+            floor: m(5000, 150),
             daemon: DaemonRound {
                 ready: Duration::from_millis(40),
                 rss_idle_kib: 10 * 1024,
@@ -863,6 +882,7 @@ pub(crate) mod tests {
                 ],
                 requests: 5000,
                 log_lines: 10,
+                health: m(4000, 200),
             },
             tools: vec![(Variant::SignFlush, m(50, 20_000))],
             ops: OpsRound {

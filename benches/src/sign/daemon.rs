@@ -90,6 +90,8 @@ pub struct DaemonRound {
     pub requests: u64,
     /// Lines the daemon wrote to stdout/stderr in the round.
     pub log_lines: u64,
+    /// Health checks from one client: the daemon's gRPC stack without a TPM job.
+    pub health: Measurement,
 }
 
 /// A running daemon, killed on drop if it was not stopped. The other daemon phases (attestation,
@@ -401,9 +403,11 @@ pub fn run(
         done.push(l);
     }
     let rss_loaded_kib = procfs::rss_kib(Proc::Pid(pid))?;
+    let health = rt.block_on(crate::floor::measure(&daemon.socket, crate::floor::timing(timing), pids))?;
+    progress(&format!("health check: p50 {:.0} µs", health.p50().as_secs_f64() * 1e6));
     let log_lines = daemon.log_lines();
     daemon.stop()?;
-    Ok(DaemonRound { ready, rss_idle_kib, rss_loaded_kib, levels: done, requests, log_lines })
+    Ok(DaemonRound { ready, rss_idle_kib, rss_loaded_kib, levels: done, requests, log_lines, health })
 }
 
 #[cfg(test)]

@@ -1,0 +1,138 @@
+//! The gRPC transport's own round trip, without the vault: the floor under every "latency the
+//! vault adds" figure.
+//!
+//! A bare tonic server serving only the standard `grpc.health.v1` health service runs in a
+//! child process (this binary with `--grpc-floor-server SOCKET`), with the runtime shape of
+//! `tpm-vaultd` (a multi-thread runtime with the daemon's default worker count, HTTP/2 frames as
+//! large as the daemon's), on a Unix socket. One client checks its health back to back; no
+//! request does any work, so the p50 is what one unary gRPC call costs on this machine before
+//! any server does anything: two processes woken, HTTP/2 framing both ways, prost encoding. The
+//! same check against `tpm-vaultd` (in [`crate::sign::daemon`]) measures the daemon's gRPC
+//! stack without a TPM job.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _, Result};
+use tokio::net::UnixListener;
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::transport::{Channel, Endpoint};
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
+use tpm_vault_daemon::spawn::CloseInheritedFds as _;
+
+use crate::sign::{timed_async, Pids, Timing};
+use crate::stats::Measurement;
+
+/// The hidden flag that turns this binary into the bare server.
+pub const SERVER_FLAG: &str = "--grpc-floor-server";
+
+/// How long the child gets to bind its socket.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The child's entry point: serves the health service on `socket` until killed.
+///
+/// # Errors
+/// Runtime, bind or server failures.
+pub fn serve(socket: &Path) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(tpm_vault_daemon::config::default_worker_threads())
+        .enable_all()
+        .build()
+        .context("runtime")?;
+    runtime.block_on(async {
+        let listener = UnixListener::bind(socket).with_context(|| format!("binding {}", socket.display()))?;
+        let (reporter, service) = tonic_health::server::health_reporter();
+        reporter.set_service_status("", tonic_health::ServingStatus::Serving).await;
+        tonic::transport::Server::builder()
+            .max_frame_size(tpm_vault_daemon::server::HTTP2_MAX_FRAME)
+            .add_service(service)
+            .serve_with_incoming(UnixListenerStream::new(listener))
+            .await
+            .context("serving")
+    })
+}
+
+/// The bare server's process, killed on drop.
+#[derive(Debug)]
+pub struct FloorServer {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl FloorServer {
+    /// Starts the child on a socket in `dir` and waits until it accepts.
+    ///
+    /// # Errors
+    /// Spawn failures, or the socket not accepting in time.
+    pub fn start(dir: &Path) -> Result<Self> {
+        let socket = dir.join("grpc-floor.sock");
+        let _ = std::fs::remove_file(&socket);
+        let exe = std::env::current_exe().context("locating this benchmark's binary")?;
+        let child = Command::new(exe)
+            .close_inherited_fds()
+            .arg(SERVER_FLAG)
+            .arg(&socket)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .context("starting the bare gRPC server")?;
+        let server = Self { child, socket };
+        let deadline = Instant::now() + START_TIMEOUT;
+        while std::os::unix::net::UnixStream::connect(&server.socket).is_err() {
+            if Instant::now() > deadline {
+                bail!("the bare gRPC server did not accept on {} in time", server.socket.display());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(server)
+    }
+
+    /// Its socket.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for FloorServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+/// The timing of a floor measurement: a fifth of the window, at least 0.5 s.
+pub fn timing(window: Timing) -> Timing {
+    Timing { warmup: Duration::from_millis(200), window: (window.window / 5).max(Duration::from_millis(500)) }
+}
+
+/// Health checks back to back from one client on its own connection to `socket`.
+///
+/// # Errors
+/// Connection failures, or a check that fails or does not answer `SERVING`.
+pub async fn measure(socket: &Path, timing: Timing, pids: Pids) -> Result<Measurement> {
+    let channel: Channel = Endpoint::from_shared(format!("unix://{}", socket.display()))?
+        .connect()
+        .await
+        .with_context(|| format!("connecting to {}", socket.display()))?;
+    let client = HealthClient::new(channel);
+    timed_async(timing, pids, || {
+        let mut client = client.clone();
+        async move {
+            let status = client.check(HealthCheckRequest { service: String::new() }).await?.into_inner().status;
+            anyhow::ensure!(
+                status == tonic_health::pb::health_check_response::ServingStatus::Serving as i32,
+                "health check answered status {status}"
+            );
+            Ok(())
+        }
+    })
+    .await
+}
