@@ -9,7 +9,7 @@
 //!   blocks, one digest per block as `openssl speed -elapsed sha256` does, against its 16 KiB
 //!   column.
 //! - **Through the daemon**: one `CryptoService/Encrypt` stream of [`OpsSetup::stream_bytes`]
-//!   plaintext with the client library (`Client::copy_encrypt`, 128 KiB messages) from a
+//!   plaintext with the client library (`Client::copy_encrypt`, 256 KiB messages) from a
 //!   generated source into a counting sink, on the daemon of the [`crate::ops`] phase; the
 //!   daemon's RSS is sampled every 10 ms during the stream. A short stream is encrypted and
 //!   decrypted back first (checked, and it unseals the data key so the timed stream does not

@@ -232,6 +232,7 @@ fn more_sections(w: &mut String, run: &RunInfo, s: &Summary) {
     figure_table(w, &s.random);
 
     let _ = writeln!(w, "## Bulk cryptography\n");
+    let message_kib = tpm_vault_client::MESSAGE_SIZE / 1024;
     let _ = writeln!(
         w,
         "In-core figures run on one thread of this process for a {window}; `openssl speed \
@@ -239,7 +240,7 @@ fn more_sections(w: &mut String, run: &RunInfo, s: &Summary) {
          seconds). MiB = 2^20 bytes. The vault's AES-256-GCM is its own stream format \
          (`Encryptor`, 64 KiB chunks), so its ratio includes the format's copies and per-chunk \
          work. The daemon stream is one `Encrypt` call through the client library \
-         (`Client::copy_encrypt`: 128 KiB messages) from a generated source into a counting sink, \
+         (`Client::copy_encrypt`: {message_kib} KiB messages) from a generated source into a counting sink, \
          after a checked encrypt/decrypt round trip that also unseals the data key; the daemon \
          and the client share this machine's cores, and their CPU per GiB is set against the \
          in-core encryptor's.\n"

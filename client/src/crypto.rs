@@ -33,7 +33,7 @@ use crate::{Client, Error, PcrBinding};
 
 /// Plaintext (or ciphertext) bytes per request message: a few chunks, so the per-message
 /// overhead is small while the memory held stays small.
-pub const MESSAGE_SIZE: usize = 128 * 1024;
+pub const MESSAGE_SIZE: usize = 256 * 1024;
 
 /// Request messages queued per stream: together with [`MESSAGE_SIZE`], the most input held.
 pub const IN_FLIGHT: usize = 4;

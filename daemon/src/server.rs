@@ -320,7 +320,7 @@ pub async fn serve_ctx_with_tls(
 /// Largest HTTP/2 DATA frame the daemon accepts (advertised in its SETTINGS; the client
 /// library advertises the same). With HTTP/2's default of 16 KiB, a bulk `Encrypt`/`Decrypt`
 /// stream cost a `recv` and a `writev` (and a wake-up of the other side) per 16 KiB; with this,
-/// a whole 128 KiB request or response message travels as one frame. Flow control is
+/// a whole 256 KiB request or response message travels as one frame. Flow control is
 /// unchanged (hyper's default windows: 1 MiB per stream and per connection), so this does not
 /// raise the data a connection may buffer.
 pub const HTTP2_MAX_FRAME: u32 = 1024 * 1024;

@@ -24,8 +24,8 @@ use crate::crypto::stream::{Decryptor, Encryptor, Header};
 use crate::error::Error;
 use crate::model::KeyName;
 
-/// A response is sent once this much output is buffered. The client library's 128 KiB
-/// request messages make one response each (two chunks and their tags).
+/// A response is sent once this much output is buffered. The client library's 256 KiB
+/// request messages make one response each (four chunks and their tags).
 const FLUSH_AT: usize = 64 * 1024;
 
 /// A stream of responses.
