@@ -584,30 +584,33 @@ impl Summary {
                 ratio: None,
             });
         }
+        // A p50 in µs per round, with its ratio to a peer's p50s of the same rounds.
+        let p50_figure = |label: &str, p50s: &[f64], peer: &[f64], peer_name: &str| Figure {
+            label: label.into(),
+            unit: "µs",
+            value: spread(p50s.iter().copied()),
+            goal: None,
+            ratio: Some(ratio_of(p50s, peer, peer_name, None)),
+        };
         let handoff: Vec<f64> = rounds.iter().map(|r| us(r.handoff.p50())).collect();
-        latency.push(Figure {
-            label: "TPM actor hand-off alone (empty job, no TPM command): p50".into(),
-            unit: "µs",
-            value: spread(handoff.iter().copied()),
-            goal: None,
-            ratio: Some(ratio_of(&handoff, &raw_p50, "raw ESAPI p50 (one TPM2_Sign)", None)),
-        });
         let floor: Vec<f64> = rounds.iter().map(|r| us(r.floor.p50())).collect();
-        latency.push(Figure {
-            label: "gRPC round trip alone: bare tonic server (health check only, own process), 1 client: p50".into(),
-            unit: "µs",
-            value: spread(floor.iter().copied()),
-            goal: None,
-            ratio: Some(ratio_of(&floor, &raw_p50, "raw ESAPI p50 (one TPM2_Sign)", None)),
-        });
         let health: Vec<f64> = rounds.iter().map(|r| us(r.daemon.health.p50())).collect();
-        latency.push(Figure {
-            label: "daemon health check (its gRPC stack, no TPM job), 1 client: p50".into(),
-            unit: "µs",
-            value: spread(health.iter().copied()),
-            goal: None,
-            ratio: Some(ratio_of(&health, &floor, "bare tonic round trip", None)),
-        });
+        let one_sign = "raw ESAPI p50 (one TPM2_Sign)";
+        latency.extend([
+            p50_figure("TPM actor hand-off alone (empty job, no TPM command): p50", &handoff, &raw_p50, one_sign),
+            p50_figure(
+                "gRPC round trip alone: bare tonic server (health check only, own process), 1 client: p50",
+                &floor,
+                &raw_p50,
+                one_sign,
+            ),
+            p50_figure(
+                "daemon health check (its gRPC stack, no TPM job), 1 client: p50",
+                &health,
+                &floor,
+                "bare tonic round trip",
+            ),
+        ]);
 
         let mib = |kib: u64| kib as f64 / 1024.0;
         let idle: Vec<f64> = rounds.iter().map(|r| mib(r.daemon.rss_idle_kib)).collect();
