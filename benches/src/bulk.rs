@@ -10,8 +10,10 @@
 //!   column.
 //! - **Through the daemon**: one `CryptoService/Encrypt` stream of [`OpsSetup::stream_bytes`]
 //!   plaintext with the client library (`Client::copy_encrypt`, 256 KiB messages) from a
-//!   generated source into a counting sink, on the daemon of the [`crate::ops`] phase; the
-//!   daemon's RSS is sampled every 10 ms during the stream. A short stream is encrypted and
+//!   generated source into a counting sink, on the daemon of the [`crate::ops`] phase: once on
+//!   a current-thread runtime of its own, as `tpm-vault encrypt` runs it (the target's figure),
+//!   once driven by `block_on` on the benchmark's multi-thread runtime; the daemon's RSS is
+//!   sampled every 10 ms during the stream. A short stream is encrypted and
 //!   decrypted back first (checked, and it unseals the data key so the timed stream does not
 //!   include the TPM).
 //! - `openssl speed -elapsed ecdsap256` sign/s: not a peer of the vault, only this CPU's speed
@@ -97,9 +99,20 @@ pub struct BulkRound {
     pub sha: f64,
     /// OpenSSL on the same machine (`None` without `openssl`).
     pub openssl: Option<Openssl>,
-    /// The daemon's encrypt stream through the client library.
-    pub stream: StreamRound,
-    /// The same through tonic directly ([`stream_tuned`]).
+    /// The daemon's encrypt streams.
+    pub streams: Streams,
+}
+
+/// The daemon's encrypt streams of one round.
+#[derive(Debug, Clone, Default)]
+pub struct Streams {
+    /// Through the client library on a current-thread runtime of its own, as `tpm-vault
+    /// encrypt` runs it ([`stream_current_thread`]).
+    pub cli: StreamRound,
+    /// Through the client library driven by `block_on` on this benchmark's multi-thread runtime
+    /// (the shape of a `#[tokio::main]` program).
+    pub multi: StreamRound,
+    /// Through tonic directly ([`stream_tuned`]).
     pub tuned: StreamRound,
 }
 
@@ -118,7 +131,7 @@ pub fn openssl_available() -> bool {
 ///
 /// # Errors
 /// Cipher errors, `openssl` failures.
-pub fn run(timing: Timing, pids: Pids, stream: StreamRound, tuned: StreamRound, openssl: bool) -> Result<BulkRound> {
+pub fn run(timing: Timing, pids: Pids, streams: Streams, openssl: bool) -> Result<BulkRound> {
     let aes = aes_in_core(timing, pids)?;
     let sha = sha_in_core(timing, pids)?;
     let openssl = if openssl {
@@ -131,7 +144,7 @@ pub fn run(timing: Timing, pids: Pids, stream: StreamRound, tuned: StreamRound, 
     } else {
         None
     };
-    Ok(BulkRound { aes, sha, openssl, stream, tuned })
+    Ok(BulkRound { aes, sha, openssl, streams })
 }
 
 fn aes_in_core(timing: Timing, pids: Pids) -> Result<f64> {
@@ -289,6 +302,27 @@ pub async fn stream(client: &Client, pids: Pids, bytes: u64) -> Result<StreamRou
         bail!("the encrypted stream has {written} bytes ({} counted), expected {expected}", sink.0);
     }
     Ok(StreamRound { bytes, elapsed, rss_before_kib, rss_peak_kib: peak.max(rss_before_kib), cpu })
+}
+
+/// [`stream`] as `tpm-vault encrypt` runs it: a client of its own on a current-thread runtime,
+/// on a thread of its own.
+///
+/// # Errors
+/// As [`stream`]; the thread or its runtime failing to start.
+pub fn stream_current_thread(socket: &std::path::Path, pids: Pids, bytes: u64) -> Result<StreamRound> {
+    let socket = socket.to_owned();
+    std::thread::Builder::new()
+        .name("stream".into())
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("runtime")?;
+            rt.block_on(async {
+                let client = Client::connect(&socket).await.context("connecting to the daemon")?;
+                stream(&client, pids, bytes).await
+            })
+        })
+        .context("starting the stream thread")?
+        .join()
+        .map_err(|_| anyhow::anyhow!("the stream thread panicked"))?
 }
 
 /// Most plaintext of the tuned stream (a diagnostic; a quarter GiB is long enough).

@@ -553,11 +553,11 @@ impl MoreSetup {
         notes: &mut Vec<String>,
     ) -> Result<(ops::OpsRound, bulk::BulkRound, scale::ScaleRound)> {
         let tcti = &self.ops.daemon.tcti;
-        let (ops_r, stream, tuned) = ops::run(&self.ops, r, plan.short, swtpm_pid, rt, |m| progress(stage, m))
+        let (ops_r, streams) = ops::run(&self.ops, r, plan.short, swtpm_pid, rt, |m| progress(stage, m))
             .context("quote, seal and random phase")?;
         check_clean(tcti, &format!("quote, seal and random (round {r})"), notes)?;
         let pids = Pids { swtpm: swtpm_pid, daemon: None };
-        let bulk_r = bulk::run(plan.short, pids, stream, tuned, self.openssl).context("bulk crypto phase")?;
+        let bulk_r = bulk::run(plan.short, pids, streams, self.openssl).context("bulk crypto phase")?;
         let mib = |b: f64| num(b / (1024.0 * 1024.0), 0);
         progress(
             stage,

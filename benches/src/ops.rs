@@ -23,8 +23,8 @@
 //!   reading `/dev/urandom`.
 //!
 //! Raw ESAPI runs first (swtpm serves one connection at a time), then a fresh daemon on the
-//! benchmark's state directory; the bulk-crypto stream ([`crate::bulk::stream`]) runs on that
-//! daemon too. Every path's result is checked once before timing: quotes verify in-core
+//! benchmark's state directory; the bulk-crypto streams ([`crate::bulk::stream`],
+//! [`crate::bulk::stream_current_thread`], [`crate::bulk::stream_tuned`]) run on that daemon too. Every path's result is checked once before timing: quotes verify in-core
 //! (`Quote::verify`) and carry the nonce, unsealed secrets equal the sealed ones.
 
 use std::io::Read;
@@ -45,7 +45,7 @@ use tss_esapi::structures::{
 };
 use tss_esapi::Context;
 
-use crate::bulk::{self, StreamRound};
+use crate::bulk::{self, Streams};
 use crate::sign::daemon::{policy_allow_all, Daemon, Setup};
 use crate::sign::raw::{connect, create_srk, null_hashcheck, RawKey};
 use crate::sign::{timed_async, timed_loop, Pids, Timing, DIGEST};
@@ -450,7 +450,7 @@ pub fn run(
     swtpm_pid: u32,
     rt: &Runtime,
     mut progress: impl FnMut(&str),
-) -> Result<(OpsRound, StreamRound, StreamRound)> {
+) -> Result<(OpsRound, Streams)> {
     let pids = Pids { swtpm: swtpm_pid, daemon: None };
     let mut raw = RawOps::open(&setup.daemon.tcti, &setup.ak, &setup.key)?;
     let quote_raw = timed_loop(timing, pids, || raw.quote().map(drop))?;
@@ -487,25 +487,31 @@ pub fn run(
         let seal = timed_async(timing, pids, || ops.seal()).await?;
         let unseal = timed_async(timing, pids, || ops.unseal()).await?;
         let random = timed_async(timing, pids, || ops.random()).await?;
-        let stream = bulk::stream(ops.client(), pids, setup.stream_bytes).await?;
+        let multi = bulk::stream(ops.client(), pids, setup.stream_bytes).await?;
         let tuned = bulk::stream_tuned(daemon.socket(), pids, setup.stream_bytes.min(bulk::TUNED_MAX_BYTES)).await?;
-        anyhow::Ok((quote, seal, unseal, random, (stream, tuned)))
+        anyhow::Ok((quote, seal, unseal, random, (multi, tuned)))
     });
-    let (quote_daemon, seal_daemon, unseal_daemon, random_m, (stream, tuned)) = match measured {
+    let measured = measured.and_then(|m| {
+        let cli = bulk::stream_current_thread(daemon.socket(), pids, setup.stream_bytes)?;
+        Ok((m, cli))
+    });
+    let ((quote_daemon, seal_daemon, unseal_daemon, random_m, (multi, tuned)), cli) = match measured {
         Ok(m) => m,
         Err(e) => return Err(e.context(format!("daemon log:\n{}", daemon.log_tail()))),
     };
+    let streams = Streams { cli, multi, tuned };
     daemon.stop()?;
     let random_daemon = ByteRate { m: random_m, bytes_per_op: RANDOM_REQUEST as f64 };
     progress(&format!(
         "daemon: quote p50 {:.0} µs, seal {:.0} µs, unseal {:.0} µs, GetRandom {:.0} MiB/s, \
-         encrypt stream {:.0} MiB/s (tonic directly, 1 MiB messages: {:.0} MiB/s)",
+         encrypt stream {:.0} MiB/s (multi-thread client: {:.0}; tonic directly, 1 MiB messages: {:.0})",
         us(&quote_daemon),
         us(&seal_daemon),
         us(&unseal_daemon),
         random_daemon.bytes_per_sec() / MIB,
-        stream.bytes_per_sec() / MIB,
-        tuned.bytes_per_sec() / MIB
+        streams.cli.bytes_per_sec() / MIB,
+        streams.multi.bytes_per_sec() / MIB,
+        streams.tuned.bytes_per_sec() / MIB
     ));
     let r = OpsRound {
         quote_raw,
@@ -520,7 +526,7 @@ pub fn run(
         random_urandom,
         random_daemon,
     };
-    Ok((r, stream, tuned))
+    Ok((r, streams))
 }
 
 const MIB: f64 = 1024.0 * 1024.0;

@@ -241,9 +241,12 @@ fn more_sections(w: &mut String, run: &RunInfo, s: &Summary) {
          (`Encryptor`, 64 KiB chunks), so its ratio includes the format's copies and per-chunk \
          work. The daemon stream is one `Encrypt` call through the client library \
          (`Client::copy_encrypt`: {message_kib} KiB messages) from a generated source into a counting sink, \
-         after a checked encrypt/decrypt round trip that also unseals the data key; the daemon \
-         and the client share this machine's cores, and their CPU per GiB is set against the \
-         in-core encryptor's.\n"
+         after a checked encrypt/decrypt round trip that also unseals the data key. The target \
+         row runs the client on a current-thread runtime of its own, as `tpm-vault encrypt` \
+         does; the next row is the same call driven by `block_on` on this benchmark's \
+         multi-thread runtime (2 workers), the shape of a `#[tokio::main]` program, whose \
+         hand-offs between threads cost more here. The daemon and the client share this \
+         machine's cores, and their CPU per GiB is set against the in-core encryptor's.\n"
     );
     figure_table(w, &s.bulk);
 

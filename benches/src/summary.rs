@@ -316,8 +316,9 @@ fn bulk_figures(rounds: &[Round]) -> Vec<Figure> {
     let (ossl_aes, ossl_sha) = (ossl(|o| o.aes_gcm), ossl(|o| o.sha256));
     let aes: Vec<f64> = rounds.iter().map(|r| r.bulk.aes).collect();
     let sha: Vec<f64> = rounds.iter().map(|r| r.bulk.sha).collect();
-    let stream: Vec<f64> = rounds.iter().map(|r| r.bulk.stream.bytes_per_sec()).collect();
-    let tuned: Vec<f64> = rounds.iter().map(|r| r.bulk.tuned.bytes_per_sec()).collect();
+    let stream: Vec<f64> = rounds.iter().map(|r| r.bulk.streams.cli.bytes_per_sec()).collect();
+    let multi: Vec<f64> = rounds.iter().map(|r| r.bulk.streams.multi.bytes_per_sec()).collect();
+    let tuned: Vec<f64> = rounds.iter().map(|r| r.bulk.streams.tuned.bytes_per_sec()).collect();
     let mib = |v: &[f64]| spread(v.iter().map(|b| b / MIB));
     let size = |bytes: u64| {
         let mib = bytes as f64 / MIB;
@@ -327,17 +328,20 @@ fn bulk_figures(rounds: &[Round]) -> Vec<Figure> {
             format!("{mib} MiB")
         }
     };
-    let tuned_size = size(rounds.first().map_or(0, |r| r.bulk.tuned.bytes));
-    let size = size(rounds.first().map_or(0, |r| r.bulk.stream.bytes));
-    let rss_before: Vec<f64> = rounds.iter().map(|r| r.bulk.stream.rss_before_kib as f64 / 1024.0).collect();
+    let tuned_size = size(rounds.first().map_or(0, |r| r.bulk.streams.tuned.bytes));
+    let size = size(rounds.first().map_or(0, |r| r.bulk.streams.cli.bytes));
+    let rss_before: Vec<f64> = rounds.iter().map(|r| r.bulk.streams.cli.rss_before_kib as f64 / 1024.0).collect();
     let growth: Vec<f64> = rounds
         .iter()
-        .map(|r| r.bulk.stream.rss_peak_kib.saturating_sub(r.bulk.stream.rss_before_kib) as f64 / 1024.0)
+        .map(|r| r.bulk.streams.cli.rss_peak_kib.saturating_sub(r.bulk.streams.cli.rss_before_kib) as f64 / 1024.0)
         .collect();
     let per_gib = |cpu: std::time::Duration, bytes: u64| cpu.as_secs_f64() * (1u64 << 30) as f64 / bytes.max(1) as f64;
-    let daemon_cpu: Vec<f64> =
-        rounds.iter().map(|r| per_gib(r.bulk.stream.cpu.daemon.unwrap_or_default(), r.bulk.stream.bytes)).collect();
-    let client_cpu: Vec<f64> = rounds.iter().map(|r| per_gib(r.bulk.stream.cpu.bench, r.bulk.stream.bytes)).collect();
+    let daemon_cpu: Vec<f64> = rounds
+        .iter()
+        .map(|r| per_gib(r.bulk.streams.cli.cpu.daemon.unwrap_or_default(), r.bulk.streams.cli.bytes))
+        .collect();
+    let client_cpu: Vec<f64> =
+        rounds.iter().map(|r| per_gib(r.bulk.streams.cli.cpu.bench, r.bulk.streams.cli.bytes)).collect();
     let aes_cpu: Vec<f64> = aes.iter().map(|b| (1u64 << 30) as f64 / b).collect();
     vec![
         Figure {
@@ -369,11 +373,21 @@ fn bulk_figures(rounds: &[Round]) -> Vec<Figure> {
             ratio: Some(ratio_of(&sha, &ossl_sha, "OpenSSL SHA-256", None)),
         },
         Figure {
-            label: format!("daemon `Encrypt` stream of {size} over the Unix socket (client library)"),
+            label: format!(
+                "daemon `Encrypt` stream of {size} over the Unix socket (client library on a current-thread \
+                 runtime, as `tpm-vault encrypt`)"
+            ),
             unit: "MiB/s",
             value: mib(&stream),
             goal: None,
             ratio: Some(ratio_of(&stream, &ossl_aes, "OpenSSL AES-256-GCM", Some(STREAM_GOAL))),
+        },
+        Figure {
+            label: "same, the client library on a multi-thread runtime (2 workers, the call in `block_on`)".into(),
+            unit: "MiB/s",
+            value: mib(&multi),
+            goal: None,
+            ratio: Some(ratio_of(&multi, &stream, "current-thread client", None)),
         },
         Figure {
             label: format!(
@@ -400,7 +414,7 @@ fn bulk_figures(rounds: &[Round]) -> Vec<Figure> {
             ratio: Some(ratio_of(&daemon_cpu, &aes_cpu, "in-core AES-GCM per GiB", None)),
         },
         Figure {
-            label: "client library (this process) CPU per GiB streamed".into(),
+            label: "client library (current-thread, this process) CPU per GiB streamed".into(),
             unit: "s CPU",
             value: spread(client_cpu.iter().copied()),
             goal: None,
@@ -842,7 +856,7 @@ pub(crate) mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::bulk::{Openssl, StreamRound};
+    use crate::bulk::{Openssl, StreamRound, Streams};
     use crate::ops::ByteRate;
     use crate::scale::CountRound;
     use crate::sign::daemon::Level;
@@ -905,14 +919,17 @@ pub(crate) mod tests {
                 aes: 3000.0 * MIB,
                 sha: 1500.0 * MIB,
                 openssl: Some(Openssl { aes_gcm: 3200.0 * MIB, sha256: 1600.0 * MIB, ecdsa_sign: 40_000.0 }),
-                stream: StreamRound {
-                    bytes: 1 << 30,
-                    elapsed: Duration::from_millis(500),
-                    rss_before_kib: 20 * 1024,
-                    rss_peak_kib: 22 * 1024,
-                    cpu: CpuUse::default(),
+                streams: Streams {
+                    cli: StreamRound {
+                        bytes: 1 << 30,
+                        elapsed: Duration::from_millis(500),
+                        rss_before_kib: 20 * 1024,
+                        rss_peak_kib: 22 * 1024,
+                        cpu: CpuUse::default(),
+                    },
+                    multi: StreamRound { bytes: 1 << 30, elapsed: Duration::from_millis(600), ..Default::default() },
+                    tuned: StreamRound { bytes: 1 << 30, elapsed: Duration::from_millis(400), ..Default::default() },
                 },
-                tuned: StreamRound { bytes: 1 << 30, elapsed: Duration::from_millis(400), ..Default::default() },
             },
             scale: ScaleRound {
                 counts: [10, 1000]
