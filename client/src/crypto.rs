@@ -205,6 +205,11 @@ impl Client {
     /// Memory stays bounded for any length. The call has no deadline (a stream may take
     /// hours); it ends when `reader` reaches end of file. Returns the bytes written.
     ///
+    /// Throughput: each [`MESSAGE_SIZE`] message passes between this task and the connection's
+    /// tasks, so a runtime that keeps them on one thread streams fastest: on a 2-CPU machine a
+    /// current-thread runtime (what `tpm-vault encrypt` uses) moved about 1.4× the bytes of a
+    /// multi-thread one (`docs/BENCHMARKS.md`, "Bulk cryptography").
+    ///
     /// # Errors
     /// `NotFound` (no such data key), `FailedPrecondition` (PCR values differ from the key's
     /// binding), `PermissionDenied`, `Unavailable`; [`Error::Read`] / [`Error::Write`] when
