@@ -25,21 +25,24 @@ impl AsyncWrite for Counter {
     }
 }
 
+/// The numeric fields of `/proc/PID/stat`, from field 4 of proc(5) (`ppid`) on, at index 0
+/// (`i128`: some are signed, some use all 64 bits).
+fn stat(pid: &str) -> Result<Vec<i128>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let rest = stat.rsplit_once(')').context("stat")?.1;
+    Ok(rest.split_whitespace().skip(1).map(str::parse).collect::<Result<_, _>>()?)
+}
+
 /// Minor page faults of a process so far.
-fn minflt(pid: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| s.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(7)?.parse().ok()))
-        .unwrap_or(0)
+fn minflt(pid: &str) -> Result<i128> {
+    stat(pid)?.get(6).copied().context("stat: minflt")
 }
 
 /// utime + stime of a process, seconds.
 fn cpu(pid: &str) -> Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let rest = stat.rsplit_once(')').context("stat")?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = f[11].parse::<f64>()? + f[12].parse::<f64>()?;
-    Ok(ticks / 100.0)
+    let f = stat(pid)?;
+    let ticks = f.get(10).zip(f.get(11)).map(|(u, s)| u + s).context("stat: utime, stime")?;
+    Ok(ticks as f64 / 100.0)
 }
 
 fn rss_kib(pid: &str) -> u64 {
@@ -73,13 +76,13 @@ async fn main() -> Result<()> {
     anyhow::ensure!(opened == plain, "round trip");
     // A ciphertext of `bytes` for the decrypt stream, held in memory (only when small enough).
     for _ in 0..rounds {
-        let (d0, c0, r0, f0) = (cpu(&daemon)?, cpu("self")?, rss_kib(&daemon), minflt("self"));
+        let (d0, c0, r0, f0) = (cpu(&daemon)?, cpu("self")?, rss_kib(&daemon), minflt("self")?);
         let start = Instant::now();
         let mut source = tokio::io::repeat(0x5a).take(bytes);
         let mut sink = Counter(0);
         client.copy_encrypt("bench-data", b"ctx", &mut source, &mut sink).await?;
         let secs = start.elapsed().as_secs_f64();
-        let (d1, c1, r1, f1) = (cpu(&daemon)?, cpu("self")?, rss_kib(&daemon), minflt("self"));
+        let (d1, c1, r1, f1) = (cpu(&daemon)?, cpu("self")?, rss_kib(&daemon), minflt("self")?);
         let gib = bytes as f64 / (1u64 << 30) as f64;
         println!(
             "encrypt {mib} MiB: {:.0} MiB/s, daemon {:.2} s CPU/GiB, client {:.2} s CPU/GiB, daemon RSS {} -> {} KiB, client page faults {}",

@@ -17,7 +17,6 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _, Result};
 use tokio::net::UnixListener;
 use tokio_stream::wrappers::UnixListenerStream;
-use tonic::transport::{Channel, Endpoint};
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 use tpm_vault_daemon::spawn::CloseInheritedFds as _;
@@ -118,11 +117,7 @@ pub fn timing(window: Timing) -> Timing {
 /// # Errors
 /// Connection failures, or a check that fails or does not answer `SERVING`.
 pub async fn measure(socket: &Path, timing: Timing, pids: Pids) -> Result<Measurement> {
-    let channel: Channel = Endpoint::from_shared(format!("unix://{}", socket.display()))?
-        .connect()
-        .await
-        .with_context(|| format!("connecting to {}", socket.display()))?;
-    let client = HealthClient::new(channel);
+    let client = HealthClient::new(crate::sign::daemon::channel(socket).await?);
     timed_async(timing, pids, || {
         let mut client = client.clone();
         async move {

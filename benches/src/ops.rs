@@ -24,7 +24,8 @@
 //!
 //! Raw ESAPI runs first (swtpm serves one connection at a time), then a fresh daemon on the
 //! benchmark's state directory; the bulk-crypto streams ([`crate::bulk::stream`],
-//! [`crate::bulk::stream_current_thread`], [`crate::bulk::stream_tuned`]) run on that daemon too. Every path's result is checked once before timing: quotes verify in-core
+//! [`crate::bulk::stream_current_thread`], [`crate::bulk::stream_tuned`]) run on that daemon
+//! too. Every path's result is checked once before timing: quotes verify in-core
 //! (`Quote::verify`) and carry the nonce, unsealed secrets equal the sealed ones.
 
 use std::io::Read;

@@ -205,11 +205,7 @@ fn describe(r: Rate) -> String {
 
 /// Issues the self-signed certificate the example server presents (stored with the key).
 async fn self_sign(socket: &Path) -> Result<()> {
-    let channel = tonic::transport::Endpoint::from_shared(format!("unix://{}", socket.display()))?
-        .connect()
-        .await
-        .with_context(|| format!("connecting to {}", socket.display()))?;
-    KeyServiceClient::new(channel)
+    KeyServiceClient::new(crate::sign::daemon::channel(socket).await?)
         .create_self_signed_certificate(pb::CreateSelfSignedCertificateRequest {
             name: KEY_NAME.into(),
             subject: Some(pb::CertificateSubject {

@@ -264,12 +264,19 @@ fn policy_toml(uid: u32) -> String {
     )
 }
 
-async fn connect(socket: &Path) -> Result<KeyServiceClient<Channel>> {
-    let channel = Endpoint::from_shared(format!("unix://{}", socket.display()))?
+/// A gRPC channel to the Unix socket `socket`, connected now.
+///
+/// # Errors
+/// A bad path, or the socket not accepting.
+pub async fn channel(socket: &Path) -> Result<Channel> {
+    Endpoint::from_shared(format!("unix://{}", socket.display()))?
         .connect()
         .await
-        .with_context(|| format!("connecting to {}", socket.display()))?;
-    Ok(KeyServiceClient::new(channel))
+        .with_context(|| format!("connecting to {}", socket.display()))
+}
+
+async fn connect(socket: &Path) -> Result<KeyServiceClient<Channel>> {
+    Ok(KeyServiceClient::new(channel(socket).await?))
 }
 
 fn sign_request() -> pb::SignRequest {
