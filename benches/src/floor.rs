@@ -1,5 +1,5 @@
-//! The gRPC transport's own round trip, without the vault: the floor under every "latency the
-//! vault adds" figure.
+//! The floors under every "latency the vault adds" figure: the gRPC transport's own round trip
+//! and a bare hand-off between two OS threads, both without the vault.
 //!
 //! A bare tonic server serving only the standard `grpc.health.v1` health service runs in a
 //! child process (this binary with `--grpc-floor-server SOCKET`), with the runtime shape of
@@ -9,6 +9,11 @@
 //! any server does anything: two processes woken, HTTP/2 framing both ways, prost encoding. The
 //! same check against `tpm-vaultd` (in [`crate::sign::daemon`]) measures the daemon's gRPC
 //! stack without a TPM job.
+//!
+//! [`thread_round_trip`] times the other half: one thread hands a message to another, which
+//! hands it straight back (std channels, nothing else). The vault library pays one such round
+//! trip per TPM job, because one dedicated thread owns the TPM; this is its cost on this
+//! machine with no tokio, queue bookkeeping or TPM work in it.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -21,7 +26,7 @@ use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 use tpm_vault_daemon::spawn::CloseInheritedFds as _;
 
-use crate::sign::{timed_async, Pids, Timing};
+use crate::sign::{timed_async, timed_loop, Pids, Timing};
 use crate::stats::Measurement;
 
 /// The hidden flag that turns this binary into the bare server.
@@ -130,4 +135,31 @@ pub async fn measure(socket: &Path, timing: Timing, pids: Pids) -> Result<Measur
         }
     })
     .await
+}
+
+/// Round trips between this thread and an echo thread, back to back, over two std channels of
+/// capacity 1.
+///
+/// # Errors
+/// The echo thread failing to start or vanishing; a vanished process of `pids`.
+pub fn thread_round_trip(timing: Timing, pids: Pids) -> Result<Measurement> {
+    let (to_echo, echo_rx) = std::sync::mpsc::sync_channel::<()>(1);
+    let (echo_tx, from_echo) = std::sync::mpsc::sync_channel::<()>(1);
+    let echo = std::thread::Builder::new()
+        .name("echo".into())
+        .spawn(move || {
+            while echo_rx.recv().is_ok() {
+                if echo_tx.send(()).is_err() {
+                    break;
+                }
+            }
+        })
+        .context("starting the echo thread")?;
+    let m = timed_loop(timing, pids, || {
+        to_echo.send(()).context("the echo thread stopped")?;
+        from_echo.recv().context("the echo thread stopped")
+    });
+    drop(to_echo);
+    let _ = echo.join();
+    m
 }

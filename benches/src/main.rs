@@ -392,6 +392,8 @@ fn run(args: &Args) -> Result<()> {
         progress(&stage, &format!("raw ESAPI: {}", describe(&raw_m)));
         progress(&stage, &format!("vault library: {}", describe(&actor_m)));
         progress(&stage, &format!("TPM actor hand-off (empty job): {}", describe(&handoff)));
+        let threads = floor::thread_round_trip(floor::timing(plan.slice), pids).context("thread round trip")?;
+        progress(&stage, &format!("bare thread round trip: {}", describe(&threads)));
 
         let daemon_r = daemon::run(&setup, r, &LEVELS, plan.timing, swtpm_pid, &rt, |msg| {
             progress(&stage, &format!("daemon: {msg}"));
@@ -427,6 +429,7 @@ fn run(args: &Args) -> Result<()> {
             raw: raw_m,
             actor: actor_m,
             handoff,
+            threads,
             floor: floor_m,
             daemon: daemon_r,
             tools: tools_m,

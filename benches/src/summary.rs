@@ -18,6 +18,8 @@ pub struct Round {
     pub actor: Measurement,
     /// Empty jobs through the TPM actor (hand-off cost without a TPM command).
     pub handoff: Measurement,
+    /// Round trips between two OS threads over std channels, no work: the hand-off's floor.
+    pub threads: Measurement,
     /// Health checks against a bare tonic server in its own process: the gRPC round trip alone.
     pub floor: Measurement,
     /// The daemon over its socket.
@@ -607,11 +609,18 @@ impl Summary {
             ratio: Some(ratio_of(p50s, peer, peer_name, None)),
         };
         let handoff: Vec<f64> = rounds.iter().map(|r| us(r.handoff.p50())).collect();
+        let threads: Vec<f64> = rounds.iter().map(|r| us(r.threads.p50())).collect();
         let floor: Vec<f64> = rounds.iter().map(|r| us(r.floor.p50())).collect();
         let health: Vec<f64> = rounds.iter().map(|r| us(r.daemon.health.p50())).collect();
         let one_sign = "raw ESAPI p50 (one TPM2_Sign)";
         latency.extend([
             p50_figure("TPM actor hand-off alone (empty job, no TPM command): p50", &handoff, &raw_p50, one_sign),
+            p50_figure(
+                "thread round trip alone: two OS threads, std channels, no work: p50",
+                &threads,
+                &raw_p50,
+                one_sign,
+            ),
             p50_figure(
                 "gRPC round trip alone: bare tonic server (health check only, own process), 1 client: p50",
                 &floor,
@@ -881,6 +890,7 @@ pub(crate) mod tests {
             raw: m(raw, 700),
             actor: m(actor, 710),
             handoff: m(1000, 20),
+            threads: m(1000, 20),
             floor: m(5000, 150),
             daemon: DaemonRound {
                 ready: Duration::from_millis(40),
