@@ -426,11 +426,13 @@ pub fn markdown(run: &RunInfo, machine: &Machine, s: &Summary) -> String {
         "Per round: the path's median latency minus the raw ESAPI median latency of the same \
          round. The hand-off row times empty jobs through the TPM actor (queue, thread switch, \
          reply; no TPM command): the part of the library's added latency that is not the TPM, \
-         given as a fraction of one raw `TPM2_Sign`. The thread row is that hand-off's floor: \
-         one round trip between two OS threads over std channels with nothing else in it \
-         (`floor::thread_round_trip`). The library pays one per signature, because one dedicated \
-         thread owns the TPM, so raw p50 ÷ (raw p50 + that row) is about the most library ÷ raw \
-         can reach on this machine. The last two rows are the floor under the \
+         given as a fraction of one raw `TPM2_Sign`. The thread row is the same hand-off \
+         with nothing of the vault in it: one round trip between two OS threads over std \
+         channels (`floor::thread_round_trip`), what the operating system charges for handing \
+         work to a dedicated thread and back on this machine. The library pays one per signature, \
+         because one dedicated thread owns the TPM; in the signing loop it often costs less than \
+         either row, because the caller and the TPM thread then share a CPU while swtpm has the \
+         other. The last two rows are the floor under the \
          daemon's figure: one client's health checks (`grpc.health.v1`, no work behind them) \
          against a bare tonic server in a process of its own, with the daemon's runtime and \
          HTTP/2 settings on a Unix socket (`benches/src/floor.rs`), i.e. what one unary gRPC \
