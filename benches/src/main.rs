@@ -3,7 +3,7 @@
 //!
 //! ```sh
 //! cargo run --release -p tpm-vault-bench            # full: 3 rounds, 5 s windows (< 10 min)
-//! cargo run -p tpm-vault-bench -- --quick --out /tmp/b.md   # CI smoke test (< 1 min)
+//! cargo run -p tpm-vault-bench -- --quick --out /tmp/b.md   # CI smoke test (~1.5 min)
 //! ```
 //!
 //! A run starts one swtpm, creates the keys (untimed), then repeats rounds of: raw ESAPI →
@@ -17,11 +17,14 @@
 //!
 //! Each round then runs, on shorter windows: [`ops`] quote, seal, unseal and random bytes
 //! (raw ESAPI, then a daemon that also runs the encrypt stream of [`bulk`]), [`bulk`] in-core
-//! AES-GCM and SHA-256 against `openssl speed`, and [`scale`] signing and daemon start with 10,
-//! 1,000 and 100,000 stored keys. After the rounds, [`device`] counts the TPM commands of every
+//! AES-GCM and SHA-256 against `openssl speed`, [`scale`] signing and daemon start with 10,
+//! 1,000 and 100,000 stored keys, and [`algs`] signing with P-384, RSA-2048/3072 (against raw
+//! ESAPI) and ML-DSA-65 (against aws-lc-rs in-process). The thread and gRPC round trips under the
+//! latency figures are in [`floor`]. After the rounds, [`device`] counts the TPM commands of every
 //! operation through the [`tap`] and projects the run onto the Jetson Orin and i.MX95.
 #![forbid(unsafe_code)]
 
+mod algs;
 mod bulk;
 mod device;
 mod floor;
@@ -424,7 +427,7 @@ fn run(args: &Args) -> Result<()> {
             tls_rounds.push(tls_r);
             check_clean(&tcti, &format!("the TLS phase (round {r})"), &mut notes)?;
         }
-        let (ops_r, bulk_r, scale_r) = more.round(&plan, r, swtpm_pid, &rt, &stage, &mut notes)?;
+        let (ops_r, bulk_r, scale_r, algs_r) = more.round(&plan, r, swtpm_pid, &rt, &stage, &mut notes)?;
         rounds.push(Round {
             raw: raw_m,
             actor: actor_m,
@@ -436,6 +439,7 @@ fn run(args: &Args) -> Result<()> {
             ops: ops_r,
             bulk: bulk_r,
             scale: scale_r,
+            algs: algs_r,
         });
     }
     let measuring = measuring.elapsed();
@@ -465,6 +469,7 @@ fn run(args: &Args) -> Result<()> {
         short: plan.short,
         key_sets: more.scale.sets.iter().map(|k| (k.count, k.written_in, k.atomic_write)).collect(),
         key_creation: more.key_creation,
+        algs_created: more.algs.created.clone(),
         device_section: device::markdown(&rounds, Some(&census), summary::DAEMON_GOAL_CLIENTS),
     };
     println!("\n{}", report::console(&summary));
@@ -497,6 +502,7 @@ fn run(args: &Args) -> Result<()> {
 struct MoreSetup {
     ops: ops::OpsSetup,
     scale: scale::ScaleSetup,
+    algs: algs::AlgsSetup,
     /// Mean time of creating one key in the TPM through the library.
     key_creation: Option<Duration>,
     openssl: bool,
@@ -522,6 +528,8 @@ impl MoreSetup {
             progress("setup", &format!("key set of {n} keys written in {:.1} s", set.written_in.as_secs_f64()));
             sets.push(set);
         }
+        progress("setup", "creating the P-384, RSA-2048, RSA-3072 and ML-DSA-65 keys");
+        let algs = algs::AlgsSetup::new(algs::daemon_setup(setup, &tmp.join("a"))?, rt)?;
         let openssl = bulk::openssl_available();
         if !openssl {
             let note = "openssl is not installed: the bulk-crypto peers (`openssl speed`) were skipped".to_owned();
@@ -540,6 +548,7 @@ impl MoreSetup {
                 stream_bytes: plan.stream_bytes,
             },
             scale: scale::ScaleSetup { daemon: daemon::Setup { work: scale_work, ..setup.clone() }, sets },
+            algs,
             key_creation,
             openssl,
         })
@@ -554,7 +563,7 @@ impl MoreSetup {
         rt: &tokio::runtime::Runtime,
         stage: &str,
         notes: &mut Vec<String>,
-    ) -> Result<(ops::OpsRound, bulk::BulkRound, scale::ScaleRound)> {
+    ) -> Result<(ops::OpsRound, bulk::BulkRound, scale::ScaleRound, algs::AlgsRound)> {
         let tcti = &self.ops.daemon.tcti;
         let (ops_r, streams) = ops::run(&self.ops, r, plan.short, swtpm_pid, rt, |m| progress(stage, m))
             .context("quote, seal and random phase")?;
@@ -580,7 +589,10 @@ impl MoreSetup {
             scale::run(&self.scale, r, plan.short, swtpm_pid, rt, |m| progress(stage, &format!("key sets: {m}")))
                 .context("key-count phase")?;
         check_clean(tcti, &format!("the key sets (round {r})"), notes)?;
-        Ok((ops_r, bulk_r, scale_r))
+        let algs_r = algs::run(&self.algs, r, plan.short, swtpm_pid, rt).context("key algorithm phase")?;
+        progress(stage, &format!("key algorithms: {}", algs::describe(&algs_r)));
+        check_clean(tcti, &format!("the key algorithms (round {r})"), notes)?;
+        Ok((ops_r, bulk_r, scale_r, algs_r))
     }
 
     /// What the command census needs (its daemon reuses the quote/seal phase's scratch dir).

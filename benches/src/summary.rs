@@ -2,6 +2,7 @@
 //! for every figure a ratio against its peer *computed within each round* (so a slow moment of
 //! the shared machine hits both sides of a ratio), then checked against the targets.
 
+use crate::algs::AlgsRound;
 use crate::bulk::BulkRound;
 use crate::ops::OpsRound;
 use crate::scale::ScaleRound;
@@ -32,6 +33,8 @@ pub struct Round {
     pub bulk: BulkRound,
     /// Key-count scaling.
     pub scale: ScaleRound,
+    /// The other key algorithms.
+    pub algs: AlgsRound,
 }
 
 /// A target a figure must meet.
@@ -176,6 +179,8 @@ pub struct Summary {
     pub bulk: Vec<Figure>,
     /// Key-count scaling, one row per key count.
     pub scale: Vec<ScaleRow>,
+    /// Signing with ECC P-384, RSA-2048, RSA-3072 and ML-DSA-65 against their peers.
+    pub algs: Vec<OpRow>,
     /// Raw ESAPI load + sign + flush, and the smallest key set's cold signature against it.
     pub cold_peer: Vec<OpRow>,
     /// Targets.
@@ -270,6 +275,36 @@ fn ops_rows(rounds: &[Round]) -> Vec<OpRow> {
         ),
         op_row("daemon `Unseal` RPC", &unseal, vs(&unseal, &unseal_raw, "raw unseal", None)),
     ]
+}
+
+/// Signing with the other key algorithms: raw ESAPI and the daemon per TPM algorithm, then
+/// ML-DSA-65 in-process and through the daemon.
+fn algs_rows(rounds: &[Round]) -> Vec<OpRow> {
+    let algs: Vec<tpm_vault_daemon::model::KeyAlg> =
+        rounds.first().map(|r| r.algs.tpm.iter().map(|(alg, _, _)| *alg).collect()).unwrap_or_default();
+    let mut rows = Vec::new();
+    for (i, alg) in algs.iter().enumerate() {
+        let raw: Vec<&Measurement> = rounds.iter().filter_map(|r| r.algs.tpm.get(i).map(|t| &t.1)).collect();
+        let daemon: Vec<&Measurement> = rounds.iter().filter_map(|r| r.algs.tpm.get(i).map(|t| &t.2)).collect();
+        let scheme = format!("{}, {}", alg.default_scheme().as_str(), alg.default_hash().as_str());
+        rows.push(op_row(format!("raw ESAPI `TPM2_Sign`, {alg} ({scheme})"), &raw, None));
+        rows.push(op_row(
+            format!("daemon `Sign` RPC, {alg}"),
+            &daemon,
+            Some(ratio_of(&p50s(&daemon), &p50s(&raw), &format!("raw {alg}"), None)),
+        ));
+    }
+    let local: Vec<&Measurement> = rounds.iter().map(|r| &r.algs.ml_dsa_local).collect();
+    let daemon: Vec<&Measurement> = rounds.iter().map(|r| &r.algs.ml_dsa_daemon).collect();
+    if !rounds.is_empty() {
+        rows.push(op_row("aws-lc-rs ML-DSA-65 sign, in this process", &local, None));
+        rows.push(op_row(
+            "daemon `Sign` RPC, ml-dsa-65 (seed unsealed once, signed in-core)",
+            &daemon,
+            Some(ratio_of(&p50s(&daemon), &p50s(&local), "aws-lc-rs in-process", None)),
+        ));
+    }
+    rows
 }
 
 /// Random-bytes figures.
@@ -803,6 +838,7 @@ impl Summary {
             .collect();
 
         let ops = ops_rows(rounds);
+        let algs = algs_rows(rounds);
         let random = random_figures(rounds);
         let bulk = bulk_figures(rounds);
         for row in &ops {
@@ -851,6 +887,7 @@ impl Summary {
             cpu,
             daemon_threads,
             ops,
+            algs,
             random,
             bulk,
             scale,
@@ -870,6 +907,7 @@ pub(crate) mod tests {
     use crate::scale::CountRound;
     use crate::sign::daemon::Level;
     use crate::stats::CpuUse;
+    use tpm_vault_daemon::model::KeyAlg;
 
     /// A measurement of `ops` operations of `lat_us` each over one second.
     pub fn m(ops: usize, lat_us: u64) -> Measurement {
@@ -954,7 +992,25 @@ pub(crate) mod tests {
                     })
                     .collect(),
             },
+            algs: AlgsRound {
+                tpm: vec![(KeyAlg::EccP384, m(raw / 2, 1400), m(raw / 3, 1800))],
+                ml_dsa_local: m(5000, 200),
+                ml_dsa_daemon: m(2500, 400),
+            },
         }
+    }
+
+    #[test]
+    fn algorithm_rows_pair_each_path_with_its_peer() {
+        let s = Summary::new(&[round(1000, 990, 960)]);
+        let labels: Vec<&str> = s.algs.iter().map(|r| r.label.as_str()).collect();
+        assert_eq!(labels.len(), 4, "{labels:?}");
+        assert!(labels[0].contains("ecc-p384") && labels[0].contains("ecdsa, sha384"), "{labels:?}");
+        let p384 = s.algs[1].ratio.as_ref().unwrap_or_else(|| panic!("P-384 ratio"));
+        assert!((p384.value.median - 1800.0 / 1400.0).abs() < 1e-9);
+        let ml_dsa = s.algs[3].ratio.as_ref().unwrap_or_else(|| panic!("ML-DSA ratio"));
+        assert_eq!(ml_dsa.peer, "aws-lc-rs in-process");
+        assert!((ml_dsa.value.median - 2.0).abs() < 1e-9);
     }
 
     #[test]
