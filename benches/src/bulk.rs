@@ -15,7 +15,9 @@
 //!   once driven by `block_on` on the benchmark's multi-thread runtime; the daemon's RSS is
 //!   sampled every 10 ms during the stream. A short stream is encrypted and
 //!   decrypted back first (checked, and it unseals the data key so the timed stream does not
-//!   include the TPM).
+//!   include the TPM). After the timed encrypt, up to [`DECRYPT_MAX_BYTES`] of plaintext is
+//!   encrypted into memory (untimed) and one `CryptoService/Decrypt` stream of it is timed from
+//!   memory into a counting sink (`Client::copy_decrypt`).
 //! - `openssl speed -elapsed ecdsap256` sign/s: not a peer of the vault, only this CPU's speed
 //!   next to the published figures the device model ([`crate::device`]) scales to.
 //!
@@ -65,17 +67,21 @@ pub struct StreamRound {
     pub rss_peak_kib: u64,
     /// CPU over the stream (bench = the client library in this process).
     pub cpu: CpuUse,
+    /// Plaintext bytes of the timed decrypt stream (0: none).
+    pub decrypt_bytes: u64,
+    /// Wall time of the decrypt call.
+    pub decrypt_elapsed: Duration,
 }
 
 impl StreamRound {
     /// Plaintext bytes per second.
     pub fn bytes_per_sec(&self) -> f64 {
-        let s = self.elapsed.as_secs_f64();
-        if s > 0.0 {
-            self.bytes as f64 / s
-        } else {
-            0.0
-        }
+        per_sec(self.bytes, self.elapsed)
+    }
+
+    /// Plaintext bytes per second of the decrypt stream.
+    pub fn decrypt_bytes_per_sec(&self) -> f64 {
+        per_sec(self.decrypt_bytes, self.decrypt_elapsed)
     }
 }
 
@@ -301,7 +307,17 @@ pub async fn stream(client: &Client, pids: Pids, bytes: u64) -> Result<StreamRou
     if written != expected || sink.0 != expected {
         bail!("the encrypted stream has {written} bytes ({} counted), expected {expected}", sink.0);
     }
-    Ok(StreamRound { bytes, elapsed, rss_before_kib, rss_peak_kib: peak.max(rss_before_kib), cpu })
+    let decrypt_bytes = bytes.min(DECRYPT_MAX_BYTES);
+    let decrypt_elapsed = decrypt_stream(client, decrypt_bytes).await?;
+    Ok(StreamRound {
+        bytes,
+        elapsed,
+        rss_before_kib,
+        rss_peak_kib: peak.max(rss_before_kib),
+        cpu,
+        decrypt_bytes,
+        decrypt_elapsed,
+    })
 }
 
 /// [`stream`] as `tpm-vault encrypt` runs it: a client of its own on a current-thread runtime,
@@ -323,6 +339,34 @@ pub fn stream_current_thread(socket: &std::path::Path, pids: Pids, bytes: u64) -
         .context("starting the stream thread")?
         .join()
         .map_err(|_| anyhow::anyhow!("the stream thread panicked"))?
+}
+
+/// Bytes per second, 0 for no time.
+fn per_sec(bytes: u64, elapsed: Duration) -> f64 {
+    let s = elapsed.as_secs_f64();
+    if s > 0.0 {
+        bytes as f64 / s
+    } else {
+        0.0
+    }
+}
+
+/// Most plaintext of the timed decrypt stream (its ciphertext is held in memory).
+pub const DECRYPT_MAX_BYTES: u64 = 256 * 1024 * 1024;
+
+/// Encrypts `bytes` of plaintext into memory (untimed), then times one decrypt stream of it
+/// into a counting sink; returns the wall time.
+async fn decrypt_stream(client: &Client, bytes: u64) -> Result<Duration> {
+    let mut sealed = Vec::with_capacity(usize::try_from(sealed_len(bytes)?).context("ciphertext size")?);
+    let mut source = tokio::io::repeat(0x5a).take(bytes);
+    client.copy_encrypt(DATA_KEY, CONTEXT, &mut source, &mut sealed).await.context("Encrypt RPC (decrypt input)")?;
+    let mut sink = Counter::default();
+    let start = Instant::now();
+    let written =
+        client.copy_decrypt(CONTEXT, &mut sealed.as_slice(), &mut sink).await.context("Decrypt RPC (timed stream)")?;
+    let elapsed = start.elapsed();
+    ensure!(written == bytes && sink.0 == bytes, "the decrypted stream has {written} bytes, expected {bytes}");
+    Ok(elapsed)
 }
 
 /// Most plaintext of the tuned stream (a diagnostic; a quarter GiB is long enough).
@@ -370,7 +414,7 @@ pub async fn stream_tuned(socket: &std::path::Path, pids: Pids, bytes: u64) -> R
     let cpu = CpuSnapshot::take(pids)?.since(&cpu_start);
     let expected = sealed_len(bytes)?;
     ensure!(written == expected, "the tuned stream has {written} bytes, expected {expected}");
-    Ok(StreamRound { bytes, elapsed, rss_before_kib, rss_peak_kib: rss_before_kib, cpu })
+    Ok(StreamRound { bytes, elapsed, rss_before_kib, rss_peak_kib: rss_before_kib, cpu, ..Default::default() })
 }
 
 #[cfg(test)]

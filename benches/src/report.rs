@@ -247,7 +247,9 @@ fn more_sections(w: &mut String, run: &RunInfo, s: &Summary) {
          row runs the client on a current-thread runtime of its own, as `tpm-vault encrypt` \
          does; the next row is the same call driven by `block_on` on this benchmark's \
          multi-thread runtime (2 workers), the shape of a `#[tokio::main]` program, whose \
-         hand-offs between threads cost more here. The daemon and the client share this \
+         hand-offs between threads cost more here. The `Decrypt` row times \
+         one decrypt stream of ciphertext the daemon made, read from memory, with the same \
+         current-thread client. The daemon and the client share this \
          machine's cores, and their CPU per GiB is set against the in-core encryptor's.\n"
     );
     figure_table(w, &s.bulk);
@@ -671,7 +673,6 @@ fn not_measured(w: &mut String, tls_measured: bool) {
             "TLS 1.3 handshakes/s with the server key in the TPM (rustls signer)",
             "OpenSSL `s_server` + tpm2 provider; software-key rustls",
         ),
-        ("`Decrypt` streams through the daemon", "the encrypt stream; OpenSSL AES-256-GCM"),
         ("unseal with a signed policy (PolicyAuthorize)", "raw ESAPI PolicyAuthorize + unseal"),
         ("seal / unseal against `tpm2_create` / `tpm2_unseal`", "the raw ESAPI figures above"),
         ("ML-KEM decapsulation and hybrid (P-256 + ML-DSA-65) signing", "aws-lc-rs in-process and raw ESAPI"),

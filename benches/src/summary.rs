@@ -356,6 +356,7 @@ fn bulk_figures(rounds: &[Round]) -> Vec<Figure> {
     let stream: Vec<f64> = rounds.iter().map(|r| r.bulk.streams.cli.bytes_per_sec()).collect();
     let multi: Vec<f64> = rounds.iter().map(|r| r.bulk.streams.multi.bytes_per_sec()).collect();
     let tuned: Vec<f64> = rounds.iter().map(|r| r.bulk.streams.tuned.bytes_per_sec()).collect();
+    let decrypt: Vec<f64> = rounds.iter().map(|r| r.bulk.streams.cli.decrypt_bytes_per_sec()).collect();
     let mib = |v: &[f64]| spread(v.iter().map(|b| b / MIB));
     let size = |bytes: u64| {
         let mib = bytes as f64 / MIB;
@@ -366,6 +367,7 @@ fn bulk_figures(rounds: &[Round]) -> Vec<Figure> {
         }
     };
     let tuned_size = size(rounds.first().map_or(0, |r| r.bulk.streams.tuned.bytes));
+    let decrypt_size = size(rounds.first().map_or(0, |r| r.bulk.streams.cli.decrypt_bytes));
     let size = size(rounds.first().map_or(0, |r| r.bulk.streams.cli.bytes));
     let rss_before: Vec<f64> = rounds.iter().map(|r| r.bulk.streams.cli.rss_before_kib as f64 / 1024.0).collect();
     let growth: Vec<f64> = rounds
@@ -425,6 +427,15 @@ fn bulk_figures(rounds: &[Round]) -> Vec<Figure> {
             value: mib(&multi),
             goal: None,
             ratio: Some(ratio_of(&multi, &stream, "current-thread client", None)),
+        },
+        Figure {
+            label: format!(
+                "daemon `Decrypt` stream of {decrypt_size} from memory (client library on a current-thread runtime)"
+            ),
+            unit: "MiB/s",
+            value: mib(&decrypt),
+            goal: None,
+            ratio: Some(ratio_of(&decrypt, &ossl_aes, "OpenSSL AES-256-GCM", None)),
         },
         Figure {
             label: format!(
@@ -974,6 +985,8 @@ pub(crate) mod tests {
                         rss_before_kib: 20 * 1024,
                         rss_peak_kib: 22 * 1024,
                         cpu: CpuUse::default(),
+                        decrypt_bytes: 256 << 20,
+                        decrypt_elapsed: Duration::from_millis(160),
                     },
                     multi: StreamRound { bytes: 1 << 30, elapsed: Duration::from_millis(600), ..Default::default() },
                     tuned: StreamRound { bytes: 1 << 30, elapsed: Duration::from_millis(400), ..Default::default() },
