@@ -303,6 +303,21 @@ fn algs_rows(rounds: &[Round]) -> Vec<OpRow> {
             &daemon,
             Some(ratio_of(&p50s(&daemon), &p50s(&local), "aws-lc-rs in-process", None)),
         ));
+        let raw_p256: Vec<&Measurement> = rounds.iter().map(|r| &r.raw).collect();
+        let hybrid: Vec<&Measurement> = rounds.iter().map(|r| &r.algs.hybrid_daemon).collect();
+        rows.push(op_row(
+            "daemon `Sign` RPC, hybrid-p256-mldsa65 (one `TPM2_Sign` + ML-DSA-65 in-core)",
+            &hybrid,
+            Some(ratio_of(&p50s(&hybrid), &p50s(&raw_p256), "raw ESAPI P-256 `TPM2_Sign`", None)),
+        ));
+        let kem_local: Vec<&Measurement> = rounds.iter().map(|r| &r.algs.ml_kem_local).collect();
+        let kem: Vec<&Measurement> = rounds.iter().map(|r| &r.algs.ml_kem_daemon).collect();
+        rows.push(op_row("aws-lc-rs ML-KEM-768 decapsulate, in this process", &kem_local, None));
+        rows.push(op_row(
+            "daemon `Decapsulate` RPC, ml-kem-768 (key unsealed once, in-core)",
+            &kem,
+            Some(ratio_of(&p50s(&kem), &p50s(&kem_local), "aws-lc-rs in-process", None)),
+        ));
     }
     rows
 }
@@ -1009,6 +1024,9 @@ pub(crate) mod tests {
                 tpm: vec![(KeyAlg::EccP384, m(raw / 2, 1400), m(raw / 3, 1800))],
                 ml_dsa_local: m(5000, 200),
                 ml_dsa_daemon: m(2500, 400),
+                hybrid_daemon: m(900, 1050),
+                ml_kem_local: m(20000, 50),
+                ml_kem_daemon: m(4000, 250),
             },
         }
     }
@@ -1017,13 +1035,17 @@ pub(crate) mod tests {
     fn algorithm_rows_pair_each_path_with_its_peer() {
         let s = Summary::new(&[round(1000, 990, 960)]);
         let labels: Vec<&str> = s.algs.iter().map(|r| r.label.as_str()).collect();
-        assert_eq!(labels.len(), 4, "{labels:?}");
+        assert_eq!(labels.len(), 7, "{labels:?}");
         assert!(labels[0].contains("ecc-p384") && labels[0].contains("ecdsa, sha384"), "{labels:?}");
         let p384 = s.algs[1].ratio.as_ref().unwrap_or_else(|| panic!("P-384 ratio"));
         assert!((p384.value.median - 1800.0 / 1400.0).abs() < 1e-9);
         let ml_dsa = s.algs[3].ratio.as_ref().unwrap_or_else(|| panic!("ML-DSA ratio"));
         assert_eq!(ml_dsa.peer, "aws-lc-rs in-process");
         assert!((ml_dsa.value.median - 2.0).abs() < 1e-9);
+        let hybrid = s.algs[4].ratio.as_ref().unwrap_or_else(|| panic!("hybrid ratio"));
+        assert!((hybrid.value.median - 1050.0 / 700.0).abs() < 1e-9, "against the round's raw P-256");
+        let kem = s.algs[6].ratio.as_ref().unwrap_or_else(|| panic!("ML-KEM ratio"));
+        assert!((kem.value.median - 5.0).abs() < 1e-9);
     }
 
     #[test]
