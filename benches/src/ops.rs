@@ -15,6 +15,15 @@
 //!   with the SRK, AES-128-CFB response encryption) + `TPM2_PolicyPCR` + `TPM2_Load` +
 //!   `TPM2_Unseal` + flushing the session and the object: the daemon's sequence
 //!   (`Tpm::unseal`).
+//! - **Unseal with a signed policy**: a secret sealed to an authority's approval of the
+//!   [`SEAL_PCRS`] values (`TPM2_PolicyAuthorize`), opened with a signed approval of the current
+//!   values: `SealService/Unseal` with a [`tpm_vault_client::SignedPolicy`] from an offline
+//!   P-256 authority, against raw ESAPI doing the daemon's TPM sequence
+//!   (`Tpm::unseal` with `PolicyAuth::Authorized`): salted policy session, `TPM2_PolicyPCR`,
+//!   `TPM2_LoadExternal` of the authority, `TPM2_ReadPublic`, `TPM2_VerifySignature`,
+//!   `TPM2_PolicyAuthorize`, flush, `TPM2_Load`, `TPM2_Unseal`, flushes. The raw authority is
+//!   the raw signing key, whose `TPM2_Sign` made the approval signature once. The daemon also
+//!   checks the approval's envelope in-core and reads the PCRs to name a mismatch.
 //! - **Cold signature peer**: raw `TPM2_Load` + `TPM2_Sign` + `TPM2_FlushContext`, what the
 //!   daemon does when a key is not loaded (its figures are in the key-count section,
 //!   [`crate::scale`]).
@@ -33,16 +42,18 @@ use std::path::Path;
 
 use anyhow::{ensure, Context as _, Result};
 use tokio::runtime::Runtime;
-use tpm_vault_client::{Client, PcrBinding, SealOptions};
+use tpm_vault_client::{Client, PcrBinding, PolicyApproval, PolicyAuthority, SealOptions};
 use tpm_vault_daemon::model::{HashAlg, PcrBank, PcrSelection, Scheme};
 use tpm_vault_daemon::tpm::{convert, pcr, templates};
 use tss_esapi::attributes::SessionAttributesBuilder;
 use tss_esapi::constants::SessionType;
 use tss_esapi::handles::{KeyHandle, ObjectHandle, SessionHandle};
 use tss_esapi::interface_types::algorithm::HashingAlgorithm;
+use tss_esapi::interface_types::resource_handles::Hierarchy;
 use tss_esapi::interface_types::session_handles::{AuthSession, PolicySession};
 use tss_esapi::structures::{
-    Data, Digest, PcrSelectionList, Private, Public, SensitiveData, SignatureScheme, SymmetricDefinition,
+    Data, Digest, Name, Nonce, PcrSelectionList, Private, Public, SensitiveData, Signature, SignatureScheme,
+    SymmetricDefinition,
 };
 use tss_esapi::Context;
 
@@ -60,6 +71,8 @@ pub const NONCE_LEN: usize = 20;
 pub const SEAL_PCRS: &str = "sha256:9";
 /// Sealed secret name in the daemon.
 pub const SECRET_NAME: &str = "bench-secret";
+/// Name of the daemon's secret sealed to a policy authority.
+pub const AUTHORIZED_SECRET_NAME: &str = "bench-authorized";
 /// Bytes sealed.
 pub const SECRET_LEN: usize = 32;
 /// Bytes per daemon `GetRandom` request.
@@ -123,8 +136,25 @@ pub struct RawOps {
     secret: Vec<u8>,
     /// The object the unseal loop opens (sealed in [`RawOps::open`]).
     sealed: Option<(Public, Private)>,
+    /// The authorized-policy object and its approval (made in [`RawOps::open`]).
+    authorized: Option<RawAuthorized>,
     /// The signing key the cold-sign loop loads each time.
     key: RawKey,
+}
+
+/// A secret sealed to `PolicyAuthorize` and the approval that opens it.
+#[derive(Clone)]
+struct RawAuthorized {
+    /// The authority's public key, as `TPM2_LoadExternal` takes it.
+    authority: Public,
+    /// The approved PolicyPCR digest.
+    approved: Digest,
+    /// H(approved policy || empty policyRef): what the authority signed.
+    approval_hash: Digest,
+    /// The authority's signature over `approval_hash`.
+    signature: Signature,
+    /// The sealed object.
+    object: (Public, Private),
 }
 
 impl std::fmt::Debug for RawOps {
@@ -171,9 +201,12 @@ impl RawOps {
             nonce: Data::try_from(nonce()).context("nonce")?,
             secret: secret(),
             sealed: None,
+            authorized: None,
             key: key.clone(),
         };
         ops.sealed = Some(ops.seal()?);
+        ops.authorized = Some(ops.seal_authorized()?);
+        ensure!(ops.unseal_authorized()? == ops.secret, "raw authorized unseal returned another secret");
         let attest = ops.quote()?;
         ensure!(attest == nonce(), "raw quote does not carry the nonce");
         ensure!(ops.unseal()? == ops.secret, "raw unseal returned another secret");
@@ -229,6 +262,21 @@ impl RawOps {
     /// # Errors
     /// TPM errors.
     pub fn unseal(&mut self) -> Result<Vec<u8>> {
+        let object = self.sealed.clone().context("nothing sealed yet")?;
+        self.unseal_with(&object, None)
+    }
+
+    /// As [`RawOps::unseal`] for the object sealed to the authority, with its approval checked
+    /// by the TPM between `TPM2_PolicyPCR` and `TPM2_Load`.
+    ///
+    /// # Errors
+    /// TPM errors.
+    pub fn unseal_authorized(&mut self) -> Result<Vec<u8>> {
+        let authorized = self.authorized.clone().context("nothing sealed to the authority yet")?;
+        self.unseal_with(&authorized.object, Some(&authorized))
+    }
+
+    fn unseal_with(&mut self, object: &(Public, Private), authorized: Option<&RawAuthorized>) -> Result<Vec<u8>> {
         let session = self
             .ctx
             .start_auth_session(
@@ -241,14 +289,19 @@ impl RawOps {
             )
             .context("TPM2_StartAuthSession (policy)")?
             .context("no session handle")?;
-        let result = self.unseal_in(session);
+        let result = self.unseal_in(session, object, authorized);
         let flushed = self.ctx.flush_context(ObjectHandle::from(SessionHandle::from(session)));
         let data = result?;
         flushed.context("flushing the policy session")?;
         Ok(data)
     }
 
-    fn unseal_in(&mut self, session: AuthSession) -> Result<Vec<u8>> {
+    fn unseal_in(
+        &mut self,
+        session: AuthSession,
+        (public, private): &(Public, Private),
+        authorized: Option<&RawAuthorized>,
+    ) -> Result<Vec<u8>> {
         let (attrs, mask) = SessionAttributesBuilder::new().with_encrypt(true).with_continue_session(true).build();
         self.ctx.tr_sess_set_attributes(session, attrs, mask).context("Esys_TRSess_SetAttributes")?;
         let policy = PolicySession::try_from(session).context("policy session")?;
@@ -256,8 +309,27 @@ impl RawOps {
         self.ctx
             .execute_without_session(|c| c.policy_pcr(policy, Digest::default(), list))
             .context("TPM2_PolicyPCR")?;
-        let (public, private) = self.sealed.clone().context("nothing sealed yet")?;
+        if let Some(a) = authorized {
+            let key = self
+                .ctx
+                .execute_without_session(|c| c.load_external_public(a.authority.clone(), Hierarchy::Owner))
+                .context("TPM2_LoadExternal (authority)")?;
+            let result = (|| {
+                let (_, name, _) = self.ctx.read_public(key).context("TPM2_ReadPublic")?;
+                let ticket = self
+                    .ctx
+                    .execute_without_session(|c| c.verify_signature(key, a.approval_hash.clone(), a.signature.clone()))
+                    .context("TPM2_VerifySignature")?;
+                let approved = a.approved.clone();
+                self.ctx
+                    .execute_without_session(|c| c.policy_authorize(policy, approved, Nonce::default(), &name, ticket))
+                    .context("TPM2_PolicyAuthorize")
+            })();
+            self.ctx.flush_context(key.into()).context("flushing the authority")?;
+            result?;
+        }
         let srk = self.srk;
+        let (public, private) = (public.clone(), private.clone());
         let object = self
             .ctx
             .execute_with_session(Some(AuthSession::Password), |c| c.load(srk, private, public))
@@ -265,6 +337,61 @@ impl RawOps {
         let data = self.ctx.execute_with_session(Some(session), |c| c.unseal(object.into())).context("TPM2_Unseal");
         self.ctx.flush_context(object.into()).context("flushing the sealed object")?;
         Ok(data?.value().to_vec())
+    }
+
+    /// Untimed set-up of the authorized unseal: the raw signing key as the authority (its
+    /// public part as `TPM2_LoadExternal` takes it, and its name), the PolicyPCR digest of the
+    /// current values approved with one `TPM2_Sign`, and the secret sealed under
+    /// `PolicyAuthorize(authority name, empty policyRef)`.
+    fn seal_authorized(&mut self) -> Result<RawAuthorized> {
+        let (x, y) = match &self.key.public {
+            Public::Ecc { unique, .. } => (unique.x().value().to_vec(), unique.y().value().to_vec()),
+            _ => anyhow::bail!("the raw signing key is not an ECC key"),
+        };
+        let authority = templates::external_p256(&x, &y)?;
+        let key = self
+            .ctx
+            .execute_without_session(|c| c.load_external_public(authority.clone(), Hierarchy::Owner))
+            .context("TPM2_LoadExternal (authority)")?;
+        let name: Result<Name> = self.ctx.read_public(key).map(|(_, n, _)| n).context("TPM2_ReadPublic");
+        self.ctx.flush_context(key.into()).context("flushing the authority")?;
+        let name = name?;
+
+        let list = self.seal_list.clone();
+        let (_, _, digests) = self.ctx.execute_without_session(|c| c.pcr_read(list)).context("TPM2_PCR_Read")?;
+        let values: Vec<Vec<u8>> = digests.value().iter().map(|d| d.value().to_vec()).collect();
+        let approved = pcr::policy_pcr_digest(&self.seal_sel, &values)?;
+        // aHash = H(approvedPolicy || policyRef), policyRef empty.
+        let approval_hash = Digest::try_from(HashAlg::Sha256.digest(&approved)).context("approval hash")?;
+
+        let (srk, public, private) = (self.srk, self.key.public.clone(), self.key.private.clone());
+        let signer = self
+            .ctx
+            .execute_with_session(Some(AuthSession::Password), |c| c.load(srk, private, public))
+            .context("TPM2_Load (authority key)")?;
+        let (scheme, ticket) = (convert::signature_scheme(Scheme::Ecdsa, HashAlg::Sha256), null_hashcheck()?);
+        let hash = approval_hash.clone();
+        let signature = self
+            .ctx
+            .execute_with_session(Some(AuthSession::Password), |c| c.sign(signer, hash, scheme, ticket))
+            .context("TPM2_Sign (approval)");
+        self.ctx.flush_context(signer.into()).context("flushing the authority key")?;
+        let signature = signature?;
+
+        let policy = pcr::policy_authorize_digest(name.value(), &[]);
+        let template = templates::sealed(Digest::try_from(policy).context("policy digest")?)?;
+        let sensitive = SensitiveData::try_from(self.secret.clone()).context("sensitive data")?;
+        let created = self
+            .ctx
+            .execute_with_session(Some(self.hmac), |c| c.create(srk, template, None, Some(sensitive), None, None))
+            .context("TPM2_Create (authorized sealed object)")?;
+        Ok(RawAuthorized {
+            authority,
+            approved: Digest::try_from(approved).context("approved policy")?,
+            approval_hash,
+            signature,
+            object: (created.out_public, created.out_private),
+        })
     }
 
     /// A signature with a key that is not loaded: `TPM2_Load` + `TPM2_Sign` + `TPM2_FlushContext`,
@@ -318,6 +445,8 @@ pub struct DaemonOps {
     seal: SealOptions,
     nonce: Vec<u8>,
     secret: Vec<u8>,
+    /// A signed approval of the current [`SEAL_PCRS`] values, for [`AUTHORIZED_SECRET_NAME`].
+    approval: Vec<u8>,
 }
 
 impl DaemonOps {
@@ -328,18 +457,22 @@ impl DaemonOps {
     /// RPC errors, or a check that fails.
     pub async fn connect(socket: &Path) -> Result<Self> {
         let client = Client::connect(socket).await.with_context(|| format!("connecting to {}", socket.display()))?;
-        let ops = Self {
+        let mut ops = Self {
             client,
             quote_pcrs: QUOTE_PCRS.parse().context("quote PCRs")?,
             seal: SealOptions::new().with_pcrs(SEAL_PCRS.parse().context("seal PCRs")?).with_overwrite(true),
             nonce: nonce(),
             secret: secret(),
+            approval: Vec::new(),
         };
+        ops.approval = ops.seal_authorized().await?;
         let quote = ops.client.quote(&ops.quote_pcrs, &ops.nonce).await.context("Quote RPC")?;
         quote.verify(&ops.nonce, &[]).context("the daemon's quote does not verify")?;
         ops.seal().await?;
         let unsealed = ops.client.unseal(SECRET_NAME, None).await.context("Unseal RPC")?;
         ensure!(unsealed.as_slice() == ops.secret.as_slice(), "the daemon unsealed another secret");
+        let unsealed = ops.client.unseal(AUTHORIZED_SECRET_NAME, Some(&ops.approval)).await.context("Unseal RPC")?;
+        ensure!(unsealed.as_slice() == ops.secret.as_slice(), "the daemon's authorized unseal gave another secret");
         ensure!(ops.client.random(RANDOM_REQUEST).await?.len() == RANDOM_REQUEST, "short GetRandom answer");
         Ok(ops)
     }
@@ -371,6 +504,28 @@ impl DaemonOps {
     /// RPC errors.
     pub async fn unseal(&self) -> Result<()> {
         self.client.unseal(SECRET_NAME, None).await.map(drop).context("Unseal RPC")
+    }
+
+    /// Seals the secret to a fresh offline P-256 authority (replacing the record) and returns
+    /// the authority's signed approval of the current [`SEAL_PCRS`] values.
+    async fn seal_authorized(&self) -> Result<Vec<u8>> {
+        let pem = rcgen::KeyPair::generate().context("generating the policy authority")?.serialize_pem();
+        let authority = PolicyAuthority::from_pem(&pem).context("the policy authority's key")?;
+        let pcrs: PcrBinding = SEAL_PCRS.parse().context("seal PCRs")?;
+        let options =
+            SealOptions::new().with_pcrs(pcrs.clone()).with_authority(authority.public_key_der()).with_overwrite(true);
+        self.client.seal(AUTHORIZED_SECRET_NAME, &self.secret, &options).await.context("Seal RPC (authorized)")?;
+        let current = self.client.read_pcrs(Some(&pcrs)).await.context("ReadPcrs RPC")?;
+        let approval = PolicyApproval::new(&current.to_binding()?)?;
+        Ok(authority.sign(&approval).to_bytes())
+    }
+
+    /// One Unseal RPC of the secret sealed to the authority, with its signed approval.
+    ///
+    /// # Errors
+    /// RPC errors.
+    pub async fn unseal_authorized(&self) -> Result<()> {
+        self.client.unseal(AUTHORIZED_SECRET_NAME, Some(&self.approval)).await.map(drop).context("Unseal RPC")
     }
 
     /// One GetRandom RPC of [`RANDOM_REQUEST`] bytes.
@@ -416,6 +571,10 @@ pub struct OpsRound {
     pub unseal_raw: Measurement,
     /// Unseal RPC.
     pub unseal_daemon: Measurement,
+    /// Raw unseal through `TPM2_PolicyAuthorize` (the daemon's sequence).
+    pub unseal_auth_raw: Measurement,
+    /// Unseal RPC of a secret sealed to a policy authority, with a signed approval.
+    pub unseal_auth_daemon: Measurement,
     /// Raw `TPM2_Load` + `TPM2_Sign` + `TPM2_FlushContext` (the peer of a cold daemon signature).
     pub sign_cold_raw: Measurement,
     /// Raw `TPM2_GetRandom`.
@@ -458,6 +617,7 @@ pub fn run(
     let quote_raw_pcr = timed_loop(timing, pids, || raw.pcr_read_and_quote())?;
     let seal_raw = timed_loop(timing, pids, || raw.seal().map(drop))?;
     let unseal_raw = timed_loop(timing, pids, || raw.unseal().map(drop))?;
+    let unseal_auth_raw = timed_loop(timing, pids, || raw.unseal_authorized().map(drop))?;
     let sign_cold_raw = timed_loop(timing, pids, || raw.sign_cold())?;
     let mut tpm_bytes = (0u64, 0u64);
     let tpm_m = timed_loop(timing, pids, || {
@@ -469,11 +629,12 @@ pub fn run(
     let random_tpm = ByteRate { m: tpm_m, bytes_per_op: tpm_bytes.0 as f64 / tpm_bytes.1.max(1) as f64 };
     progress(&format!(
         "raw ESAPI: quote p50 {:.0} µs, PCR_Read + quote {:.0} µs, seal {:.0} µs, unseal {:.0} µs, \
-         load + sign + flush {:.0} µs, TPM2_GetRandom {:.0} B/s",
+         authorized unseal {:.0} µs, load + sign + flush {:.0} µs, TPM2_GetRandom {:.0} B/s",
         us(&quote_raw),
         us(&quote_raw_pcr),
         us(&seal_raw),
         us(&unseal_raw),
+        us(&unseal_auth_raw),
         us(&sign_cold_raw),
         random_tpm.bytes_per_sec()
     ));
@@ -487,28 +648,32 @@ pub fn run(
         let quote = timed_async(timing, pids, || ops.quote()).await?;
         let seal = timed_async(timing, pids, || ops.seal()).await?;
         let unseal = timed_async(timing, pids, || ops.unseal()).await?;
+        let unseal_auth = timed_async(timing, pids, || ops.unseal_authorized()).await?;
         let random = timed_async(timing, pids, || ops.random()).await?;
         let multi = bulk::stream(ops.client(), pids, setup.stream_bytes).await?;
         let tuned = bulk::stream_tuned(daemon.socket(), pids, setup.stream_bytes.min(bulk::TUNED_MAX_BYTES)).await?;
-        anyhow::Ok((quote, seal, unseal, random, (multi, tuned)))
+        anyhow::Ok((quote, seal, (unseal, unseal_auth), random, (multi, tuned)))
     });
     let measured = measured.and_then(|m| {
         let cli = bulk::stream_current_thread(daemon.socket(), pids, setup.stream_bytes)?;
         Ok((m, cli))
     });
-    let ((quote_daemon, seal_daemon, unseal_daemon, random_m, (multi, tuned)), cli) = match measured {
-        Ok(m) => m,
-        Err(e) => return Err(e.context(format!("daemon log:\n{}", daemon.log_tail()))),
-    };
+    let ((quote_daemon, seal_daemon, (unseal_daemon, unseal_auth_daemon), random_m, (multi, tuned)), cli) =
+        match measured {
+            Ok(m) => m,
+            Err(e) => return Err(e.context(format!("daemon log:\n{}", daemon.log_tail()))),
+        };
     let streams = Streams { cli, multi, tuned };
     daemon.stop()?;
     let random_daemon = ByteRate { m: random_m, bytes_per_op: RANDOM_REQUEST as f64 };
     progress(&format!(
-        "daemon: quote p50 {:.0} µs, seal {:.0} µs, unseal {:.0} µs, GetRandom {:.0} MiB/s, \
-         encrypt stream {:.0} MiB/s (multi-thread client: {:.0}; tonic directly, 1 MiB messages: {:.0})",
+        "daemon: quote p50 {:.0} µs, seal {:.0} µs, unseal {:.0} µs, authorized unseal {:.0} µs, \
+         GetRandom {:.0} MiB/s, encrypt stream {:.0} MiB/s (multi-thread client: {:.0}; tonic directly, \
+         1 MiB messages: {:.0})",
         us(&quote_daemon),
         us(&seal_daemon),
         us(&unseal_daemon),
+        us(&unseal_auth_daemon),
         random_daemon.bytes_per_sec() / MIB,
         streams.cli.bytes_per_sec() / MIB,
         streams.multi.bytes_per_sec() / MIB,
@@ -522,6 +687,8 @@ pub fn run(
         seal_daemon,
         unseal_raw,
         unseal_daemon,
+        unseal_auth_raw,
+        unseal_auth_daemon,
         sign_cold_raw,
         random_tpm,
         random_urandom,

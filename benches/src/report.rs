@@ -219,7 +219,12 @@ fn more_sections(w: &mut String, run: &RunInfo, s: &Summary) {
          parameter encryption, as the daemon does; the daemon also encrypts the secret in-core \
          and writes its record durably (fsync), which is in its ratio. *Unseal*: a salted policy \
          session with response encryption, PolicyPCR, load, unseal, flushes: the daemon's \
-         sequence. The first result of each path is checked (quotes verify over the nonce, \
+         sequence. *Unseal with a signed policy*: a secret sealed to an offline P-256 authority's \
+         approval (`TPM2_PolicyAuthorize`), opened with a signed approval of the current value; \
+         the raw peer adds the daemon's `TPM2_LoadExternal`, `TPM2_ReadPublic`, \
+         `TPM2_VerifySignature` and `TPM2_PolicyAuthorize` to the unseal sequence, and the \
+         daemon also checks the approval's envelope signature in-core and reads the PCRs to name \
+         a mismatch. The first result of each path is checked (quotes verify over the nonce, \
          unsealed secrets match).\n"
     );
     op_table(w, &s.ops);
@@ -676,7 +681,6 @@ fn not_measured(w: &mut String, tls_measured: bool) {
             "TLS 1.3 handshakes/s with the server key in the TPM (rustls signer)",
             "OpenSSL `s_server` + tpm2 provider; software-key rustls",
         ),
-        ("unseal with a signed policy (PolicyAuthorize)", "raw ESAPI PolicyAuthorize + unseal"),
         ("seal / unseal against `tpm2_create` / `tpm2_unseal`", "the raw ESAPI figures above"),
         ("RSASSA-PKCS1-v1_5 signing (RSA keys are measured in their default, PSS)", "raw ESAPI"),
         ("a hardware or firmware TPM (`/dev/tpmrm0`)", "raw ESAPI on the same TPM"),

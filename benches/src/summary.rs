@@ -256,6 +256,7 @@ fn ops_rows(rounds: &[Round]) -> Vec<OpRow> {
     let quote = col(|o| &o.quote_daemon);
     let (seal_raw, seal) = (col(|o| &o.seal_raw), col(|o| &o.seal_daemon));
     let (unseal_raw, unseal) = (col(|o| &o.unseal_raw), col(|o| &o.unseal_daemon));
+    let (unseal_auth_raw, unseal_auth) = (col(|o| &o.unseal_auth_raw), col(|o| &o.unseal_auth_daemon));
     let vs = |a: &[&Measurement], b: &[&Measurement], peer: &str, goal| Some(ratio_of(&p50s(a), &p50s(b), peer, goal));
     vec![
         op_row("raw ESAPI `TPM2_Quote`, AK loaded", &quote_raw, None),
@@ -274,6 +275,17 @@ fn ops_rows(rounds: &[Round]) -> Vec<OpRow> {
             None,
         ),
         op_row("daemon `Unseal` RPC", &unseal, vs(&unseal, &unseal_raw, "raw unseal", None)),
+        op_row(
+            "raw ESAPI the same + `TPM2_LoadExternal` + `TPM2_ReadPublic` + `TPM2_VerifySignature` + \
+             `TPM2_PolicyAuthorize` (signed policy)",
+            &unseal_auth_raw,
+            vs(&unseal_auth_raw, &unseal_raw, "raw unseal", None),
+        ),
+        op_row(
+            "daemon `Unseal` RPC with a signed policy",
+            &unseal_auth,
+            vs(&unseal_auth, &unseal_auth_raw, "raw signed-policy unseal", None),
+        ),
     ]
 }
 
@@ -984,6 +996,8 @@ pub(crate) mod tests {
                 seal_daemon: m(raw, 3000),
                 unseal_raw: m(raw, 2500),
                 unseal_daemon: m(raw, 2600),
+                unseal_auth_raw: m(raw, 4000),
+                unseal_auth_daemon: m(raw, 4400),
                 sign_cold_raw: m(raw, 1500),
                 random_tpm: ByteRate { m: m(1000, 100), bytes_per_op: 64.0 },
                 random_urandom: ByteRate { m: m(300, 3000), bytes_per_op: MIB },
