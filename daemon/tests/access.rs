@@ -1,7 +1,9 @@
 //! Access policies end to end: a client running as another uid (re-executed under `setpriv`)
 //! gets PERMISSION_DENIED naming the operation for what its rule does not allow, succeeds at
 //! what it does, and the audit log records both; reloads under load never fail a request for
-//! any reason but the policy; every shipped policy file loads.
+//! any reason but the policy; every shipped policy file loads; owner-only rules compare the
+//! caller with the owner of the record the request acts on (signing key, sealed secret or
+//! data key: three namespaces), so a signing key named like someone's secret opens nothing.
 
 mod support;
 
@@ -48,24 +50,7 @@ async fn another_uid_gets_exactly_what_its_rule_allows_and_the_audit_log_has_bot
     let mut c = env.keys().await;
     c.create_key(create("web-1")).await.expect("create web-1");
     c.create_key(create("db")).await.expect("create db");
-    // Let uid 65534 reach the socket in our temp dir.
-    std::fs::set_permissions(env.tpm.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod dir");
-    std::fs::set_permissions(&env.socket, std::fs::Permissions::from_mode(0o666)).expect("chmod socket");
-    let exe = std::env::current_exe().expect("exe");
-    let out = std::process::Command::new("setpriv")
-        .close_inherited_fds()
-        .args(["--reuid", &NOBODY.to_string(), "--regid", &NOBODY.to_string(), "--clear-groups"])
-        .arg(exe)
-        .args(["--ignored", "--exact", "client_running_as_nobody", "--nocapture"])
-        .env("TPM_VAULT_TEST_SOCKET", &env.socket)
-        .output()
-        .expect("setpriv");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("1 passed"),
-        "child failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_as_nobody(&env, "client_running_as_nobody");
     // The audit log has the allowed sign and the denied one, for uid 65534, without secrets.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let log = std::fs::read_to_string(&audit_path).expect("audit log");
@@ -108,6 +93,123 @@ async fn client_running_as_nobody() {
     // A name that tries to escape the glob never reaches the policy.
     let e = c.sign(sign("web-1/../db")).await.expect_err("bad name");
     assert_eq!(e.code(), Code::InvalidArgument);
+}
+
+/// Runs the ignored test `helper` of this binary as uid 65534 against `env`'s socket.
+fn run_as_nobody(env: &DaemonEnv, helper: &str) {
+    // Let uid 65534 reach the socket in our temp dir.
+    std::fs::set_permissions(env.tpm.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod dir");
+    std::fs::set_permissions(&env.socket, std::fs::Permissions::from_mode(0o666)).expect("chmod socket");
+    let exe = std::env::current_exe().expect("exe");
+    let out = std::process::Command::new("setpriv")
+        .close_inherited_fds()
+        .args(["--reuid", &NOBODY.to_string(), "--regid", &NOBODY.to_string(), "--clear-groups"])
+        .arg(exe)
+        .args(["--ignored", "--exact", helper, "--nocapture"])
+        .env("TPM_VAULT_TEST_SOCKET", &env.socket)
+        .output()
+        .expect("setpriv");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "child failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owner_only_rules_look_up_the_owner_of_the_record_the_request_acts_on() {
+    let tpm = TpmEnv::start();
+    let mut policy = Policy::default();
+    let text = format!(
+        "{}\n[[rule]]\nname = \"own-only\"\nclients = [\"uid:{NOBODY}\"]\nkeys = [\"*\"]\n\
+         operations = [\"create\", \"sign\", \"public\", \"delete\", \"seal\", \"unseal\", \"encrypt\", \"decrypt\"]\n\
+         owner_only = true\n",
+        support::allow_self_policy()
+    );
+    policy.add_file(Path::new("test.toml"), &text).expect("policy");
+    let env = DaemonEnv::start_with(tpm, Arc::new(Access::with_policy(policy, AuditLog::tracing_only()))).await;
+    // This process (another uid) owns a signing key, a sealed secret and a data key.
+    let channel = env.channel().await;
+    env.keys().await.create_key(create("web")).await.expect("create web");
+    let mut seal = pb::seal_service_client::SealServiceClient::new(channel.clone());
+    seal.seal(seal_request("disk")).await.expect("seal disk");
+    let mut crypto = pb::crypto_service_client::CryptoServiceClient::new(channel);
+    crypto.create_data_key(pb::CreateDataKeyRequest { name: "dk".into(), pcr_binding: None }).await.expect("dk");
+
+    run_as_nobody(&env, "owner_only_client_running_as_nobody");
+
+    // What the other uid was refused is intact.
+    assert!(seal.unseal(pb::UnsealRequest { name: "disk".into(), signed_policy: vec![] }).await.is_ok());
+    let mut keys = env.keys().await;
+    let chain = keys.get_certificate(pb::GetCertificateRequest { name: "web".into() }).await;
+    assert_ne!(chain.map(|c| c.into_inner().chain_pem).ok().as_deref(), Some(FORGED_CHAIN));
+    env.stop().await;
+}
+
+fn seal_request(name: &str) -> pb::SealRequest {
+    pb::SealRequest {
+        name: name.into(),
+        secret: b"the disk key".to_vec(),
+        pcr_binding: None,
+        authorized_by: vec![],
+        overwrite: false,
+    }
+}
+
+/// Not a certificate at all: what matters is that the daemon never stores it for `web`.
+const FORGED_CHAIN: &str = "forged";
+
+/// Asserts that a request was refused by the access policy.
+fn denied<T>(r: Result<tonic::Response<T>, tonic::Status>, what: &str) {
+    match r {
+        Err(e) if e.code() == Code::PermissionDenied => {}
+        Err(e) => panic!("{what}: {:?} {}", e.code(), e.message()),
+        Ok(_) => panic!("{what} was allowed"),
+    }
+}
+
+/// Runs in the child process as uid 65534 (see above); ignored in normal runs.
+#[tokio::test]
+#[ignore = "helper: run by owner_only_rules_look_up_the_owner_of_the_record_the_request_acts_on"]
+async fn owner_only_client_running_as_nobody() {
+    let socket = std::env::var("TPM_VAULT_TEST_SOCKET").expect("socket env");
+    assert_eq!(nix::unistd::getuid().as_raw(), NOBODY);
+    let channel = tonic::transport::Endpoint::from_shared(format!("unix://{socket}"))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("c");
+    let mut keys = pb::key_service_client::KeyServiceClient::new(channel.clone());
+    let mut seal = pb::seal_service_client::SealServiceClient::new(channel.clone());
+    let mut crypto = pb::crypto_service_client::CryptoServiceClient::new(channel);
+    // Signing keys named like the other uid's secret and data key are this client's own...
+    keys.create_key(create("disk")).await.expect("own signing key disk");
+    keys.create_key(create("dk")).await.expect("own signing key dk");
+    // ...and open neither.
+    denied(seal.unseal(pb::UnsealRequest { name: "disk".into(), signed_policy: vec![] }).await, "unseal disk");
+    denied(seal.delete_sealed(pb::DeleteSealedRequest { name: "disk".into() }).await, "delete sealed disk");
+    let mut overwrite = seal_request("disk");
+    overwrite.overwrite = true;
+    denied(seal.seal(overwrite).await, "seal over disk");
+    denied(crypto.delete_data_key(pb::DeleteDataKeyRequest { name: "dk".into() }).await, "delete data key dk");
+    let first = pb::EncryptRequest { key_name: "dk".into(), context: vec![], data: Default::default() };
+    let encrypt = match crypto.encrypt(tokio_stream::iter(vec![first])).await {
+        Ok(r) => r.into_inner().message().await.map(|_| tonic::Response::new(())),
+        Err(e) => Err(e),
+    };
+    denied(encrypt, "encrypt with dk");
+    // A certificate on someone else's key is not this client's to set.
+    let forged = pb::SetCertificateRequest { name: "web".into(), chain_pem: FORGED_CHAIN.into() };
+    denied(keys.set_certificate(forged).await, "set certificate on web");
+    // Its own sealed secrets and data keys work.
+    seal.seal(seal_request("mine")).await.expect("seal mine");
+    let opened = seal.unseal(pb::UnsealRequest { name: "mine".into(), signed_policy: vec![] }).await.expect("unseal");
+    assert_eq!(opened.into_inner().secret, b"the disk key");
+    crypto.create_data_key(pb::CreateDataKeyRequest { name: "mydk".into(), pcr_binding: None }).await.expect("mydk");
+    let first = pb::EncryptRequest { key_name: "mydk".into(), context: vec![], data: b"x".to_vec().into() };
+    let mut out = crypto.encrypt(tokio_stream::iter(vec![first])).await.expect("encrypt").into_inner();
+    assert!(out.message().await.expect("encrypt stream").is_some());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

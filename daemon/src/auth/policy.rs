@@ -235,9 +235,10 @@ impl Policy {
         Ok(())
     }
 
-    /// Decides whether `who` may do `op` on `key` (owned by `owner`; `None` = not yet
-    /// existing or unknown). Operations without a key (quote, random, admin, create's
-    /// namespace check) pass `key = None` and match rules with no `keys` or with `"*"`.
+    /// Decides whether `who` may do `op` on `key` (owned by `owner`; `None` = no such record
+    /// yet, which an owner-only rule lets only the operations that make one have: create and
+    /// seal). Operations without a key (quote, random, admin) pass `key = None` and match
+    /// rules with no `keys` or with `"*"`.
     pub fn decide(&self, who: &Identity, op: Operation, key: Option<&KeyName>, owner: Option<u32>) -> Decision {
         for rule in &self.rules {
             if !rule.operations.contains(&op) || !rule.clients.iter().any(|c| c.matches(who)) {
@@ -253,7 +254,7 @@ impl Policy {
             if rule.owner_only {
                 let mine = match (who, owner) {
                     (Identity::Unix(p), Some(o)) => p.uid == o,
-                    (_, None) => op == Operation::Create,
+                    (_, None) => matches!(op, Operation::Create | Operation::Seal),
                     _ => false,
                 };
                 if !mine {
@@ -360,6 +361,10 @@ mod tests {
         assert!(matches!(p.decide(&alice, Operation::Create, Some(&k("a")), None), Decision::Allow(_)));
         assert!(matches!(p.decide(&alice, Operation::Sign, Some(&k("a")), Some(1000)), Decision::Allow(_)));
         assert_eq!(p.decide(&alice, Operation::Sign, Some(&k("b")), Some(1001)), Decision::Deny);
+        // Replacing someone else's record is not creating one.
+        assert_eq!(p.decide(&alice, Operation::Create, Some(&k("b")), Some(1001)), Decision::Deny);
+        // Only operations that make a record may act on a name nobody owns yet.
+        assert_eq!(p.decide(&alice, Operation::Sign, Some(&k("c")), None), Decision::Deny);
     }
 
     #[test]

@@ -23,6 +23,7 @@ use crate::crypto::drbg::MAX_REQUEST;
 use crate::crypto::stream::{Decryptor, Encryptor, Header};
 use crate::error::Error;
 use crate::model::KeyName;
+use crate::vault::Resource;
 
 /// A response is sent once this much output is buffered. The client library's 256 KiB
 /// request messages make one response each (four chunks and their tags).
@@ -218,10 +219,10 @@ impl CryptoService for CryptoRpc {
     async fn create_data_key(&self, req: Request<pb::CreateDataKeyRequest>) -> Result<Response<pb::DataKey>, Status> {
         let uid = Peer::of(&req).map_or(0, |p| p.uid);
         self.ctx
-            .on_key(
+            .on_named(
                 "CreateDataKey",
                 req,
-                Operation::Create,
+                (Operation::Create, Resource::DataKey),
                 |r| &r.name,
                 |r, name| async move {
                     let pcr = r.pcr_binding.map(pcr_binding).transpose()?;
@@ -237,7 +238,7 @@ impl CryptoService for CryptoRpc {
         req: Request<pb::DeleteDataKeyRequest>,
     ) -> Result<Response<pb::DeleteDataKeyResponse>, Status> {
         self.ctx
-            .on_key("DeleteDataKey", req, Operation::Delete, |r| &r.name, |_, name| async move {
+            .on_named("DeleteDataKey", req, (Operation::Delete, Resource::DataKey), |r| &r.name, |_, name| async move {
                 self.ctx.vault.delete_data_key(&name).await.map(|()| pb::DeleteDataKeyResponse {})
             })
             .await
@@ -255,7 +256,11 @@ impl CryptoService for CryptoRpc {
             .await?
             .ok_or_else(|| Status::invalid_argument("empty stream: the first message must name the data key"))?;
         let name = KeyName::try_from(first.key_name.as_str()).map_err(Status::from)?;
-        let grant = self.ctx.authorize(who, Operation::Encrypt, Some(&name)).await.map_err(Status::from)?;
+        let grant = self
+            .ctx
+            .authorize(who, Operation::Encrypt, Some((&name, Resource::DataKey)))
+            .await
+            .map_err(Status::from)?;
         let key = match self.ctx.vault.data_key(&name).await {
             Ok(k) => k,
             Err(e) => {
@@ -303,7 +308,11 @@ impl CryptoService for CryptoRpc {
             }
         };
         let name = KeyName::try_from(header.key_name.as_str()).map_err(Status::from)?;
-        let grant = self.ctx.authorize(who, Operation::Decrypt, Some(&name)).await.map_err(Status::from)?;
+        let grant = self
+            .ctx
+            .authorize(who, Operation::Decrypt, Some((&name, Resource::DataKey)))
+            .await
+            .map_err(Status::from)?;
         let context = context.unwrap_or_default();
         let decryptor = match self.ctx.vault.data_key(&name).await.and_then(|k| k.decryptor(&header, &context)) {
             Ok(d) => d,

@@ -11,6 +11,7 @@ use crate::auth::{identity, Decision, Identity, Operation, UnixIdentity};
 use crate::error::Error;
 use crate::model::KeyName;
 use crate::tpm::TpmState;
+use crate::vault::Resource;
 
 /// The StatusService implementation.
 #[derive(Debug, Clone)]
@@ -96,8 +97,22 @@ impl StatusService for StatusRpc {
                 return Err(Status::from(&e));
             }
         };
+        // The record the operation acts on: sealed secrets and data keys are namespaces of
+        // their own (delete and create are answered for signing keys).
+        let kind = match op {
+            Operation::Seal | Operation::Unseal => Resource::Sealed,
+            Operation::Encrypt | Operation::Decrypt => Resource::DataKey,
+            _ => Resource::Key,
+        };
         let owner = match &key {
-            Some(k) => self.ctx.vault.key(k).await.ok().map(|i| i.owner_uid),
+            Some(k) => match self.ctx.vault.owner(k, kind).await {
+                Ok(owner) => owner,
+                Err(e) => {
+                    let status = Status::from(&e);
+                    self.ctx.access.finish(&grant, &format!("{:?}", status.code()));
+                    return Err(status);
+                }
+            },
             None => None,
         };
         let gid = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(r.uid))

@@ -12,7 +12,7 @@ use super::{observe, Ctx};
 use crate::auth::{identity, Operation, Peer};
 use crate::error::Error;
 use crate::model::{HashAlg, KeyAlg, KeyName, Scheme, SignInput};
-use crate::vault::{CertSubject, KeyInfo, SignRequest, StoredChain};
+use crate::vault::{CertSubject, KeyInfo, Resource, SignRequest, StoredChain};
 
 /// Largest page of ListKeys.
 const MAX_PAGE: usize = 1000;
@@ -350,8 +350,8 @@ impl KeyService for KeyRpc {
         let result = async {
             let n = name(&r.name)?;
             // The TPM signs (sign) and the result replaces the stored chain (create).
-            sign_grant = Some(self.ctx.authorize(who.clone(), Operation::Sign, Some(&n)).await?);
-            grant = Some(self.ctx.authorize(who, Operation::Create, Some(&n)).await?);
+            sign_grant = Some(self.ctx.authorize(who.clone(), Operation::Sign, Some((&n, Resource::Key))).await?);
+            grant = Some(self.ctx.authorize(who, Operation::Create, Some((&n, Resource::Key))).await?);
             let subject = subject(r.subject)?;
             self.ctx.vault.self_sign(&n, subject, r.days, auth(r.auth)).await
         }

@@ -25,7 +25,7 @@ use crate::auth::{identity, Access, Grant, Identity, Operation};
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::model::{KeyName, PcrBank, PcrSelection, PcrTarget};
-use crate::vault::Vault;
+use crate::vault::{Resource, Vault};
 
 /// Largest request or response message (a message to sign is at most 4 MiB).
 pub const MAX_MESSAGE_SIZE: usize = 8 * 1024 * 1024;
@@ -47,16 +47,20 @@ impl Ctx {
         Self { vault, metrics, access }
     }
 
-    /// Checks the access policy for `op` on `key` (looking up the key's owner for owner-only
-    /// rules). Denials are audited here; grants when the request finishes.
-    async fn authorize(&self, who: Option<Identity>, op: Operation, key: Option<&KeyName>) -> Result<Grant, Error> {
+    /// Checks the access policy for `op` on the record `key` names (for owner-only rules, its
+    /// owner is read from that kind's own records: a signing key, a sealed secret and a data
+    /// key may share a name). Denials are audited here; grants when the request finishes.
+    async fn authorize(
+        &self,
+        who: Option<Identity>,
+        op: Operation,
+        key: Option<(&KeyName, Resource)>,
+    ) -> Result<Grant, Error> {
         let owner = match key {
-            Some(k) if op != Operation::Create && self.access.current().has_owner_rules() => {
-                self.vault.key(k).await.ok().map(|i| i.owner_uid)
-            }
+            Some((k, kind)) if self.access.current().has_owner_rules() => self.vault.owner(k, kind).await?,
             _ => None,
         };
-        let mut grant = self.access.authorize(who, op, key, owner)?;
+        let mut grant = self.access.authorize(who, op, key.map(|(k, _)| k), owner)?;
         // Operations that queue TPM commands take one of the client's slots.
         if matches!(op, Operation::Create | Operation::Sign | Operation::Quote | Operation::Seal | Operation::Unseal) {
             self.access.take_slot(&mut grant).await?;
@@ -70,7 +74,7 @@ impl Ctx {
         &self,
         rpc: &'static str,
         req: Request<Req>,
-        op: Operation,
+        (op, kind): (Operation, Resource),
         target: impl FnOnce(&Req) -> Result<K, Error>,
         work: impl FnOnce(Req, K) -> Fut,
     ) -> Result<Response<T>, Status>
@@ -84,14 +88,14 @@ impl Ctx {
         let mut grant = None;
         let result = async {
             let target = target(&r)?;
-            grant = Some(self.authorize(who, op, target.key()).await?);
+            grant = Some(self.authorize(who, op, target.key().map(|k| (k, kind))).await?);
             work(r, target).await
         }
         .await;
         observe(self, rpc, start, grant, result)
     }
 
-    /// [`Ctx::unary`] for an operation on the key `key_of` names in the request.
+    /// [`Ctx::unary`] for an operation on the signing key `key_of` names in the request.
     async fn on_key<Req, T, Fut>(
         &self,
         rpc: &'static str,
@@ -103,7 +107,22 @@ impl Ctx {
     where
         Fut: Future<Output = Result<T, Error>>,
     {
-        self.unary(rpc, req, op, |r| KeyName::try_from(key_of(r)), work).await
+        self.on_named(rpc, req, (op, Resource::Key), key_of, work).await
+    }
+
+    /// [`Ctx::unary`] for an operation on the record of kind `kind` that `name_of` names.
+    async fn on_named<Req, T, Fut>(
+        &self,
+        rpc: &'static str,
+        req: Request<Req>,
+        (op, kind): (Operation, Resource),
+        name_of: fn(&Req) -> &str,
+        work: impl FnOnce(Req, KeyName) -> Fut,
+    ) -> Result<Response<T>, Status>
+    where
+        Fut: Future<Output = Result<T, Error>>,
+    {
+        self.unary(rpc, req, (op, kind), |r| KeyName::try_from(name_of(r)), work).await
     }
 
     /// [`Ctx::unary`] for an operation on no key (quotes, PCRs, random bytes).
@@ -117,7 +136,7 @@ impl Ctx {
     where
         Fut: Future<Output = Result<T, Error>>,
     {
-        self.unary(rpc, req, op, |_| Ok(()), |r, ()| work(r)).await
+        self.unary(rpc, req, (op, Resource::Key), |_| Ok(()), |r, ()| work(r)).await
     }
 }
 

@@ -13,6 +13,7 @@ use crate::auth::{identity, Operation, Peer};
 use crate::error::Error;
 use crate::model::{KeyName, PcrBank, PcrSelection, PcrTarget};
 use crate::vault::seal::{authority_der, SealTarget};
+use crate::vault::Resource;
 
 /// Largest sealed secret (the message limit of this service).
 pub const MAX_SECRET: usize = 64 * 1024 * 1024;
@@ -45,7 +46,7 @@ impl SealService for SealRpc {
         let mut grant = None;
         let result = async {
             let name = KeyName::try_from(r.name.as_str())?;
-            grant = Some(self.ctx.authorize(who, Operation::Seal, Some(&name)).await?);
+            grant = Some(self.ctx.authorize(who, Operation::Seal, Some((&name, Resource::Sealed))).await?);
             let (selection, values) = match r.pcr_binding {
                 Some(b) => {
                     let t = pcr_binding(b)?;
@@ -71,10 +72,10 @@ impl SealService for SealRpc {
 
     async fn unseal(&self, req: Request<pb::UnsealRequest>) -> Result<Response<pb::UnsealResponse>, Status> {
         self.ctx
-            .on_key(
+            .on_named(
                 "Unseal",
                 req,
-                Operation::Unseal,
+                (Operation::Unseal, Resource::Sealed),
                 |r| &r.name,
                 |r, name| async move {
                     let approval = if r.signed_policy.is_empty() {
@@ -117,7 +118,7 @@ impl SealService for SealRpc {
         req: Request<pb::DeleteSealedRequest>,
     ) -> Result<Response<pb::DeleteSealedResponse>, Status> {
         self.ctx
-            .on_key("DeleteSealed", req, Operation::Seal, |r| &r.name, |_, name| async move {
+            .on_named("DeleteSealed", req, (Operation::Seal, Resource::Sealed), |r| &r.name, |_, name| async move {
                 self.ctx.vault.delete_sealed(&name).await.map(|()| pb::DeleteSealedResponse {})
             })
             .await

@@ -55,6 +55,18 @@ pub struct VaultConfig {
     pub datakey_idle: Duration,
 }
 
+/// The three kinds of named record a vault keeps, each a namespace of its own: the same name
+/// can be a signing key, a sealed secret and a data key, with different owners.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resource {
+    /// A signing (or ML-KEM) key: key, certificate and policy-signing RPCs.
+    Key,
+    /// A sealed secret: Seal, Unseal, DeleteSealed.
+    Sealed,
+    /// A data key: CreateDataKey, DeleteDataKey, Encrypt, Decrypt.
+    DataKey,
+}
+
 /// A key as clients see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyInfo {
@@ -221,6 +233,28 @@ impl Vault {
     /// Time since the vault was opened.
     pub fn uptime(&self) -> Duration {
         self.inner.started.elapsed()
+    }
+
+    /// The uid recorded as the creator of the signing key, sealed secret or data key `name`
+    /// (three separate namespaces, chosen by `kind`); `None` if there is no such record.
+    /// Owner-only access rules compare the caller with it.
+    ///
+    /// # Errors
+    /// Store errors (a record that cannot be read is not taken as absent).
+    pub async fn owner(&self, name: &KeyName, kind: Resource) -> Result<Option<u32>, Error> {
+        if kind == Resource::Key {
+            if let Some(l) = self.cached(name) {
+                return Ok(Some(l.record.owner_uid));
+            }
+        }
+        let store = self.inner.store.clone();
+        let n = name.clone();
+        blocking(move || match kind {
+            Resource::Key => store.get(&n).map(|r| r.map(|r| r.owner_uid)),
+            Resource::Sealed => store.get_sealed(&n).map(|r| r.map(|r| r.owner_uid)),
+            Resource::DataKey => store.get_datakey(&n).map(|r| r.map(|r| r.owner_uid)),
+        })
+        .await
     }
 
     /// TPM facts from the last connect.
