@@ -19,6 +19,7 @@ pub mod record;
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 pub use record::{DataKeyRecord, KeyRecord, PcrPolicy, PqSection, SealPolicy, SealedBlob, SealedRecord};
 
@@ -62,6 +63,9 @@ pub struct Store {
     keys: PathBuf,
     sealed: PathBuf,
     datakeys: PathBuf,
+    /// Held by every write of a sealed record, so that a read-modify-write
+    /// ([`Store::raise_min_policy_version`]) never undoes a concurrent seal or delete.
+    sealed_writes: Arc<Mutex<()>>,
 }
 
 const KEY_SUFFIX: &str = ".key";
@@ -88,7 +92,7 @@ impl Store {
                 tracing::info!(removed, dir = %dir.display(), "removed leftovers of interrupted writes");
             }
         }
-        Ok(Self { root, keys, sealed, datakeys })
+        Ok(Self { root, keys, sealed, datakeys, sealed_writes: Arc::default() })
     }
 
     /// The state directory.
@@ -197,7 +201,31 @@ impl Store {
     /// [`StoreError::Exists`], [`StoreError::Io`].
     pub fn put_sealed(&self, record: &SealedRecord, overwrite: bool) -> Result<(), StoreError> {
         let mode = if overwrite { atomic::Mode::Replace } else { atomic::Mode::NoClobber };
+        let _writing = self.sealed_writes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         self.put(&self.sealed, SEALED_SUFFIX, &record.name, &record.to_bytes(), mode)
+    }
+
+    /// Raises the lowest approval version an authorized-policy secret accepts to `version`,
+    /// re-reading the record under the sealed-record lock: nothing is written unless the
+    /// record is still the sealed object `tpm_name` (not re-sealed or deleted meanwhile) and
+    /// its minimum is lower, so the minimum never goes down. Returns whether it wrote.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`], [`StoreError::Corrupt`].
+    pub fn raise_min_policy_version(&self, name: &KeyName, tpm_name: &[u8], version: u64) -> Result<bool, StoreError> {
+        let _writing = self.sealed_writes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(mut record) = self.get_sealed(name)? else { return Ok(false) };
+        if record.tpm_name != tpm_name {
+            return Ok(false);
+        }
+        match &mut record.policy {
+            SealPolicy::Authorized { min_policy_version, .. } if *min_policy_version < version => {
+                *min_policy_version = version;
+            }
+            _ => return Ok(false),
+        }
+        self.put(&self.sealed, SEALED_SUFFIX, &record.name, &record.to_bytes(), atomic::Mode::Replace)?;
+        Ok(true)
     }
 
     /// Reads a sealed secret; `None` if there is none.
@@ -213,6 +241,7 @@ impl Store {
     /// # Errors
     /// [`StoreError::Io`].
     pub fn remove_sealed(&self, name: &KeyName) -> Result<bool, StoreError> {
+        let _writing = self.sealed_writes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         self.delete(&self.sealed, SEALED_SUFFIX, name)
     }
 
@@ -303,4 +332,61 @@ impl Store {
 /// Name of the attestation key record (`<state-dir>/ak.key`).
 pub fn ak_name() -> KeyName {
     KeyName::attestation_key()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{PcrBank, PcrSelection};
+
+    fn authorized(name: &KeyName, tpm_name: &[u8], min: u64) -> SealedRecord {
+        SealedRecord {
+            version: 1,
+            name: name.clone(),
+            created_unix: 1,
+            owner_uid: 0,
+            policy: SealPolicy::Authorized {
+                selection: PcrSelection::new(PcrBank::Sha256, &[9]).unwrap_or_else(|e| panic!("{e}")),
+                authority_spki: vec![1, 2, 3],
+                min_policy_version: min,
+            },
+            policy_digest: vec![0; 32],
+            tpm_name: tpm_name.to_vec(),
+            public: vec![4],
+            private: vec![5],
+            nonce: vec![6; 12],
+            ciphertext: vec![7; 16],
+        }
+    }
+
+    fn min_version(store: &Store, name: &KeyName) -> Option<u64> {
+        match store.get_sealed(name).unwrap_or_else(|e| panic!("{e}"))?.policy {
+            SealPolicy::Authorized { min_policy_version, .. } => Some(min_policy_version),
+            SealPolicy::Pcr { .. } => None,
+        }
+    }
+
+    #[test]
+    fn raising_the_approval_version_never_lowers_it_or_undoes_a_reseal_or_delete() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let store = Store::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        let name = KeyName::try_from("disk").unwrap_or_else(|e| panic!("{e}"));
+        let raise =
+            |tpm_name: &[u8], v| store.raise_min_policy_version(&name, tpm_name, v).unwrap_or_else(|e| panic!("{e}"));
+        store.put_sealed(&authorized(&name, b"old", 0), false).unwrap_or_else(|e| panic!("{e}"));
+        assert!(raise(b"old", 5));
+        assert_eq!(min_version(&store, &name), Some(5));
+        // An unseal that read the record before the raise to 5 and used approval 3 lowers nothing.
+        assert!(!raise(b"old", 3));
+        assert_eq!(min_version(&store, &name), Some(5));
+        // Re-sealed meanwhile (a new sealed object): the raise belongs to the old one.
+        store.put_sealed(&authorized(&name, b"new", 0), true).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!raise(b"old", 9));
+        let record = store.get_sealed(&name).unwrap_or_else(|e| panic!("{e}")).unwrap_or_else(|| panic!("gone"));
+        assert_eq!((record.tpm_name.as_slice(), min_version(&store, &name)), (&b"new"[..], Some(0)));
+        // Deleted meanwhile: the raise does not bring it back.
+        assert!(store.remove_sealed(&name).unwrap_or_else(|e| panic!("{e}")));
+        assert!(!raise(b"new", 9));
+        assert!(store.get_sealed(&name).unwrap_or_else(|e| panic!("{e}")).is_none());
+    }
 }

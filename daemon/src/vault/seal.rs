@@ -163,7 +163,7 @@ impl Vault {
     ) -> Result<Zeroizing<Vec<u8>>, Error> {
         let store = self.store().clone();
         let n = name.clone();
-        let mut record = blocking(move || store.get_sealed(&n)).await?.ok_or_else(|| Error::not_found(name))?;
+        let record = blocking(move || store.get_sealed(&n)).await?.ok_or_else(|| Error::not_found(name))?;
         let blob = sealed_blob(&record)?;
         let (auth, raise_to) = match &record.policy {
             SealPolicy::Pcr { pcr } => (PolicyAuth::Pcr(pcr.selection.clone()), None),
@@ -196,11 +196,11 @@ impl Vault {
             Err(e) => return Err(e.into()),
         };
         let plain = aead_open(&data_key, &record.nonce, name.as_str(), &record.ciphertext)?;
-        if let (Some(v), SealPolicy::Authorized { min_policy_version, .. }) = (raise_to, &mut record.policy) {
+        if let Some(v) = raise_to {
             // Once a newer approval has been used, older ones are revoked for this secret.
-            *min_policy_version = v;
             let store = self.store().clone();
-            blocking(move || store.put_sealed(&record, true)).await?;
+            let n = name.clone();
+            blocking(move || store.raise_min_policy_version(&n, &record.tpm_name, v)).await?;
         }
         Ok(plain)
     }
