@@ -144,6 +144,27 @@ async fn signed_policies_follow_kernel_updates_without_resealing() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_sealed_object_is_reported_as_the_tpm_error_not_as_a_pcr_mismatch() {
+    let env = TpmEnv::start();
+    let vault = env.vault().await;
+    let name = key("damaged");
+    vault
+        .seal(name.clone(), secret(b"hunter2"), SealTarget::Pcr { selection: pcr9(), values: None }, 0, false)
+        .await
+        .expect("seal");
+    // Flip a byte of the TPM-wrapped private part: TPM2_Load fails its integrity check while
+    // PCR 9 still holds the sealed value.
+    let mut record = read_sealed(&env, "damaged");
+    let last = record.private.len() - 1;
+    record.private[last] ^= 0x55;
+    std::fs::write(env.state_dir().join("sealed/damaged.sealed"), record.to_bytes()).expect("write");
+    match vault.unseal(&name, None).await {
+        Err(Error::Tpm(e)) => assert!(e.to_string().contains("TPM2_Load"), "{e}"),
+        other => panic!("expected the TPM's own error, got {other:?}"),
+    }
+}
+
 fn read_sealed(env: &TpmEnv, name: &str) -> SealedRecord {
     let bytes = std::fs::read(env.state_dir().join(format!("sealed/{name}.sealed"))).expect("record");
     SealedRecord::from_bytes(&bytes, &key(name)).expect("parse")

@@ -465,7 +465,7 @@ impl Vault {
             Err(TpmError::PolicyFailed) => {
                 let policy = loaded.record.pcr_policy.clone().map(|pcr| SealPolicy::Pcr { pcr });
                 return Err(match policy {
-                    Some(p) => self.pcr_mismatch_error(&p).await,
+                    Some(p) => self.pcr_mismatch_error(&p, TpmError::PolicyFailed).await,
                     None => TpmError::PolicyFailed.into(),
                 });
             }

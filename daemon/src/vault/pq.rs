@@ -325,7 +325,7 @@ impl Vault {
         let ecdsa = match ecdsa {
             Err(TpmError::PolicyFailed) => {
                 return Err(match loaded.record.pcr_policy.clone() {
-                    Some(pcr) => self.pcr_mismatch_error(&SealPolicy::Pcr { pcr }).await,
+                    Some(pcr) => self.pcr_mismatch_error(&SealPolicy::Pcr { pcr }, TpmError::PolicyFailed).await,
                     None => TpmError::PolicyFailed.into(),
                 });
             }

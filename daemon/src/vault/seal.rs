@@ -188,10 +188,10 @@ impl Vault {
         let result = self.tpm().call("unseal", move |tpm| tpm.unseal(&blob, Some(&auth))).await;
         let data_key = match result {
             Ok(k) => k,
-            Err(TpmError::PolicyFailed) | Err(TpmError::Command { .. })
+            Err(e @ (TpmError::PolicyFailed | TpmError::Command { .. }))
                 if matches!(record.policy, SealPolicy::Pcr { .. }) =>
             {
-                return Err(self.pcr_mismatch_error(&record.policy).await);
+                return Err(self.pcr_mismatch_error(&record.policy, e).await);
             }
             Err(e) => return Err(e.into()),
         };
@@ -277,7 +277,7 @@ impl Vault {
             Ok(k) => k,
             Err(e @ (TpmError::PolicyFailed | TpmError::Command { .. })) => {
                 return Err(match pcr_policy {
-                    Some(pcr) => self.pcr_mismatch_error(&SealPolicy::Pcr { pcr: pcr.clone() }).await,
+                    Some(pcr) => self.pcr_mismatch_error(&SealPolicy::Pcr { pcr: pcr.clone() }, e).await,
                     None => e.into(),
                 });
             }
@@ -292,18 +292,24 @@ impl Vault {
         Ok(key)
     }
 
-    /// Builds the FAILED_PRECONDITION error for a PCR policy that did not hold, naming the PCRs
-    /// that differ (current vs sealed values).
-    pub(super) async fn pcr_mismatch_error(&self, policy: &SealPolicy) -> Error {
+    /// Explains `cause`, the TPM's refusal of a PCR-bound object: the FAILED_PRECONDITION error
+    /// naming the PCRs that differ (current vs sealed values) when they do, else `cause` itself
+    /// unless it was a policy failure.
+    pub(super) async fn pcr_mismatch_error(&self, policy: &SealPolicy, cause: TpmError) -> Error {
         let SealPolicy::Pcr { pcr } = policy else {
-            return Error::PcrMismatch("the PCR policy is not satisfied".into());
+            return cause.into();
         };
         match self.pcr_read(&pcr.selection).await {
             Ok(current) => match describe_mismatch(&pcr.selection, &current, &pcr.values) {
                 Some(diff) => Error::PcrMismatch(format!("PCR values differ from the sealed ones: {diff}")),
-                // Same values now: a PCR changed and changed back, or the TPM refused for another
-                // reason; either way the caller may retry.
-                None => Error::PcrMismatch(format!("the PCR policy over {} was not satisfied; retry", pcr.selection)),
+                // Same values now, and the TPM failed the policy: a PCR changed and changed back
+                // between the two reads; the caller may retry.
+                None if matches!(cause, TpmError::PolicyFailed) => {
+                    Error::PcrMismatch(format!("the PCR policy over {} was not satisfied; retry", pcr.selection))
+                }
+                // The PCRs are as sealed: the TPM refused for another reason (a damaged blob, an
+                // object of another TPM), which the caller must see as it is.
+                None => cause.into(),
             },
             Err(e) => e,
         }
