@@ -216,7 +216,7 @@ impl ActivateArgs {
             ctx.client().await?.activate_credential(&credential.credential_blob, &credential.encrypted_secret).await?;
         let json = ctx.output == OutputFormat::Json;
         if !(json && files::is_std(&self.out)) {
-            files::write(&self.out, &secret)?;
+            files::write_secret(&self.out, &secret)?;
         }
         if json {
             let secret = files::is_std(&self.out).then(|| hex::encode(secret.as_slice()));

@@ -114,6 +114,39 @@ pub(crate) fn write(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
     }
 }
 
+/// Writes a secret (an unsealed secret, an activated credential) to `path` (`-` = stdout):
+/// into a new file next to it that only its owner can read (mode 0600), synced, then renamed
+/// over `path` and the directory synced. So the secret is never readable by other users, even
+/// when `path` existed with a wider mode, and a crash leaves the old file or the whole new one.
+/// A `path` that exists and is not a regular file (a FIFO, `/dev/fd/N`) is written in place.
+pub(crate) fn write_secret(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    if is_std(path) {
+        return write_stdout(bytes);
+    }
+    if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+        let mut f = std::fs::OpenOptions::new().write(true).open(path).map_err(CliError::write(path))?;
+        return f.write_all(bytes).and_then(|()| f.flush()).map_err(CliError::write(path));
+    }
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let result = (|| {
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.map_err(CliError::write(path))
+}
+
 /// Writes `bytes` to stdout and flushes.
 pub(crate) fn write_stdout(bytes: &[u8]) -> Result<(), CliError> {
     let mut stdout = io::stdout().lock();
@@ -126,5 +159,29 @@ fn display(path: &Path) -> String {
         "standard input".to_owned()
     } else {
         path.display().to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    use super::*;
+
+    #[test]
+    fn secrets_are_written_owner_only_and_replace_the_file_whole() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("secret.bin");
+        std::fs::write(&path, b"an older, longer secret").unwrap_or_else(|e| panic!("{e}"));
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap_or_else(|e| panic!("{e}"));
+        write_secret(&path, b"hunter2").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(std::fs::read(&path).unwrap_or_default(), b"hunter2");
+        let mode = std::fs::metadata(&path).map(|m| m.permissions().mode() & 0o777).unwrap_or_default();
+        assert_eq!(mode, 0o600);
+        let left: Vec<_> =
+            std::fs::read_dir(dir.path()).into_iter().flatten().flatten().map(|e| e.file_name()).collect();
+        assert_eq!(left.len(), 1, "no temporary file is left: {left:?}");
+        // A directory that does not exist is a clear error, not a panic.
+        assert!(write_secret(&dir.path().join("no/such/dir/x"), b"x").is_err());
     }
 }

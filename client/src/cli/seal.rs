@@ -104,7 +104,7 @@ impl UnsealArgs {
         let secret = ctx.client().await?.unseal(&self.name, policy.as_deref()).await?;
         let json = ctx.output == OutputFormat::Json;
         if !(json && files::is_std(&self.out)) {
-            files::write(&self.out, &secret)?;
+            files::write_secret(&self.out, &secret)?;
         }
         if json {
             let secret = files::is_std(&self.out).then(|| hex::encode(secret.as_slice()));
