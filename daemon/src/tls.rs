@@ -100,6 +100,36 @@ pub fn provider() -> CryptoProvider {
     }
 }
 
+/// Handshake signatures that may wait for the TPM at once, per server key. A TLS 1.3 server
+/// signs its CertificateVerify before it sees the client's certificate, so any peer that
+/// reaches the port can make the TPM sign; past this many in flight, a handshake fails at once
+/// instead of queueing, which bounds the TPM time unauthenticated peers can take from local
+/// clients (whose jobs share the TPM's queue).
+pub const MAX_HANDSHAKE_SIGNATURES: usize = 8;
+
+/// Counts handshake signatures in flight (see [`MAX_HANDSHAKE_SIGNATURES`]).
+#[derive(Debug, Clone, Default)]
+struct HandshakeSlots(Arc<std::sync::atomic::AtomicUsize>);
+
+/// One handshake signature in flight; frees its slot when dropped.
+#[derive(Debug)]
+struct HandshakeSlot(Arc<std::sync::atomic::AtomicUsize>);
+
+impl HandshakeSlots {
+    /// A slot, or `None` when `limit` signatures are already in flight.
+    fn try_take(&self, limit: usize) -> Option<HandshakeSlot> {
+        use std::sync::atomic::Ordering;
+        self.0.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < limit).then_some(n + 1)).ok()?;
+        Some(HandshakeSlot(self.0.clone()))
+    }
+}
+
+impl Drop for HandshakeSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 /// A rustls signing key whose private half is a vault key in the TPM.
 #[derive(Clone)]
 pub struct TpmSigningKey {
@@ -107,6 +137,7 @@ pub struct TpmSigningKey {
     key: KeyName,
     alg: KeyAlg,
     spki: Vec<u8>,
+    in_flight: HandshakeSlots,
 }
 
 impl std::fmt::Debug for TpmSigningKey {
@@ -126,7 +157,7 @@ impl TpmSigningKey {
         if alg.has_pq() {
             return Err(Error::InvalidArgument(format!("key {key} is a {alg} key; TLS needs an ECC or RSA key")));
         }
-        Ok(Self { vault: vault.clone(), key: key.clone(), alg, spki })
+        Ok(Self { vault: vault.clone(), key: key.clone(), alg, spki, in_flight: HandshakeSlots::default() })
     }
 
     /// The TLS schemes this key can sign, best first. RSA keys do PSS only (TLS 1.3 has no
@@ -176,6 +207,11 @@ impl Signer for TpmSigner {
             SignatureScheme::RSA_PSS_SHA256 => (HashAlg::Sha256, Scheme::RsaPss),
             SignatureScheme::RSA_PSS_SHA384 => (HashAlg::Sha384, Scheme::RsaPss),
             other => return Err(rustls::Error::General(format!("unsupported signature scheme {other:?}"))),
+        };
+        let Some(_slot) = self.key.in_flight.try_take(MAX_HANDSHAKE_SIGNATURES) else {
+            // Debug, not warn: a flood of handshakes must not become a flood of log lines.
+            tracing::debug!(key = %self.key.key, "TLS handshake refused: {MAX_HANDSHAKE_SIGNATURES} signatures already wait for the TPM");
+            return Err(rustls::Error::General("server busy: too many handshakes waiting for the TPM".into()));
         };
         let request =
             SignRequest { input: SignInput::Message(message.to_vec()), hash: Some(hash), scheme: Some(scheme) };
@@ -475,5 +511,20 @@ impl AsyncWrite for TlsConn {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handshake_slots_cap_signatures_in_flight_and_free_on_drop() {
+        let slots = HandshakeSlots::default();
+        let held: Vec<HandshakeSlot> = (0..3).filter_map(|_| slots.try_take(3)).collect();
+        assert_eq!(held.len(), 3);
+        assert!(slots.try_take(3).is_none(), "a fourth signature is refused");
+        drop(held);
+        assert!(slots.try_take(3).is_some(), "slots come back when handshakes finish");
     }
 }
