@@ -70,6 +70,9 @@ impl DataKey {
 #[derive(Default)]
 pub(crate) struct KeyCache {
     keys: Mutex<HashMap<KeyName, (Arc<DataKey>, Instant)>>,
+    /// Data keys deleted so far (changed under the `keys` lock): a key unsealed from a record
+    /// read before a delete finished is not cached after it.
+    deletions: std::sync::atomic::AtomicU64,
 }
 
 impl KeyCache {
@@ -80,14 +83,24 @@ impl KeyCache {
         Some(entry.0.clone())
     }
 
-    fn put(&self, key: Arc<DataKey>) {
+    /// Deletions so far; pass it to [`KeyCache::put`] for a key read after this call.
+    fn deletions(&self) -> u64 {
+        self.deletions.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Caches `key` unless a data key was deleted since `deletions` was read.
+    fn put(&self, key: Arc<DataKey>, deletions: u64) {
         if let Ok(mut map) = self.keys.lock() {
-            map.insert(key.name.clone(), (key, Instant::now()));
+            if self.deletions() == deletions {
+                map.insert(key.name.clone(), (key, Instant::now()));
+            }
         }
     }
 
+    /// Forgets `name` after its record was deleted (and counts the deletion).
     fn remove(&self, name: &KeyName) {
         if let Ok(mut map) = self.keys.lock() {
+            self.deletions.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             map.remove(name);
         }
     }
@@ -210,6 +223,7 @@ impl Vault {
         if let Some(k) = self.inner.datakeys.get(name) {
             return Ok(k);
         }
+        let deletions = self.inner.datakeys.deletions();
         let store = self.store().clone();
         let n = name.clone();
         let record = blocking(move || store.get_datakey(&n)).await?.ok_or_else(|| Error::not_found(name))?;
@@ -223,7 +237,7 @@ impl Vault {
         let mut key_id = [0u8; 16];
         key_id.copy_from_slice(&record.key_id);
         let dk = Arc::new(DataKey { name: name.clone(), key_id, key });
-        self.inner.datakeys.put(dk.clone());
+        self.inner.datakeys.put(dk.clone(), deletions);
         Ok(dk)
     }
 
@@ -236,7 +250,10 @@ impl Vault {
         self.inner.datakeys.remove(name);
         let store = self.store().clone();
         let n = name.clone();
-        if blocking(move || store.remove_datakey(&n)).await? {
+        let existed = blocking(move || store.remove_datakey(&n)).await?;
+        // An unseal that read the record before the removal must not cache the key now.
+        self.inner.datakeys.remove(name);
+        if existed {
             Ok(())
         } else {
             Err(Error::not_found(name))
@@ -254,5 +271,25 @@ impl Vault {
     /// [`Error::InvalidArgument`] for oversize requests.
     pub fn random(&self, out: &mut [u8]) -> Result<(), Error> {
         self.inner.drbg.fill(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_read_before_a_delete_is_not_cached_after_it() {
+        let cache = KeyCache::default();
+        let name = KeyName::try_from("dk").unwrap_or_else(|e| panic!("{e}"));
+        let key = || Arc::new(DataKey { name: name.clone(), key_id: [1; 16], key: Zeroizing::new([2; 32]) });
+        // A use reads the record, then the key is deleted, then the use finishes unsealing.
+        let seen = cache.deletions();
+        cache.remove(&name);
+        cache.put(key(), seen);
+        assert!(cache.get(&name).is_none(), "the deleted key must not come back into the cache");
+        // A read after the delete caches as usual.
+        cache.put(key(), cache.deletions());
+        assert!(cache.get(&name).is_some());
     }
 }
