@@ -65,18 +65,22 @@ async fn another_uid_gets_exactly_what_its_rule_allows_and_the_audit_log_has_bot
     env.stop().await;
 }
 
+/// In a helper child: checks it runs as uid 65534 and connects to the parent's daemon.
+async fn nobody_channel() -> tonic::transport::Channel {
+    let socket = std::env::var("TPM_VAULT_TEST_SOCKET").expect("socket env");
+    assert_eq!(nix::unistd::getuid().as_raw(), NOBODY);
+    tonic::transport::Endpoint::from_shared(format!("unix://{socket}"))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect")
+}
+
 /// Runs in the child process as uid 65534 (see above); ignored in normal runs.
 #[tokio::test]
 #[ignore = "helper: run by another_uid_gets_exactly_what_its_rule_allows_and_the_audit_log_has_both"]
 async fn client_running_as_nobody() {
-    let socket = std::env::var("TPM_VAULT_TEST_SOCKET").expect("socket env");
-    assert_eq!(nix::unistd::getuid().as_raw(), NOBODY);
-    let channel = tonic::transport::Endpoint::from_shared(format!("unix://{socket}"))
-        .expect("endpoint")
-        .connect()
-        .await
-        .expect("connect");
-    let mut c = pb::key_service_client::KeyServiceClient::new(channel);
+    let mut c = pb::key_service_client::KeyServiceClient::new(nobody_channel().await);
     c.sign(sign("web-1")).await.expect("allowed: sign web-1");
     c.get_public_key(pb::GetPublicKeyRequest { name: "web-1".into() }).await.expect("allowed: public web-1");
     let e = c.sign(sign("db")).await.expect_err("sign db");
@@ -173,13 +177,7 @@ fn denied<T>(r: Result<tonic::Response<T>, tonic::Status>, what: &str) {
 #[tokio::test]
 #[ignore = "helper: run by owner_only_rules_look_up_the_owner_of_the_record_the_request_acts_on"]
 async fn owner_only_client_running_as_nobody() {
-    let socket = std::env::var("TPM_VAULT_TEST_SOCKET").expect("socket env");
-    assert_eq!(nix::unistd::getuid().as_raw(), NOBODY);
-    let channel = tonic::transport::Endpoint::from_shared(format!("unix://{socket}"))
-        .expect("endpoint")
-        .connect()
-        .await
-        .expect("c");
+    let channel = nobody_channel().await;
     let mut keys = pb::key_service_client::KeyServiceClient::new(channel.clone());
     let mut seal = pb::seal_service_client::SealServiceClient::new(channel.clone());
     let mut crypto = pb::crypto_service_client::CryptoServiceClient::new(channel);
