@@ -201,8 +201,14 @@ impl Store {
     /// [`StoreError::Exists`], [`StoreError::Io`].
     pub fn put_sealed(&self, record: &SealedRecord, overwrite: bool) -> Result<(), StoreError> {
         let mode = if overwrite { atomic::Mode::Replace } else { atomic::Mode::NoClobber };
-        let _writing = self.sealed_writes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _writing = self.lock_sealed_writes();
         self.put(&self.sealed, SEALED_SUFFIX, &record.name, &record.to_bytes(), mode)
+    }
+
+    /// The sealed-record write lock (a panic while it was held leaves nothing to repair: every
+    /// write under it is atomic on disk).
+    fn lock_sealed_writes(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.sealed_writes.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Raises the lowest approval version an authorized-policy secret accepts to `version`,
@@ -213,7 +219,7 @@ impl Store {
     /// # Errors
     /// [`StoreError::Io`], [`StoreError::Corrupt`].
     pub fn raise_min_policy_version(&self, name: &KeyName, tpm_name: &[u8], version: u64) -> Result<bool, StoreError> {
-        let _writing = self.sealed_writes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _writing = self.lock_sealed_writes();
         let Some(mut record) = self.get_sealed(name)? else { return Ok(false) };
         if record.tpm_name != tpm_name {
             return Ok(false);
@@ -241,7 +247,7 @@ impl Store {
     /// # Errors
     /// [`StoreError::Io`].
     pub fn remove_sealed(&self, name: &KeyName) -> Result<bool, StoreError> {
-        let _writing = self.sealed_writes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _writing = self.lock_sealed_writes();
         self.delete(&self.sealed, SEALED_SUFFIX, name)
     }
 

@@ -69,48 +69,53 @@ impl DataKey {
 /// Unsealed data keys by name, with their last use.
 #[derive(Default)]
 pub(crate) struct KeyCache {
-    keys: Mutex<HashMap<KeyName, (Arc<DataKey>, Instant)>>,
-    /// Data keys deleted so far (changed under the `keys` lock): a key unsealed from a record
-    /// read before a delete finished is not cached after it.
-    deletions: std::sync::atomic::AtomicU64,
+    keys: Mutex<Entries>,
+}
+
+#[derive(Default)]
+struct Entries {
+    map: HashMap<KeyName, (Arc<DataKey>, Instant)>,
+    /// Data keys deleted so far ([`KeyCache::remove`]): a key unsealed from a record read
+    /// before a delete finished is not cached after it.
+    deletions: u64,
 }
 
 impl KeyCache {
     fn get(&self, name: &KeyName) -> Option<Arc<DataKey>> {
-        let mut map = self.keys.lock().ok()?;
-        let entry = map.get_mut(name)?;
+        let mut keys = self.keys.lock().ok()?;
+        let entry = keys.map.get_mut(name)?;
         entry.1 = Instant::now();
         Some(entry.0.clone())
     }
 
-    /// Deletions so far; pass it to [`KeyCache::put`] for a key read after this call.
-    fn deletions(&self) -> u64 {
-        self.deletions.load(std::sync::atomic::Ordering::SeqCst)
+    /// Deletions so far; read it before reading a record and pass it to [`KeyCache::put`].
+    fn deletions(&self) -> Option<u64> {
+        self.keys.lock().ok().map(|k| k.deletions)
     }
 
-    /// Caches `key` unless a data key was deleted since `deletions` was read.
-    fn put(&self, key: Arc<DataKey>, deletions: u64) {
-        if let Ok(mut map) = self.keys.lock() {
-            if self.deletions() == deletions {
-                map.insert(key.name.clone(), (key, Instant::now()));
+    /// Caches `key` unless a data key was deleted since `seen` was read.
+    fn put(&self, key: Arc<DataKey>, seen: Option<u64>) {
+        if let Ok(mut keys) = self.keys.lock() {
+            if Some(keys.deletions) == seen {
+                keys.map.insert(key.name.clone(), (key, Instant::now()));
             }
         }
     }
 
     /// Forgets `name` after its record was deleted (and counts the deletion).
     fn remove(&self, name: &KeyName) {
-        if let Ok(mut map) = self.keys.lock() {
-            self.deletions.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            map.remove(name);
+        if let Ok(mut keys) = self.keys.lock() {
+            keys.deletions += 1;
+            keys.map.remove(name);
         }
     }
 
     /// Drops keys idle for longer than `idle` (all of them for `Duration::ZERO`).
     pub(crate) fn evict_idle(&self, idle: Duration) -> usize {
-        let Ok(mut map) = self.keys.lock() else { return 0 };
-        let before = map.len();
-        map.retain(|_, (_, used)| used.elapsed() < idle && !idle.is_zero());
-        before - map.len()
+        let Ok(mut keys) = self.keys.lock() else { return 0 };
+        let before = keys.map.len();
+        keys.map.retain(|_, (_, used)| used.elapsed() < idle && !idle.is_zero());
+        before - keys.map.len()
     }
 }
 

@@ -148,9 +148,6 @@ pub(crate) struct Inner {
     drbg: crate::crypto::drbg::Drbg,
     store: Store,
     cache: Mutex<cache::RecordCache<Loaded>>,
-    /// Keys deleted so far. A record read before a delete finished is not cached after it (see
-    /// [`Vault::load`]): a deleted key must not stay usable from the cache.
-    deletions: std::sync::atomic::AtomicU64,
     /// The attestation key's parsed record, once read or created.
     ak: Mutex<Option<Arc<Loaded>>>,
     pss: AtomicU8,
@@ -206,7 +203,6 @@ impl Vault {
                 drbg,
                 store,
                 cache: Mutex::new(cache::RecordCache::new(CACHE_MAX)),
-                deletions: std::sync::atomic::AtomicU64::new(0),
                 ak: Mutex::new(None),
                 pss: AtomicU8::new(PSS_UNKNOWN),
                 cert_lock: tokio::sync::Mutex::new(()),
@@ -417,8 +413,7 @@ impl Vault {
         let existed = blocking(move || store.remove(&n)).await?;
         // A load that read the record before the removal must not cache it now.
         if let Ok(mut cache) = self.inner.cache.lock() {
-            self.inner.deletions.fetch_add(1, Ordering::SeqCst);
-            cache.remove(name);
+            cache.remove_deleted(name);
         }
         if let Some(l) = cached {
             let mut names = vec![l.blob.name.clone()];
@@ -626,17 +621,13 @@ impl Vault {
         if let Some(l) = self.cached(name) {
             return Ok(l);
         }
-        let deletions = self.inner.deletions.load(Ordering::SeqCst);
+        let seen = self.inner.cache.lock().ok().map(|c| c.deletions());
         let store = self.inner.store.clone();
         let n = name.clone();
         let record = blocking(move || store.get(&n)).await?.ok_or_else(|| Error::not_found(name))?;
         let loaded = Arc::new(parse_record(record)?);
-        if let Ok(mut cache) = self.inner.cache.lock() {
-            // Checked under the lock a delete takes to count and uncache: a key deleted since
-            // the read is served to this request only, never cached.
-            if self.inner.deletions.load(Ordering::SeqCst) == deletions {
-                cache.insert(name.clone(), loaded.clone());
-            }
+        if let (Some(seen), Ok(mut cache)) = (seen, self.inner.cache.lock()) {
+            cache.insert_unless_deleted(name.clone(), loaded.clone(), seen);
         }
         Ok(loaded)
     }
