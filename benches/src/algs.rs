@@ -29,14 +29,10 @@ use aws_lc_rs::kem::{Ciphertext, DecapsulationKey, ML_KEM_768};
 use aws_lc_rs::signature::{PqdsaKeyPair, ML_DSA_65_SIGNING};
 use tokio::runtime::Runtime;
 use tpm_vault_client::{Client, SignInput, SignOptions};
-use tpm_vault_daemon::crypto::verify;
 use tpm_vault_daemon::model::{KeyAlg, KeyName};
-use tpm_vault_daemon::tpm::{convert, templates};
-use tss_esapi::interface_types::session_handles::AuthSession;
-use tss_esapi::structures::Digest;
 
 use crate::sign::daemon::{policy_allow_all, Daemon, Setup};
-use crate::sign::raw::{connect, create_srk, null_hashcheck, RawKey};
+use crate::sign::raw::{self, RawKey, RawSigner};
 use crate::sign::{timed_async, timed_loop, Pids, Timing};
 use crate::stats::Measurement;
 
@@ -75,7 +71,7 @@ impl AlgsSetup {
         let mut raw = Vec::new();
         for alg in TPM_ALGS {
             let t = Instant::now();
-            let key = create_raw_key(&daemon.tcti, alg).with_context(|| format!("creating the raw {alg} key"))?;
+            let key = raw::create_key(&daemon.tcti, alg).with_context(|| format!("creating the raw {alg} key"))?;
             created.push((format!("raw `TPM2_Create` {alg}"), t.elapsed()));
             raw.push((alg, key));
         }
@@ -100,19 +96,6 @@ impl AlgsSetup {
         })?;
         Ok(Self { raw, daemon, created })
     }
-}
-
-/// Creates a signing key of `alg` from the vault's template under the SRK.
-fn create_raw_key(tcti: &str, alg: KeyAlg) -> Result<RawKey> {
-    let mut ctx = connect(tcti)?;
-    let srk = create_srk(&mut ctx)?;
-    let template = templates::signing_key(alg, None, false)?;
-    let created = ctx
-        .execute_with_session(Some(AuthSession::Password), |c| c.create(srk, template, None, None, None, None))
-        .context("TPM2_Create")?;
-    ctx.flush_context(srk.into()).context("flushing the SRK")?;
-    let spki = convert::public_key_der(alg, &created.out_public)?;
-    Ok(RawKey { public: created.out_public, private: created.out_private, spki })
 }
 
 /// One round's measurements.
@@ -172,30 +155,10 @@ pub fn run(setup: &AlgsSetup, round: usize, timing: Timing, swtpm_pid: u32, rt: 
 
 /// Loads `key` and signs the digest of [`MESSAGE`] in a loop, after checking one signature.
 fn raw_sign(tcti: &str, alg: KeyAlg, key: &RawKey, timing: Timing, pids: Pids) -> Result<Measurement> {
-    let mut ctx = connect(tcti)?;
-    let srk = create_srk(&mut ctx)?;
-    let handle = ctx
-        .execute_with_session(Some(AuthSession::Password), |c| c.load(srk, key.private.clone(), key.public.clone()))
-        .context("TPM2_Load")?;
-    let (scheme, hash) = (alg.default_scheme(), alg.default_hash());
-    let digest_bytes = tpm_vault_daemon::model::SignInput::Message(MESSAGE.to_vec()).into_digest(hash)?;
-    let digest = Digest::try_from(digest_bytes.clone()).context("digest")?;
-    let tpm_scheme = convert::signature_scheme(scheme, hash);
-    let ticket = null_hashcheck()?;
-    let mut sign = || {
-        ctx.execute_with_session(Some(AuthSession::Password), |c| {
-            c.sign(handle, digest.clone(), tpm_scheme, ticket.clone())
-        })
-        .context("TPM2_Sign")
-    };
-    let first = convert::encode_signature(alg, &sign()?)?;
-    ensure!(
-        verify::verify_digest(alg, &key.spki, scheme, hash, &digest_bytes, &first)?,
-        "raw {alg} signature does not verify"
-    );
-    let m = timed_loop(timing, pids, || sign().map(drop))?;
-    ctx.flush_context(handle.into()).context("flushing the key")?;
-    ctx.flush_context(srk.into()).context("flushing the SRK")?;
+    let digest = tpm_vault_daemon::model::SignInput::Message(MESSAGE.to_vec()).into_digest(alg.default_hash())?;
+    let mut signer = RawSigner::open_for(tcti, key, alg, &digest)?;
+    let m = timed_loop(timing, pids, || signer.sign())?;
+    signer.close()?;
     Ok(m)
 }
 

@@ -325,7 +325,7 @@ fn run(args: &Args) -> Result<()> {
     progress("setup", &format!("swtpm on {tcti} (pid {swtpm_pid})"));
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
 
-    let key = raw::create_key(&tcti).context("creating the raw ESAPI key")?;
+    let key = raw::create_key(&tcti, tpm_vault_daemon::model::KeyAlg::EccP256).context("creating the raw ESAPI key")?;
     raw::write_blobs(&key, &tools_dir)?;
     rt.block_on(actor::create_key(&state_dir, &tcti))?;
     let tools = if tools_ok {

@@ -242,10 +242,21 @@ impl RawOps {
     /// # Errors
     /// TPM errors.
     pub fn seal(&mut self) -> Result<(Public, Private)> {
+        let policy = self.policy_pcr_now()?;
+        self.create_sealed(policy)
+    }
+
+    /// `TPM2_PCR_Read` of the sealing PCRs and their PolicyPCR digest, computed in software.
+    fn policy_pcr_now(&mut self) -> Result<Vec<u8>> {
         let list = self.seal_list.clone();
         let (_, _, digests) = self.ctx.execute_without_session(|c| c.pcr_read(list)).context("TPM2_PCR_Read")?;
         let values: Vec<Vec<u8>> = digests.value().iter().map(|d| d.value().to_vec()).collect();
-        let policy = pcr::policy_pcr_digest(&self.seal_sel, &values)?;
+        Ok(pcr::policy_pcr_digest(&self.seal_sel, &values)?)
+    }
+
+    /// `TPM2_Create` of a sealed data object holding the secret under `policy`, through the
+    /// encrypted HMAC session.
+    fn create_sealed(&mut self, policy: Vec<u8>) -> Result<(Public, Private)> {
         let template = templates::sealed(Digest::try_from(policy).context("policy digest")?)?;
         let sensitive = SensitiveData::try_from(self.secret.clone()).context("sensitive data")?;
         let srk = self.srk;
@@ -357,40 +368,17 @@ impl RawOps {
         self.ctx.flush_context(key.into()).context("flushing the authority")?;
         let name = name?;
 
-        let list = self.seal_list.clone();
-        let (_, _, digests) = self.ctx.execute_without_session(|c| c.pcr_read(list)).context("TPM2_PCR_Read")?;
-        let values: Vec<Vec<u8>> = digests.value().iter().map(|d| d.value().to_vec()).collect();
-        let approved = pcr::policy_pcr_digest(&self.seal_sel, &values)?;
+        let approved = self.policy_pcr_now()?;
         // aHash = H(approvedPolicy || policyRef), policyRef empty.
         let approval_hash = Digest::try_from(HashAlg::Sha256.digest(&approved)).context("approval hash")?;
-
-        let (srk, public, private) = (self.srk, self.key.public.clone(), self.key.private.clone());
-        let signer = self
-            .ctx
-            .execute_with_session(Some(AuthSession::Password), |c| c.load(srk, private, public))
-            .context("TPM2_Load (authority key)")?;
-        let (scheme, ticket) = (convert::signature_scheme(Scheme::Ecdsa, HashAlg::Sha256), null_hashcheck()?);
-        let hash = approval_hash.clone();
-        let signature = self
-            .ctx
-            .execute_with_session(Some(AuthSession::Password), |c| c.sign(signer, hash, scheme, ticket))
-            .context("TPM2_Sign (approval)");
-        self.ctx.flush_context(signer.into()).context("flushing the authority key")?;
-        let signature = signature?;
-
-        let policy = pcr::policy_authorize_digest(name.value(), &[]);
-        let template = templates::sealed(Digest::try_from(policy).context("policy digest")?)?;
-        let sensitive = SensitiveData::try_from(self.secret.clone()).context("sensitive data")?;
-        let created = self
-            .ctx
-            .execute_with_session(Some(self.hmac), |c| c.create(srk, template, None, Some(sensitive), None, None))
-            .context("TPM2_Create (authorized sealed object)")?;
+        let signature = self.sign_loading(approval_hash.clone()).context("signing the approval")?;
+        let object = self.create_sealed(pcr::policy_authorize_digest(name.value(), &[]))?;
         Ok(RawAuthorized {
             authority,
             approved: Digest::try_from(approved).context("approved policy")?,
             approval_hash,
             signature,
-            object: (created.out_public, created.out_private),
+            object,
         })
     }
 
@@ -400,19 +388,25 @@ impl RawOps {
     /// # Errors
     /// TPM errors.
     pub fn sign_cold(&mut self) -> Result<()> {
+        let digest = Digest::try_from(DIGEST.to_vec()).context("digest")?;
+        self.sign_loading(digest).map(drop)
+    }
+
+    /// `TPM2_Load` of the signing key + one ECDSA-SHA256 `TPM2_Sign` of `digest` +
+    /// `TPM2_FlushContext`.
+    fn sign_loading(&mut self, digest: Digest) -> Result<Signature> {
         let (srk, public, private) = (self.srk, self.key.public.clone(), self.key.private.clone());
         let handle = self
             .ctx
             .execute_with_session(Some(AuthSession::Password), |c| c.load(srk, private, public))
             .context("TPM2_Load")?;
-        let digest = Digest::try_from(DIGEST.to_vec()).context("digest")?;
         let (scheme, ticket) = (convert::signature_scheme(Scheme::Ecdsa, HashAlg::Sha256), null_hashcheck()?);
         let signed = self
             .ctx
             .execute_with_session(Some(AuthSession::Password), |c| c.sign(handle, digest, scheme, ticket))
             .context("TPM2_Sign");
         self.ctx.flush_context(handle.into()).context("flushing the key")?;
-        signed.map(drop)
+        signed
     }
 
     /// One `TPM2_GetRandom` of [`TPM_RANDOM_REQUEST`] bytes; returns the bytes received.

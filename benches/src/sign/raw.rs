@@ -9,13 +9,13 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{ensure, Context as _, Result};
 use tpm_vault_daemon::crypto::verify;
-use tpm_vault_daemon::model::{HashAlg, KeyAlg, Scheme};
+use tpm_vault_daemon::model::KeyAlg;
 use tpm_vault_daemon::tpm::{convert, templates};
 use tss_esapi::constants::CapabilityType;
 use tss_esapi::handles::{KeyHandle, TpmHandle, TransientTpmHandle};
 use tss_esapi::interface_types::resource_handles::Hierarchy;
 use tss_esapi::interface_types::session_handles::AuthSession;
-use tss_esapi::structures::{CapabilityData, Digest, HashcheckTicket, Private, Public, PublicBuffer};
+use tss_esapi::structures::{CapabilityData, Digest, HashcheckTicket, Private, Public, PublicBuffer, SignatureScheme};
 use tss_esapi::traits::Marshall;
 use tss_esapi::tss2_esys::TPMT_TK_HASHCHECK;
 use tss_esapi::{Context, TctiNameConf};
@@ -73,19 +73,20 @@ pub fn null_hashcheck() -> Result<HashcheckTicket> {
     HashcheckTicket::try_from(raw).context("NULL hashcheck ticket")
 }
 
-/// Creates the SRK and an ECC P-256 signing key under it, then flushes the SRK.
+/// Creates the SRK and a signing key of `alg` (the vault's template) under it, then flushes
+/// the SRK.
 ///
 /// # Errors
 /// TPM errors.
-pub fn create_key(tcti: &str) -> Result<RawKey> {
+pub fn create_key(tcti: &str, alg: KeyAlg) -> Result<RawKey> {
     let mut ctx = connect(tcti)?;
     let srk = create_srk(&mut ctx)?;
-    let template = templates::signing_key(KeyAlg::EccP256, None, false)?;
+    let template = templates::signing_key(alg, None, false)?;
     let created = ctx
         .execute_with_session(Some(AuthSession::Password), |c| c.create(srk, template, None, None, None, None))
         .context("TPM2_Create (signing key)")?;
     ctx.flush_context(srk.into()).context("flushing the SRK")?;
-    let spki = convert::public_key_der(KeyAlg::EccP256, &created.out_public)?;
+    let spki = convert::public_key_der(alg, &created.out_public)?;
     Ok(RawKey { public: created.out_public, private: created.out_private, spki })
 }
 
@@ -117,13 +118,15 @@ pub fn run(tcti: &str, key: &RawKey, timing: Timing, pids: Pids) -> Result<Measu
     Ok(m)
 }
 
-/// A connection with the SRK and one key loaded, signing [`DIGEST`] with one `TPM2_Sign` a call.
+/// A connection with the SRK and one key loaded, signing one digest (in the key's default
+/// scheme) with one `TPM2_Sign` a call.
 pub struct RawSigner {
     ctx: Context,
     srk: KeyHandle,
     handle: KeyHandle,
     ticket: HashcheckTicket,
     digest: Digest,
+    scheme: SignatureScheme,
 }
 
 impl std::fmt::Debug for RawSigner {
@@ -133,28 +136,44 @@ impl std::fmt::Debug for RawSigner {
 }
 
 impl RawSigner {
-    /// Connects, loads the SRK and `key`, and checks one signature in-core.
+    /// Connects, loads the SRK and the ECC P-256 `key`, and checks one ECDSA signature of
+    /// [`DIGEST`] in-core.
     ///
     /// # Errors
     /// TPM errors, or a signature that does not verify.
     pub fn open(tcti: &str, key: &RawKey) -> Result<Self> {
+        Self::open_for(tcti, key, KeyAlg::EccP256, &DIGEST)
+    }
+
+    /// Connects, loads the SRK and `key` (of `alg`), and checks one signature of `digest` in
+    /// `alg`'s default scheme and hash in-core.
+    ///
+    /// # Errors
+    /// TPM errors, or a signature that does not verify.
+    pub fn open_for(tcti: &str, key: &RawKey, alg: KeyAlg, digest: &[u8]) -> Result<Self> {
         let mut ctx = connect(tcti)?;
         let srk = create_srk(&mut ctx)?;
         let handle = ctx
             .execute_with_session(Some(AuthSession::Password), |c| c.load(srk, key.private.clone(), key.public.clone()))
             .context("TPM2_Load")?;
-        let digest = Digest::try_from(DIGEST.to_vec()).context("digest")?;
-        let mut signer = Self { ctx, srk, handle, ticket: null_hashcheck()?, digest };
+        let (scheme, hash) = (alg.default_scheme(), alg.default_hash());
+        let mut signer = Self {
+            ctx,
+            srk,
+            handle,
+            ticket: null_hashcheck()?,
+            digest: Digest::try_from(digest.to_vec()).context("digest")?,
+            scheme: convert::signature_scheme(scheme, hash),
+        };
         let sig = signer.signature()?;
-        let der = convert::encode_signature(KeyAlg::EccP256, &sig)?;
-        let valid = verify::verify_digest(KeyAlg::EccP256, &key.spki, Scheme::Ecdsa, HashAlg::Sha256, &DIGEST, &der)?;
-        ensure!(valid, "raw ESAPI signature does not verify");
+        let der = convert::encode_signature(alg, &sig)?;
+        let valid = verify::verify_digest(alg, &key.spki, scheme, hash, digest, &der)?;
+        ensure!(valid, "raw ESAPI {alg} signature does not verify");
         Ok(signer)
     }
 
     fn signature(&mut self) -> Result<tss_esapi::structures::Signature> {
-        let (handle, digest, ticket) = (self.handle, self.digest.clone(), self.ticket.clone());
-        let scheme = convert::signature_scheme(Scheme::Ecdsa, HashAlg::Sha256);
+        let (handle, digest, ticket, scheme) = (self.handle, self.digest.clone(), self.ticket.clone(), self.scheme);
         self.ctx
             .execute_with_session(Some(AuthSession::Password), |c| c.sign(handle, digest, scheme, ticket))
             .context("TPM2_Sign")
