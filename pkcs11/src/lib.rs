@@ -1,0 +1,52 @@
+//! tpm-vault's PKCS#11 module, `libtpm_vault_pkcs11.so`: nginx, OpenSSL (libp11's engine),
+//! GnuTLS, OpenSSH, `pkcs11-tool` and every other PKCS#11 program sign with the vault's
+//! TPM-resident keys.
+//!
+//! The module is a thin client of `tpm-vaultd`: it holds no keys, no store and no TPM
+//! connection of its own. Every signature is a `Sign` call on the daemon's Unix socket, made
+//! under the calling process's uid, so the access policy and the audit log apply to every
+//! program as to any other client. Messages are hashed in the caller's process; only digests
+//! travel.
+//!
+//! Layout:
+//! - [`entry`]: the C ABI (function list, pointer checks, the two-call convention);
+//! - `token`: state, sessions, objects cache and every operation, in safe Rust;
+//! - `objects`: the objects of a key and their attributes, with stable handles;
+//! - `mechanism`: mechanisms, input preparation (hashing, DigestInfo), signature encoding,
+//!   in-core verification;
+//! - `connection`: the per-process connection to the daemon, remade after `fork`;
+//! - `config`: socket and token label; `error`: the one table from daemon errors to `CKR_*`.
+//!
+//! Fork-safe: there are no module threads, handles are derived from key names, the
+//! connection is remade when the process id changes, and `pthread_atfork` hooks keep the
+//! module's locks consistent across `fork`. Thread-safe (`CKF_OS_LOCKING_OK`): sessions are
+//! independent and no lock is held during a daemon call.
+// The C ABI needs unsafe code; it is confined to `entry` and a few marked lines.
+#![allow(unsafe_code)]
+
+mod config;
+mod connection;
+pub mod entry;
+mod error;
+mod mechanism;
+mod objects;
+mod token;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Whether `TPM_VAULT_PKCS11_DEBUG` asked for messages on stderr.
+static DEBUG: AtomicBool = AtomicBool::new(false);
+
+/// Reads `TPM_VAULT_PKCS11_DEBUG` (any non-empty value but `0` turns messages on).
+fn init_debug() {
+    let on = std::env::var("TPM_VAULT_PKCS11_DEBUG").is_ok_and(|v| !v.is_empty() && v != "0");
+    DEBUG.store(on, Ordering::Relaxed);
+}
+
+/// Prints a message on stderr when debugging is on. Never prints secrets: callers pass only
+/// names, codes and lengths.
+fn debug(args: std::fmt::Arguments<'_>) {
+    if DEBUG.load(Ordering::Relaxed) {
+        eprintln!("tpm-vault-pkcs11[{}]: {args}", std::process::id());
+    }
+}

@@ -1,0 +1,426 @@
+//! The token's objects: for every vault key the caller may see, a private-key object, a
+//! public-key object and a certificate object per certificate of its stored chain.
+//!
+//! Object handles are derived from the key's name and the object's role, never from a
+//! counter, so they are the same in every process and after every refresh: nginx's master
+//! finds the key, forks, and its workers use the parent's handles. `CKA_ID` is the key's
+//! subject key identifier (SHA-1 of the public key's BIT STRING, RFC 5280 §4.2.1.2 method 1),
+//! shared by the key's three objects; `CKA_LABEL` is the key's name. The private part is
+//! sensitive and never extractable: it exists only inside the TPM (or, for ML-DSA, sealed by it).
+
+use std::sync::Arc;
+
+use cryptoki_sys::*;
+use sha2::Digest as _;
+use spki::der::{Decode as _, Encode as _};
+use tpm_vault_client::{KeyAlgorithm, KeyInfo};
+
+/// DER of the named-curve OID of P-256 (1.2.840.10045.3.1.7), as `CKA_EC_PARAMS` holds it.
+pub(crate) const P256_PARAMS: &[u8] = &[0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
+/// DER of the named-curve OID of P-384 (1.3.132.0.34).
+pub(crate) const P384_PARAMS: &[u8] = &[0x06, 0x05, 0x2b, 0x81, 0x04, 0x00, 0x22];
+
+/// What kind of key, with what its attributes need.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum KeyKind {
+    /// ECDSA on a NIST curve; `field` is the size of a coordinate in bytes (32 or 48).
+    Ec {
+        /// 32 for P-256, 48 for P-384.
+        field: usize,
+    },
+    /// RSA; the modulus and public exponent, big-endian.
+    Rsa {
+        /// Modulus n.
+        modulus: Vec<u8>,
+        /// Public exponent e.
+        exponent: Vec<u8>,
+    },
+    /// ML-DSA (FIPS 204) at a parameter set (`CKP_ML_DSA_*`), with its signature length.
+    MlDsa {
+        /// `CKP_ML_DSA_44/65/87`.
+        parameter_set: CK_ULONG,
+        /// Bytes in a signature.
+        signature_len: usize,
+    },
+}
+
+/// A vault key as the token shows it.
+#[derive(Debug)]
+pub(crate) struct Key {
+    /// The vault key's name (`CKA_LABEL`).
+    pub(crate) name: String,
+    /// What its attributes need.
+    pub(crate) kind: KeyKind,
+    /// Whether using it needs a password (`CKA_ALWAYS_AUTHENTICATE`).
+    pub(crate) has_auth: bool,
+    /// DER SubjectPublicKeyInfo.
+    pub(crate) spki: Vec<u8>,
+    /// The SubjectPublicKeyInfo's BIT STRING: the EC point, the RSAPublicKey, the ML-DSA key.
+    pub(crate) public_bits: Vec<u8>,
+    /// `CKA_ID`: the subject key identifier.
+    pub(crate) id: Vec<u8>,
+}
+
+impl Key {
+    /// The token's view of a vault key, or `None` for keys that PKCS#11 cannot use here
+    /// (ML-KEM, hybrid) or a public key that does not parse.
+    pub(crate) fn new(info: &KeyInfo, spki: Vec<u8>) -> Option<Key> {
+        let parsed = spki::SubjectPublicKeyInfoRef::from_der(&spki).ok()?;
+        let public_bits = parsed.subject_public_key.raw_bytes().to_vec();
+        let kind = match info.algorithm {
+            KeyAlgorithm::EccP256 => KeyKind::Ec { field: 32 },
+            KeyAlgorithm::EccP384 => KeyKind::Ec { field: 48 },
+            KeyAlgorithm::Rsa2048 | KeyAlgorithm::Rsa3072 => {
+                use rsa::pkcs8::DecodePublicKey as _;
+                use rsa::traits::PublicKeyParts as _;
+                let key = rsa::RsaPublicKey::from_public_key_der(&spki).ok()?;
+                KeyKind::Rsa { modulus: key.n().to_bytes_be(), exponent: key.e().to_bytes_be() }
+            }
+            KeyAlgorithm::MlDsa44 => KeyKind::MlDsa { parameter_set: CKP_ML_DSA_44, signature_len: 2420 },
+            KeyAlgorithm::MlDsa65 => KeyKind::MlDsa { parameter_set: CKP_ML_DSA_65, signature_len: 3309 },
+            KeyAlgorithm::MlDsa87 => KeyKind::MlDsa { parameter_set: CKP_ML_DSA_87, signature_len: 4627 },
+            _ => return None,
+        };
+        let id =
+            aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA1_FOR_LEGACY_USE_ONLY, &public_bits).as_ref().to_vec();
+        Some(Key { name: info.name.clone(), kind, has_auth: info.has_auth, spki, public_bits, id })
+    }
+
+    /// `CKK_*`.
+    pub(crate) fn key_type(&self) -> CK_KEY_TYPE {
+        match self.kind {
+            KeyKind::Ec { .. } => CKK_EC,
+            KeyKind::Rsa { .. } => CKK_RSA,
+            KeyKind::MlDsa { .. } => CKK_ML_DSA,
+        }
+    }
+
+    /// Bytes in one signature, in the PKCS#11 encoding (ECDSA: r || s).
+    pub(crate) fn signature_len(&self) -> usize {
+        match &self.kind {
+            KeyKind::Ec { field } => 2 * field,
+            KeyKind::Rsa { modulus, .. } => modulus.len(),
+            KeyKind::MlDsa { signature_len, .. } => *signature_len,
+        }
+    }
+}
+
+/// A certificate of a key's stored chain.
+#[derive(Debug)]
+pub(crate) struct Cert {
+    /// DER.
+    der: Vec<u8>,
+    /// DER of the subject Name.
+    subject: Vec<u8>,
+    /// DER of the issuer Name.
+    issuer: Vec<u8>,
+    /// DER INTEGER of the serial number.
+    serial: Vec<u8>,
+    /// The certificate's SubjectPublicKeyInfo, DER.
+    spki: Vec<u8>,
+}
+
+impl Cert {
+    /// Parses a PEM chain, leaf first; `None` if any certificate does not parse.
+    pub(crate) fn chain(pem: &str) -> Option<Vec<Cert>> {
+        let certs = x509_cert::Certificate::load_pem_chain(pem.as_bytes()).ok()?;
+        certs.iter().map(Cert::from_parsed).collect()
+    }
+
+    /// Parses one DER certificate.
+    pub(crate) fn from_der(der: &[u8]) -> Option<Cert> {
+        Cert::from_parsed(&x509_cert::Certificate::from_der(der).ok()?)
+    }
+
+    /// The parts the attributes need.
+    fn from_parsed(cert: &x509_cert::Certificate) -> Option<Cert> {
+        let tbs = &cert.tbs_certificate;
+        Some(Cert {
+            der: cert.to_der().ok()?,
+            subject: tbs.subject.to_der().ok()?,
+            issuer: tbs.issuer.to_der().ok()?,
+            serial: tbs.serial_number.to_der().ok()?,
+            spki: tbs.subject_public_key_info.to_der().ok()?,
+        })
+    }
+
+    /// DER of the certificate.
+    pub(crate) fn der(&self) -> &[u8] {
+        &self.der
+    }
+
+    /// DER SubjectPublicKeyInfo.
+    pub(crate) fn spki(&self) -> &[u8] {
+        &self.spki
+    }
+}
+
+/// An attribute's value, or the fact that it may not be read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Attr {
+    /// The value's bytes as PKCS#11 lays them out (`CK_ULONG` native-endian, `CK_BBOOL` 1 byte).
+    Value(Vec<u8>),
+    /// A secret that never leaves the TPM: `CKR_ATTRIBUTE_SENSITIVE`.
+    Sensitive,
+}
+
+/// What an object is to its key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// The private key.
+    Private,
+    /// The public key.
+    Public,
+    /// Certificate `n` of the stored chain (0 = the leaf).
+    Certificate(u8),
+}
+
+/// Certificates of a chain that get an object (the leaf and up to 200 issuers).
+pub(crate) const MAX_CHAIN: usize = 201;
+
+/// An object on the token.
+#[derive(Debug)]
+pub(crate) struct Object {
+    /// Its stable handle.
+    pub(crate) handle: CK_OBJECT_HANDLE,
+    /// What it is to its key.
+    pub(crate) role: Role,
+    /// The key it belongs to.
+    pub(crate) key: Arc<Key>,
+    /// Its attributes.
+    attrs: Vec<(CK_ATTRIBUTE_TYPE, Attr)>,
+}
+
+impl Object {
+    /// The attribute `kind`, if the object has it.
+    pub(crate) fn attr(&self, kind: CK_ATTRIBUTE_TYPE) -> Option<&Attr> {
+        self.attrs.iter().find(|(t, _)| *t == kind).map(|(_, v)| v)
+    }
+
+    /// True if every attribute of `template` is one of the object's, with the same value.
+    /// A sensitive attribute never matches.
+    pub(crate) fn matches(&self, template: &[(CK_ATTRIBUTE_TYPE, Vec<u8>)]) -> bool {
+        template.iter().all(|(kind, value)| matches!(self.attr(*kind), Some(Attr::Value(v)) if v == value))
+    }
+}
+
+/// The handle of `key`'s object in `role`: 55 bits of SHA-256 of the name, then the role.
+pub(crate) fn handle(name: &str, role: Role) -> CK_OBJECT_HANDLE {
+    let digest = sha2::Sha256::digest(name.as_bytes());
+    let mut top = [0u8; 8];
+    top.copy_from_slice(&digest[..8]);
+    let hash = u64::from_be_bytes(top) & ((1 << 55) - 1);
+    let role = match role {
+        Role::Private => 1,
+        Role::Public => 2,
+        Role::Certificate(n) => 3 + u64::from(n),
+    };
+    ((hash << 8) | role) as CK_OBJECT_HANDLE
+}
+
+/// The objects of `key` with its stored chain (leaf first).
+pub(crate) fn objects(key: &Arc<Key>, chain: &[Cert]) -> Vec<Object> {
+    let subject =
+        chain.first().filter(|leaf| leaf.spki == key.spki).map(|leaf| leaf.subject.clone()).unwrap_or_default();
+    let mut out = vec![
+        Object {
+            handle: handle(&key.name, Role::Private),
+            role: Role::Private,
+            key: Arc::clone(key),
+            attrs: private_attrs(key, &subject),
+        },
+        Object {
+            handle: handle(&key.name, Role::Public),
+            role: Role::Public,
+            key: Arc::clone(key),
+            attrs: public_attrs(key, &subject),
+        },
+    ];
+    for (n, cert) in chain.iter().take(MAX_CHAIN).enumerate() {
+        let n = u8::try_from(n).unwrap_or(u8::MAX);
+        let role = Role::Certificate(n);
+        out.push(Object {
+            handle: handle(&key.name, role),
+            role,
+            key: Arc::clone(key),
+            attrs: cert_attrs(key, cert, n),
+        });
+    }
+    out
+}
+
+/// A `CK_ULONG` attribute value.
+pub(crate) fn ulong(v: CK_ULONG) -> Attr {
+    Attr::Value(v.to_ne_bytes().to_vec())
+}
+
+/// A `CK_BBOOL` attribute value.
+fn flag(v: bool) -> Attr {
+    Attr::Value(vec![if v { CK_TRUE } else { CK_FALSE }])
+}
+
+/// A byte-string attribute value.
+fn bytes(v: &[u8]) -> Attr {
+    Attr::Value(v.to_vec())
+}
+
+/// Attributes every object has.
+fn storage_attrs(class: CK_OBJECT_CLASS, label: &str, destroyable: bool) -> Vec<(CK_ATTRIBUTE_TYPE, Attr)> {
+    vec![
+        (CKA_CLASS, ulong(class)),
+        (CKA_TOKEN, flag(true)),
+        (CKA_PRIVATE, flag(false)),
+        (CKA_MODIFIABLE, flag(false)),
+        (CKA_COPYABLE, flag(false)),
+        (CKA_DESTROYABLE, flag(destroyable)),
+        (CKA_LABEL, bytes(label.as_bytes())),
+    ]
+}
+
+/// Attributes both key objects have.
+fn key_attrs(key: &Key, class: CK_OBJECT_CLASS, subject: &[u8]) -> Vec<(CK_ATTRIBUTE_TYPE, Attr)> {
+    let mut attrs = storage_attrs(class, &key.name, true);
+    let (generator, mechanisms) = crate::mechanism::for_key(key);
+    let allowed: Vec<u8> = mechanisms.iter().flat_map(|m| m.to_ne_bytes()).collect();
+    attrs.extend([
+        (CKA_ID, bytes(&key.id)),
+        (CKA_KEY_TYPE, ulong(key.key_type())),
+        (CKA_START_DATE, bytes(&[])),
+        (CKA_END_DATE, bytes(&[])),
+        (CKA_DERIVE, flag(false)),
+        (CKA_LOCAL, flag(true)),
+        (CKA_KEY_GEN_MECHANISM, ulong(generator)),
+        (CKA_ALLOWED_MECHANISMS, Attr::Value(allowed)),
+        (CKA_SUBJECT, bytes(subject)),
+        (CKA_PUBLIC_KEY_INFO, bytes(&key.spki)),
+    ]);
+    match &key.kind {
+        KeyKind::Ec { field } => {
+            let params = if *field == 32 { P256_PARAMS } else { P384_PARAMS };
+            attrs.push((CKA_EC_PARAMS, bytes(params)));
+            attrs.push((CKA_EC_POINT, bytes(&octet_string(&key.public_bits))));
+        }
+        KeyKind::Rsa { modulus, exponent } => {
+            attrs.push((CKA_MODULUS, bytes(modulus)));
+            attrs.push((CKA_MODULUS_BITS, ulong((8 * modulus.len()) as CK_ULONG)));
+            attrs.push((CKA_PUBLIC_EXPONENT, bytes(exponent)));
+        }
+        KeyKind::MlDsa { parameter_set, .. } => attrs.push((CKA_PARAMETER_SET, ulong(*parameter_set))),
+    }
+    attrs
+}
+
+/// The private-key object's attributes.
+fn private_attrs(key: &Key, subject: &[u8]) -> Vec<(CK_ATTRIBUTE_TYPE, Attr)> {
+    let mut attrs = key_attrs(key, CKO_PRIVATE_KEY, subject);
+    attrs.extend([
+        (CKA_SENSITIVE, flag(true)),
+        (CKA_ALWAYS_SENSITIVE, flag(true)),
+        (CKA_EXTRACTABLE, flag(false)),
+        (CKA_NEVER_EXTRACTABLE, flag(true)),
+        (CKA_SIGN, flag(true)),
+        (CKA_SIGN_RECOVER, flag(false)),
+        (CKA_DECRYPT, flag(false)),
+        (CKA_UNWRAP, flag(false)),
+        (CKA_WRAP_WITH_TRUSTED, flag(false)),
+        (CKA_ALWAYS_AUTHENTICATE, flag(key.has_auth)),
+    ]);
+    let secrets: &[CK_ATTRIBUTE_TYPE] = match key.kind {
+        KeyKind::Ec { .. } => &[CKA_VALUE],
+        KeyKind::Rsa { .. } => {
+            &[CKA_PRIVATE_EXPONENT, CKA_PRIME_1, CKA_PRIME_2, CKA_EXPONENT_1, CKA_EXPONENT_2, CKA_COEFFICIENT]
+        }
+        KeyKind::MlDsa { .. } => &[CKA_VALUE, CKA_SEED],
+    };
+    attrs.extend(secrets.iter().map(|&t| (t, Attr::Sensitive)));
+    attrs
+}
+
+/// The public-key object's attributes.
+fn public_attrs(key: &Key, subject: &[u8]) -> Vec<(CK_ATTRIBUTE_TYPE, Attr)> {
+    let mut attrs = key_attrs(key, CKO_PUBLIC_KEY, subject);
+    attrs.extend([
+        (CKA_VERIFY, flag(true)),
+        (CKA_VERIFY_RECOVER, flag(false)),
+        (CKA_ENCRYPT, flag(false)),
+        (CKA_WRAP, flag(false)),
+        (CKA_TRUSTED, flag(false)),
+    ]);
+    if matches!(key.kind, KeyKind::MlDsa { .. }) {
+        attrs.push((CKA_VALUE, bytes(&key.public_bits)));
+    }
+    attrs
+}
+
+/// A certificate object's attributes; the leaf (n = 0) shares the key's label and id.
+fn cert_attrs(key: &Key, cert: &Cert, n: u8) -> Vec<(CK_ATTRIBUTE_TYPE, Attr)> {
+    let leaf = n == 0;
+    let label = if leaf { key.name.clone() } else { format!("{} issuer {n}", key.name) };
+    let id = if leaf {
+        key.id.clone()
+    } else {
+        let bits = spki::SubjectPublicKeyInfoRef::from_der(&cert.spki)
+            .map(|s| s.subject_public_key.raw_bytes().to_vec())
+            .unwrap_or_default();
+        aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA1_FOR_LEGACY_USE_ONLY, &bits).as_ref().to_vec()
+    };
+    let mut attrs = storage_attrs(CKO_CERTIFICATE, &label, false);
+    attrs.extend([
+        (CKA_ID, bytes(&id)),
+        (CKA_CERTIFICATE_TYPE, ulong(CKC_X_509)),
+        (CKA_TRUSTED, flag(false)),
+        // 1: token user (the key's own); 2: authority.
+        (CKA_CERTIFICATE_CATEGORY, ulong(if leaf { 1 } else { 2 })),
+        (CKA_START_DATE, bytes(&[])),
+        (CKA_END_DATE, bytes(&[])),
+        (CKA_SUBJECT, bytes(&cert.subject)),
+        (CKA_ISSUER, bytes(&cert.issuer)),
+        (CKA_SERIAL_NUMBER, bytes(&cert.serial)),
+        (CKA_VALUE, bytes(&cert.der)),
+        (CKA_URL, bytes(&[])),
+        (CKA_HASH_OF_SUBJECT_PUBLIC_KEY, bytes(&[])),
+        (CKA_HASH_OF_ISSUER_PUBLIC_KEY, bytes(&[])),
+        (CKA_JAVA_MIDP_SECURITY_DOMAIN, ulong(0)),
+        (CKA_PUBLIC_KEY_INFO, bytes(&cert.spki)),
+    ]);
+    attrs
+}
+
+/// DER OCTET STRING around `content` (`CKA_EC_POINT`).
+fn octet_string(content: &[u8]) -> Vec<u8> {
+    let mut out = vec![0x04];
+    let len = content.len();
+    if len < 0x80 {
+        out.push(len as u8);
+    } else if len < 0x100 {
+        out.extend([0x81, len as u8]);
+    } else {
+        out.extend([0x82, (len >> 8) as u8, len as u8]);
+    }
+    out.extend_from_slice(content);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_are_stable_distinct_and_never_zero() {
+        let a = handle("web", Role::Private);
+        assert_eq!(a, handle("web", Role::Private));
+        assert_ne!(a, handle("web", Role::Public));
+        assert_ne!(a, handle("web2", Role::Private));
+        assert_ne!(handle("web", Role::Certificate(0)), handle("web", Role::Certificate(1)));
+        assert!(a != 0 && a < (1 << 63));
+    }
+
+    #[test]
+    fn ec_point_is_an_octet_string() {
+        let point = [4u8; 65];
+        let der = octet_string(&point);
+        assert_eq!(&der[..2], &[0x04, 65]);
+        assert_eq!(&der[2..], &point);
+        assert_eq!(&octet_string(&[1; 200])[..3], &[0x04, 0x81, 200]);
+    }
+}
