@@ -85,7 +85,7 @@ pub use pcr::PcrBinding;
 pub use policy::{PolicyApproval, PolicyAuthority, PolicyKeyError, SignedPolicy, MAX_SIGNED_POLICY};
 pub use pq::{verify_hybrid, verify_ml_dsa, Encapsulated, KemPublicKey};
 pub use seal::{SealInfo, SealOptions, MAX_SECRET};
-pub use sign::{SignInput, SignOptions, Signature};
+pub use sign::{Hasher, SignInput, SignOptions, Signature};
 pub use status::{DaemonStatus, Metric};
 pub use tonic::Code;
 /// The hybrid ECDSA P-256 + ML-DSA-65 signature format (`--scheme hybrid`), shared with the daemon.

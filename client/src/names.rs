@@ -80,13 +80,15 @@ impl Named for KeyAlgorithm {
 impl Named for HashAlgorithm {
     const KIND: &'static str = "hash algorithm";
     const VALUES: &'static [(&'static str, Self)] =
-        &[("sha256", HashAlgorithm::Sha256), ("sha384", HashAlgorithm::Sha384)];
+        &[("sha256", HashAlgorithm::Sha256), ("sha384", HashAlgorithm::Sha384), ("sha512", HashAlgorithm::Sha512)];
 
     fn name(self) -> &'static str {
         match self {
             HashAlgorithm::Unspecified => "unspecified",
             HashAlgorithm::Sha256 => "sha256",
             HashAlgorithm::Sha384 => "sha384",
+            HashAlgorithm::Sha512 => "sha512",
+            HashAlgorithm::Sha1 => "sha1",
         }
     }
 }

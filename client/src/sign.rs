@@ -173,40 +173,64 @@ impl From<proto::SignResponse> for Signature {
 }
 
 /// An incremental hash, for messages hashed on the client (also a [`Write`] sink, so a file can
-/// be streamed into it with `io::copy`).
-pub(crate) enum Hasher {
+/// be streamed into it with `io::copy`). SHA-1 is not offered: the vault takes SHA-1 only as a
+/// digest the caller made (see `HashAlgorithm::Sha1`).
+#[derive(Clone, Debug)]
+pub enum Hasher {
     /// SHA-256.
     Sha256(sha2::Sha256),
     /// SHA-384.
     Sha384(sha2::Sha384),
+    /// SHA-512.
+    Sha512(sha2::Sha512),
 }
 
 impl Hasher {
     /// A hasher for `hash`, which must be specified (resolve `Unspecified` first).
-    pub(crate) fn new(hash: HashAlgorithm) -> Result<Hasher, crate::Error> {
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) for `Unspecified` and SHA-1.
+    pub fn new(hash: HashAlgorithm) -> Result<Hasher, crate::Error> {
         match hash {
             HashAlgorithm::Sha256 => Ok(Hasher::Sha256(sha2::Sha256::new())),
             HashAlgorithm::Sha384 => Ok(Hasher::Sha384(sha2::Sha384::new())),
-            HashAlgorithm::Unspecified => {
+            HashAlgorithm::Sha512 => Ok(Hasher::Sha512(sha2::Sha512::new())),
+            HashAlgorithm::Unspecified | HashAlgorithm::Sha1 => {
                 Err(crate::Error::InvalidInput(format!("cannot hash with an {} hash algorithm", hash.name())))
             }
         }
     }
 
     /// Adds data.
-    pub(crate) fn update(&mut self, data: &[u8]) {
+    pub fn update(&mut self, data: &[u8]) {
         match self {
             Hasher::Sha256(h) => h.update(data),
             Hasher::Sha384(h) => h.update(data),
+            Hasher::Sha512(h) => h.update(data),
         }
     }
 
     /// The digest.
-    pub(crate) fn finish(self) -> Vec<u8> {
+    pub fn finish(self) -> Vec<u8> {
         match self {
             Hasher::Sha256(h) => h.finalize().to_vec(),
             Hasher::Sha384(h) => h.finalize().to_vec(),
+            Hasher::Sha512(h) => h.finalize().to_vec(),
         }
+    }
+
+    /// The digest's length in bytes.
+    pub fn len(&self) -> usize {
+        match self {
+            Hasher::Sha256(_) => 32,
+            Hasher::Sha384(_) => 48,
+            Hasher::Sha512(_) => 64,
+        }
+    }
+
+    /// Never true: a digest has at least 32 bytes (for clippy's `len_without_is_empty`).
+    pub fn is_empty(&self) -> bool {
+        false
     }
 }
 

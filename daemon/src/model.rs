@@ -265,6 +265,13 @@ pub enum HashAlg {
     /// SHA-384.
     #[serde(rename = "sha384")]
     Sha384,
+    /// SHA-512 (where the TPM has it).
+    #[serde(rename = "sha512")]
+    Sha512,
+    /// SHA-1: legacy, only for RSASSA-PKCS1-v1_5 over a digest the caller made (see
+    /// [`HashAlg::check_use`]).
+    #[serde(rename = "sha1")]
+    Sha1,
 }
 
 impl HashAlg {
@@ -273,6 +280,8 @@ impl HashAlg {
         match self {
             Self::Sha256 => 32,
             Self::Sha384 => 48,
+            Self::Sha512 => 64,
+            Self::Sha1 => 20,
         }
     }
 
@@ -281,7 +290,24 @@ impl HashAlg {
         match self {
             Self::Sha256 => "sha256",
             Self::Sha384 => "sha384",
+            Self::Sha512 => "sha512",
+            Self::Sha1 => "sha1",
         }
+    }
+
+    /// Refuses SHA-1 except for RSASSA-PKCS1-v1_5 over a precomputed digest: the vault never
+    /// hashes a message with SHA-1, and never signs a SHA-1 digest in a scheme that has a
+    /// modern use (ECDSA and PSS callers can always use SHA-256).
+    ///
+    /// # Errors
+    /// `InvalidArgument` naming the rule.
+    pub fn check_use(self, scheme: Scheme, digest_given: bool) -> Result<(), Error> {
+        if self == Self::Sha1 && !(scheme == Scheme::RsaPkcs1 && digest_given) {
+            return Err(Error::InvalidArgument(
+                "SHA-1 is accepted only for RSA PKCS#1 v1.5 signatures of a precomputed digest (legacy)".into(),
+            ));
+        }
+        Ok(())
     }
 
     /// Hashes `data` in-core (aws-lc-rs: SHA extensions / SHA-NI where the CPU has them).
@@ -289,6 +315,8 @@ impl HashAlg {
         let alg = match self {
             Self::Sha256 => &aws_lc_rs::digest::SHA256,
             Self::Sha384 => &aws_lc_rs::digest::SHA384,
+            Self::Sha512 => &aws_lc_rs::digest::SHA512,
+            Self::Sha1 => &aws_lc_rs::digest::SHA1_FOR_LEGACY_USE_ONLY,
         };
         aws_lc_rs::digest::digest(alg, data).as_ref().to_vec()
     }

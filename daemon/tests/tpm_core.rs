@@ -25,10 +25,15 @@ fn independent_verify(alg: KeyAlg, spki: &[u8], hash: HashAlg, scheme: Scheme, m
         (KeyAlg::EccP256, HashAlg::Sha384, _) => &s::ECDSA_P256_SHA384_ASN1,
         (KeyAlg::EccP384, HashAlg::Sha256, _) => &s::ECDSA_P384_SHA256_ASN1,
         (KeyAlg::EccP384, HashAlg::Sha384, _) => &s::ECDSA_P384_SHA384_ASN1,
+        (KeyAlg::EccP256, HashAlg::Sha512, _) => &s::ECDSA_P256_SHA512_ASN1,
+        (KeyAlg::EccP384, HashAlg::Sha512, _) => &s::ECDSA_P384_SHA512_ASN1,
         (_, HashAlg::Sha256, Scheme::RsaPss) => &s::RSA_PSS_2048_8192_SHA256,
         (_, HashAlg::Sha384, Scheme::RsaPss) => &s::RSA_PSS_2048_8192_SHA384,
+        (_, HashAlg::Sha512, Scheme::RsaPss) => &s::RSA_PSS_2048_8192_SHA512,
         (_, HashAlg::Sha256, _) => &s::RSA_PKCS1_2048_8192_SHA256,
         (_, HashAlg::Sha384, _) => &s::RSA_PKCS1_2048_8192_SHA384,
+        (_, HashAlg::Sha512, _) => &s::RSA_PKCS1_2048_8192_SHA512,
+        (_, HashAlg::Sha1, _) => &s::RSA_PKCS1_2048_8192_SHA1_FOR_LEGACY_USE_ONLY,
     };
     // aws-lc-rs wants the raw public key for ECDSA (SEC1 point) and RSA (PKCS#1): take it
     // out of the SPKI.
@@ -58,7 +63,7 @@ async fn every_algorithm_and_scheme_signs_and_verifies_independently() {
         let (got_alg, spki) = vault.public_key(&name).await.expect("public");
         assert_eq!(got_alg, alg);
         for scheme in schemes {
-            for hash in [HashAlg::Sha256, HashAlg::Sha384] {
+            for hash in [HashAlg::Sha256, HashAlg::Sha384, HashAlg::Sha512] {
                 // Message form: the daemon hashes.
                 let out = vault
                     .sign(&name, req(SignInput::Message(msg.clone()), hash, scheme), None)
@@ -90,6 +95,42 @@ async fn every_algorithm_and_scheme_signs_and_verifies_independently() {
             }
         }
     }
+}
+
+/// SHA-1 is taken only as a precomputed digest for RSA PKCS#1 v1.5 (what the PKCS#11 module's
+/// `CKM_RSA_PKCS` with a SHA-1 DigestInfo needs); the vault never hashes with it, nor signs it
+/// in another scheme.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sha1_is_only_a_legacy_pkcs1_digest() {
+    let env = TpmEnv::start();
+    let vault = env.vault().await;
+    let msg = b"legacy".to_vec();
+    let rsa = key("rsa");
+    vault.create_key(rsa.clone(), KeyAlg::Rsa2048, 0, None, None).await.expect("create");
+    let (_, spki) = vault.public_key(&rsa).await.expect("public");
+    let digest = HashAlg::Sha1.digest(&msg);
+    let out = vault
+        .sign(&rsa, req(SignInput::Digest(digest.clone()), HashAlg::Sha1, Scheme::RsaPkcs1), None)
+        .await
+        .expect("SHA-1 PKCS#1 digest");
+    assert!(independent_verify(KeyAlg::Rsa2048, &spki, HashAlg::Sha1, Scheme::RsaPkcs1, &msg, &out.signature));
+    assert!(vault
+        .verify(&rsa, SignInput::Digest(digest.clone()), &out.signature, Some(HashAlg::Sha1), Some(Scheme::RsaPkcs1))
+        .await
+        .expect("verify"));
+    let refused = [
+        (rsa.clone(), SignInput::Message(msg.clone()), Scheme::RsaPkcs1),
+        (rsa.clone(), SignInput::Digest(digest.clone()), Scheme::RsaPss),
+    ];
+    for (name, input, scheme) in refused {
+        let err = vault.sign(&name, req(input, HashAlg::Sha1, scheme), None).await.expect_err("SHA-1 refused");
+        assert!(matches!(err, tpm_vault_daemon::Error::InvalidArgument(_)), "{err:?}");
+    }
+    let ec = key("ec");
+    vault.create_key(ec.clone(), KeyAlg::EccP256, 0, None, None).await.expect("create");
+    let err =
+        vault.sign(&ec, req(SignInput::Digest(digest), HashAlg::Sha1, Scheme::Ecdsa), None).await.expect_err("refused");
+    assert!(matches!(err, tpm_vault_daemon::Error::InvalidArgument(_)), "{err:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,8 +8,7 @@
 //! signatures come back DER-encoded and leave as r || s, each padded to the field size.
 
 use cryptoki_sys::*;
-use sha2::Digest as _;
-use tpm_vault_client::{HashAlgorithm, SignInput, SignatureScheme};
+use tpm_vault_client::{HashAlgorithm, Hasher, SignInput, SignatureScheme};
 use zeroize::Zeroizing;
 
 use crate::error::Result;
@@ -24,34 +23,48 @@ const MAX_DIGEST_INPUT: usize = 512;
 /// A hash the TPM signs with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Hash {
+    /// SHA-1: only inside a DigestInfo for `CKM_RSA_PKCS` (legacy callers); never hashed here.
+    Sha1,
     /// SHA-256.
     Sha256,
     /// SHA-384.
     Sha384,
+    /// SHA-512 (where the TPM has it).
+    Sha512,
 }
 
 impl Hash {
     /// Digest length in bytes.
     pub(crate) fn len(self) -> usize {
         match self {
+            Hash::Sha1 => 20,
             Hash::Sha256 => 32,
             Hash::Sha384 => 48,
+            Hash::Sha512 => 64,
         }
     }
 
     /// The API's name for it.
     fn api(self) -> HashAlgorithm {
         match self {
+            Hash::Sha1 => HashAlgorithm::Sha1,
             Hash::Sha256 => HashAlgorithm::Sha256,
             Hash::Sha384 => HashAlgorithm::Sha384,
+            Hash::Sha512 => HashAlgorithm::Sha512,
         }
     }
 
-    /// `CKM_SHA256` / `CKM_SHA384` to the hash.
+    /// A hasher for it (SHA-1 never: it is accepted only as a digest the caller made).
+    pub(crate) fn hasher(self) -> Result<Hasher> {
+        Hasher::new(self.api()).map_err(|_| CKR_MECHANISM_INVALID)
+    }
+
+    /// The digest mechanisms the token offers (`CKM_SHA256/384/512`) to the hash.
     pub(crate) fn from_mechanism(m: CK_MECHANISM_TYPE) -> Option<Hash> {
         match m {
             CKM_SHA256 => Some(Hash::Sha256),
             CKM_SHA384 => Some(Hash::Sha384),
+            CKM_SHA512 => Some(Hash::Sha512),
             _ => None,
         }
     }
@@ -59,51 +72,10 @@ impl Hash {
     /// The MGF1 generator PSS must use with this hash.
     fn mgf(self) -> CK_RSA_PKCS_MGF_TYPE {
         match self {
+            Hash::Sha1 => CKG_MGF1_SHA1,
             Hash::Sha256 => CKG_MGF1_SHA256,
             Hash::Sha384 => CKG_MGF1_SHA384,
-        }
-    }
-}
-
-/// An incremental hash.
-#[derive(Clone, Debug)]
-pub(crate) enum Hasher {
-    /// SHA-256.
-    Sha256(sha2::Sha256),
-    /// SHA-384.
-    Sha384(sha2::Sha384),
-}
-
-impl Hasher {
-    /// A fresh hash.
-    pub(crate) fn new(hash: Hash) -> Hasher {
-        match hash {
-            Hash::Sha256 => Hasher::Sha256(sha2::Sha256::new()),
-            Hash::Sha384 => Hasher::Sha384(sha2::Sha384::new()),
-        }
-    }
-
-    /// Adds data.
-    pub(crate) fn update(&mut self, data: &[u8]) {
-        match self {
-            Hasher::Sha256(h) => h.update(data),
-            Hasher::Sha384(h) => h.update(data),
-        }
-    }
-
-    /// The digest.
-    pub(crate) fn finish(self) -> Vec<u8> {
-        match self {
-            Hasher::Sha256(h) => h.finalize().to_vec(),
-            Hasher::Sha384(h) => h.finalize().to_vec(),
-        }
-    }
-
-    /// Digest length in bytes.
-    pub(crate) fn len(&self) -> usize {
-        match self {
-            Hasher::Sha256(_) => 32,
-            Hasher::Sha384(_) => 48,
+            Hash::Sha512 => CKG_MGF1_SHA512,
         }
     }
 }
@@ -162,12 +134,15 @@ impl Sign {
             CKM_ECDSA => Sign::Ecdsa(None),
             CKM_ECDSA_SHA256 => Sign::Ecdsa(Some(Hash::Sha256)),
             CKM_ECDSA_SHA384 => Sign::Ecdsa(Some(Hash::Sha384)),
+            CKM_ECDSA_SHA512 => Sign::Ecdsa(Some(Hash::Sha512)),
             CKM_RSA_PKCS => Sign::RsaPkcs(None),
             CKM_SHA256_RSA_PKCS => Sign::RsaPkcs(Some(Hash::Sha256)),
             CKM_SHA384_RSA_PKCS => Sign::RsaPkcs(Some(Hash::Sha384)),
+            CKM_SHA512_RSA_PKCS => Sign::RsaPkcs(Some(Hash::Sha512)),
             CKM_RSA_PKCS_PSS => Sign::RsaPss { hash: pss_hash(params, None)?, prehash: false },
             CKM_SHA256_RSA_PKCS_PSS => Sign::RsaPss { hash: pss_hash(params, Some(Hash::Sha256))?, prehash: true },
             CKM_SHA384_RSA_PKCS_PSS => Sign::RsaPss { hash: pss_hash(params, Some(Hash::Sha384))?, prehash: true },
+            CKM_SHA512_RSA_PKCS_PSS => Sign::RsaPss { hash: pss_hash(params, Some(Hash::Sha512))?, prehash: true },
             CKM_ML_DSA => Sign::MlDsa,
             _ => return Err(CKR_MECHANISM_INVALID),
         };
@@ -194,23 +169,26 @@ impl Sign {
     }
 
     /// A fresh accumulator for `C_SignUpdate` / `C_VerifyUpdate`.
-    pub(crate) fn input(self) -> Input {
-        match self {
+    ///
+    /// # Errors
+    /// `CKR_MECHANISM_INVALID` for a hash the module does not compute.
+    pub(crate) fn input(self) -> Result<Input> {
+        Ok(match self {
             Sign::Ecdsa(Some(h)) | Sign::RsaPkcs(Some(h)) | Sign::RsaPss { hash: h, prehash: true } => {
-                Input::Hashing(Box::new(Hasher::new(h)))
+                Input::Hashing(Box::new(h.hasher()?))
             }
             Sign::MlDsa => Input::Buffer(Zeroizing::new(Vec::new()), MAX_MESSAGE),
             Sign::Ecdsa(None) | Sign::RsaPkcs(None) | Sign::RsaPss { prehash: false, .. } => {
                 Input::Buffer(Zeroizing::new(Vec::new()), MAX_DIGEST_INPUT)
             }
-        }
+        })
     }
 
     /// The daemon request for the accumulated input: what to sign, hash, scheme.
     ///
     /// # Errors
     /// `CKR_DATA_LEN_RANGE` (a PSS digest of the wrong length), `CKR_DATA_INVALID` (a
-    /// DigestInfo that is not SHA-256 or SHA-384).
+    /// DigestInfo of another hash).
     pub(crate) fn request(self, key: &Key, input: Input) -> Result<(SignInput, HashAlgorithm, SignatureScheme)> {
         let data = input.finish();
         Ok(match self {
@@ -220,7 +198,9 @@ impl Sign {
             }
             Sign::RsaPkcs(Some(h)) => (SignInput::Digest(data.to_vec()), h.api(), SignatureScheme::RsaPkcs1),
             Sign::RsaPkcs(None) => {
-                let (hash, digest) = parse_digest_info(&data)?;
+                let (hash, digest) = parse_digest_info(&data).inspect_err(|_| {
+                    crate::debug(format_args!("CKM_RSA_PKCS input of {} bytes is no DigestInfo known here", data.len()))
+                })?;
                 (SignInput::Digest(digest.to_vec()), hash.api(), SignatureScheme::RsaPkcs1)
             }
             Sign::RsaPss { hash, .. } => {
@@ -280,16 +260,25 @@ impl Sign {
             (SignInput::Digest(digest), KeyKind::Rsa { .. }) => {
                 use rsa::pkcs8::DecodePublicKey as _;
                 let public = rsa::RsaPublicKey::from_public_key_der(&key.spki).map_err(|_| CKR_FUNCTION_FAILED)?;
-                let pss = matches!(self, Sign::RsaPss { .. });
-                let result = match (hash, pss) {
-                    (HashAlgorithm::Sha384, false) => {
-                        public.verify(rsa::Pkcs1v15Sign::new::<sha2::Sha384>(), &digest, signature)
-                    }
-                    (_, false) => public.verify(rsa::Pkcs1v15Sign::new::<sha2::Sha256>(), &digest, signature),
-                    (HashAlgorithm::Sha384, true) => {
+                let result = match (self, hash) {
+                    (Sign::RsaPss { .. }, HashAlgorithm::Sha384) => {
                         public.verify(rsa::Pss::new_with_salt::<sha2::Sha384>(48), &digest, signature)
                     }
-                    (_, true) => public.verify(rsa::Pss::new_with_salt::<sha2::Sha256>(32), &digest, signature),
+                    (Sign::RsaPss { .. }, HashAlgorithm::Sha512) => {
+                        public.verify(rsa::Pss::new_with_salt::<sha2::Sha512>(64), &digest, signature)
+                    }
+                    (Sign::RsaPss { .. }, _) => {
+                        public.verify(rsa::Pss::new_with_salt::<sha2::Sha256>(32), &digest, signature)
+                    }
+                    (_, hash) => {
+                        let prefix = DIGEST_INFOS
+                            .iter()
+                            .find(|(_, h)| h.api() == hash)
+                            .map(|(prefix, _)| prefix.to_vec())
+                            .ok_or(CKR_FUNCTION_FAILED)?;
+                        let scheme = rsa::Pkcs1v15Sign { hash_len: Some(digest.len()), prefix: prefix.into() };
+                        public.verify(scheme, &digest, signature)
+                    }
                 };
                 result.is_ok()
             }
@@ -340,17 +329,15 @@ fn ecdsa_digest(key: &Key, data: &[u8]) -> (Hash, Vec<u8>) {
     (if field == 48 { Hash::Sha384 } else { Hash::Sha256 }, digest)
 }
 
-/// DER DigestInfo prefixes (with and without the NULL parameters) and their hashes.
-const DIGEST_INFOS: [(&[u8], Hash); 4] = [
+/// DER DigestInfo prefixes and their hashes (RFC 8017 §9.2 note 1), with the NULL parameters
+/// first (what encoders write, and what the TPM writes), then without them.
+const DIGEST_INFOS: [(&[u8], Hash); 8] = [
+    (&[0x30, 0x21, 0x30, 0x09, 0x06, 0x05, 0x2b, 0x0e, 0x03, 0x02, 0x1a, 0x05, 0x00, 0x04, 0x14], Hash::Sha1),
     (
         &[
             0x30, 0x31, 0x30, 0x0d, 0x06, 0x09, 0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x02, 0x01, 0x05, 0x00, 0x04,
             0x20,
         ],
-        Hash::Sha256,
-    ),
-    (
-        &[0x30, 0x2f, 0x30, 0x0b, 0x06, 0x09, 0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x02, 0x01, 0x04, 0x20],
         Hash::Sha256,
     ),
     (
@@ -361,15 +348,31 @@ const DIGEST_INFOS: [(&[u8], Hash); 4] = [
         Hash::Sha384,
     ),
     (
+        &[
+            0x30, 0x51, 0x30, 0x0d, 0x06, 0x09, 0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x02, 0x03, 0x05, 0x00, 0x04,
+            0x40,
+        ],
+        Hash::Sha512,
+    ),
+    (&[0x30, 0x1f, 0x30, 0x07, 0x06, 0x05, 0x2b, 0x0e, 0x03, 0x02, 0x1a, 0x04, 0x14], Hash::Sha1),
+    (
+        &[0x30, 0x2f, 0x30, 0x0b, 0x06, 0x09, 0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x02, 0x01, 0x04, 0x20],
+        Hash::Sha256,
+    ),
+    (
         &[0x30, 0x3f, 0x30, 0x0b, 0x06, 0x09, 0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x02, 0x02, 0x04, 0x30],
         Hash::Sha384,
+    ),
+    (
+        &[0x30, 0x4f, 0x30, 0x0b, 0x06, 0x09, 0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x02, 0x03, 0x04, 0x40],
+        Hash::Sha512,
     ),
 ];
 
 /// The hash and digest inside a DER DigestInfo.
 ///
 /// # Errors
-/// `CKR_DATA_INVALID` for anything but a SHA-256 or SHA-384 DigestInfo.
+/// `CKR_DATA_INVALID` for anything but a SHA-1, SHA-256, SHA-384 or SHA-512 DigestInfo.
 pub(crate) fn parse_digest_info(data: &[u8]) -> Result<(Hash, &[u8])> {
     DIGEST_INFOS
         .iter()
@@ -433,22 +436,26 @@ const SIGN: CK_FLAGS = CKF_HW | CKF_SIGN | CKF_VERIFY;
 const EC: CK_FLAGS = CKF_EC_F_P | CKF_EC_OID | CKF_EC_UNCOMPRESS;
 
 /// Every mechanism, in the order `C_GetMechanismList` gives them.
-const OFFERED: [Offered; 15] = [
+const OFFERED: [Offered; 19] = [
     Offered { kind: CKM_ECDSA, min: 256, max: 384, flags: SIGN | EC },
     Offered { kind: CKM_ECDSA_SHA256, min: 256, max: 384, flags: SIGN | EC },
     Offered { kind: CKM_ECDSA_SHA384, min: 256, max: 384, flags: SIGN | EC },
+    Offered { kind: CKM_ECDSA_SHA512, min: 256, max: 384, flags: SIGN | EC },
     Offered { kind: CKM_RSA_PKCS, min: 2048, max: 3072, flags: SIGN },
     Offered { kind: CKM_SHA256_RSA_PKCS, min: 2048, max: 3072, flags: SIGN },
     Offered { kind: CKM_SHA384_RSA_PKCS, min: 2048, max: 3072, flags: SIGN },
+    Offered { kind: CKM_SHA512_RSA_PKCS, min: 2048, max: 3072, flags: SIGN },
     Offered { kind: CKM_RSA_PKCS_PSS, min: 2048, max: 3072, flags: SIGN },
     Offered { kind: CKM_SHA256_RSA_PKCS_PSS, min: 2048, max: 3072, flags: SIGN },
     Offered { kind: CKM_SHA384_RSA_PKCS_PSS, min: 2048, max: 3072, flags: SIGN },
+    Offered { kind: CKM_SHA512_RSA_PKCS_PSS, min: 2048, max: 3072, flags: SIGN },
     Offered { kind: CKM_ML_DSA, min: 0, max: 0, flags: CKF_SIGN | CKF_VERIFY },
     Offered { kind: CKM_EC_KEY_PAIR_GEN, min: 256, max: 384, flags: CKF_HW | CKF_GENERATE_KEY_PAIR | EC },
     Offered { kind: CKM_RSA_PKCS_KEY_PAIR_GEN, min: 2048, max: 3072, flags: CKF_HW | CKF_GENERATE_KEY_PAIR },
     Offered { kind: CKM_ML_DSA_KEY_PAIR_GEN, min: 0, max: 0, flags: CKF_GENERATE_KEY_PAIR },
     Offered { kind: CKM_SHA256, min: 0, max: 0, flags: CKF_DIGEST },
     Offered { kind: CKM_SHA384, min: 0, max: 0, flags: CKF_DIGEST },
+    Offered { kind: CKM_SHA512, min: 0, max: 0, flags: CKF_DIGEST },
 ];
 
 /// `C_GetMechanismList`.
@@ -471,16 +478,20 @@ pub(crate) fn info(kind: CK_MECHANISM_TYPE) -> Result<CK_MECHANISM_INFO> {
 /// A key's `CKA_KEY_GEN_MECHANISM` and `CKA_ALLOWED_MECHANISMS`.
 pub(crate) fn for_key(key: &Key) -> (CK_MECHANISM_TYPE, Vec<CK_MECHANISM_TYPE>) {
     match key.kind {
-        KeyKind::Ec { .. } => (CKM_EC_KEY_PAIR_GEN, vec![CKM_ECDSA, CKM_ECDSA_SHA256, CKM_ECDSA_SHA384]),
+        KeyKind::Ec { .. } => {
+            (CKM_EC_KEY_PAIR_GEN, vec![CKM_ECDSA, CKM_ECDSA_SHA256, CKM_ECDSA_SHA384, CKM_ECDSA_SHA512])
+        }
         KeyKind::Rsa { .. } => (
             CKM_RSA_PKCS_KEY_PAIR_GEN,
             vec![
                 CKM_RSA_PKCS,
                 CKM_SHA256_RSA_PKCS,
                 CKM_SHA384_RSA_PKCS,
+                CKM_SHA512_RSA_PKCS,
                 CKM_RSA_PKCS_PSS,
                 CKM_SHA256_RSA_PKCS_PSS,
                 CKM_SHA384_RSA_PKCS_PSS,
+                CKM_SHA512_RSA_PKCS_PSS,
             ],
         ),
         KeyKind::MlDsa { .. } => (CKM_ML_DSA_KEY_PAIR_GEN, vec![CKM_ML_DSA]),
@@ -492,20 +503,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn digest_info_parses_only_sha256_and_sha384() {
-        let mut info = DIGEST_INFOS[0].0.to_vec();
+    fn digest_info_parses_the_hashes_the_tpm_signs_with() {
+        let mut info = DIGEST_INFOS[1].0.to_vec();
         info.extend([7u8; 32]);
         assert_eq!(parse_digest_info(&info), Ok((Hash::Sha256, &[7u8; 32][..])));
         let mut short = DIGEST_INFOS[2].0.to_vec();
         short.extend([7u8; 47]);
         assert_eq!(parse_digest_info(&short), Err(CKR_DATA_INVALID));
-        // SHA-512's DigestInfo prefix.
-        let mut sha512 = vec![
-            0x30, 0x51, 0x30, 0x0d, 0x06, 0x09, 0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x02, 0x03, 0x05, 0x00, 0x04,
-            0x40,
+        let mut sha1 = DIGEST_INFOS[0].0.to_vec();
+        sha1.extend([1u8; 20]);
+        assert_eq!(parse_digest_info(&sha1), Ok((Hash::Sha1, &[1u8; 20][..])));
+        // SHA-224's DigestInfo: a hash the TPM does not sign with here.
+        let mut sha224 = vec![
+            0x30, 0x2d, 0x30, 0x0d, 0x06, 0x09, 0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x02, 0x04, 0x05, 0x00, 0x04,
+            0x1c,
         ];
-        sha512.extend([1u8; 64]);
-        assert_eq!(parse_digest_info(&sha512), Err(CKR_DATA_INVALID));
+        sha224.extend([1u8; 28]);
+        assert_eq!(parse_digest_info(&sha224), Err(CKR_DATA_INVALID));
         assert_eq!(parse_digest_info(&[7u8; 32]), Err(CKR_DATA_INVALID));
     }
 

@@ -17,8 +17,9 @@ use zeroize::Zeroizing;
 use crate::config::Config;
 use crate::connection::{self, Retry};
 use crate::error::{from_client, Doing, Result};
-use crate::mechanism::{Hash, Hasher, Input, Params, Sign};
+use crate::mechanism::{Hash, Input, Params, Sign};
 use crate::objects::{self, Attr, Cert, Key, Object, Role};
+use tpm_vault_client::Hasher;
 
 /// The one slot's id.
 pub(crate) const SLOT_ID: CK_SLOT_ID = 1;
@@ -506,7 +507,7 @@ pub(crate) fn operation_init(
         });
     }
     let mechanism = Sign::new(kind, params, &object.key)?;
-    let op = Operation { mechanism, key: Arc::clone(&object.key), input: mechanism.input(), pin: None };
+    let op = Operation { mechanism, key: Arc::clone(&object.key), input: mechanism.input()?, pin: None };
     let mut session = session.lock();
     let slot = if verify { &mut session.verify } else { &mut session.sign };
     if slot.is_some() {
@@ -598,7 +599,7 @@ pub(crate) fn digest_init(handle: CK_SESSION_HANDLE, kind: CK_MECHANISM_TYPE, pa
     if session.digest.is_some() {
         return Err(CKR_OPERATION_ACTIVE);
     }
-    session.digest = Some(Hasher::new(hash));
+    session.digest = Some(hash.hasher()?);
     Ok(())
 }
 

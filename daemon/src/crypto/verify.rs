@@ -2,7 +2,7 @@
 //! `p256`/`p384`/`rsa` crates, which verify precomputed digests as well as messages.
 
 use p256::pkcs8::DecodePublicKey;
-use sha2::{Sha256, Sha384};
+use sha2::{Sha256, Sha384, Sha512};
 
 use crate::error::Error;
 use crate::model::{HashAlg, KeyAlg, Scheme};
@@ -48,8 +48,20 @@ pub fn verify_digest(
                 (Scheme::RsaPss, HashAlg::Sha384) => {
                     key.verify(rsa::Pss::new_with_salt::<Sha384>(48), digest, signature)
                 }
+                (Scheme::RsaPss, HashAlg::Sha512) => {
+                    key.verify(rsa::Pss::new_with_salt::<Sha512>(64), digest, signature)
+                }
+                (Scheme::RsaPss, HashAlg::Sha1) => return Ok(false),
                 (_, HashAlg::Sha256) => key.verify(rsa::Pkcs1v15Sign::new::<Sha256>(), digest, signature),
                 (_, HashAlg::Sha384) => key.verify(rsa::Pkcs1v15Sign::new::<Sha384>(), digest, signature),
+                (_, HashAlg::Sha512) => key.verify(rsa::Pkcs1v15Sign::new::<Sha512>(), digest, signature),
+                (_, HashAlg::Sha1) => {
+                    // The rsa crate names hashes by their types; SHA-1 has none here, so its
+                    // DigestInfo prefix (RFC 8017 §9.2 note 1) is given directly.
+                    let prefix =
+                        [0x30, 0x21, 0x30, 0x09, 0x06, 0x05, 0x2b, 0x0e, 0x03, 0x02, 0x1a, 0x05, 0x00, 0x04, 0x14];
+                    key.verify(rsa::Pkcs1v15Sign { hash_len: Some(20), prefix: prefix.into() }, digest, signature)
+                }
             };
             Ok(ok.is_ok())
         }

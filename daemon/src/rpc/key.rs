@@ -70,6 +70,8 @@ fn hash(v: i32) -> Result<Option<HashAlg>, Error> {
         Ok(pb::HashAlgorithm::Unspecified) => Ok(None),
         Ok(pb::HashAlgorithm::Sha256) => Ok(Some(HashAlg::Sha256)),
         Ok(pb::HashAlgorithm::Sha384) => Ok(Some(HashAlg::Sha384)),
+        Ok(pb::HashAlgorithm::Sha512) => Ok(Some(HashAlg::Sha512)),
+        Ok(pb::HashAlgorithm::Sha1) => Ok(Some(HashAlg::Sha1)),
         Err(_) => Err(Error::InvalidArgument(format!("unknown hash algorithm {v}"))),
     }
 }
@@ -79,6 +81,8 @@ fn hash_to_pb(h: Option<HashAlg>) -> pb::HashAlgorithm {
         None => pb::HashAlgorithm::Unspecified,
         Some(HashAlg::Sha256) => pb::HashAlgorithm::Sha256,
         Some(HashAlg::Sha384) => pb::HashAlgorithm::Sha384,
+        Some(HashAlg::Sha512) => pb::HashAlgorithm::Sha512,
+        Some(HashAlg::Sha1) => pb::HashAlgorithm::Sha1,
     }
 }
 

@@ -14,6 +14,8 @@ pub fn hashing_algorithm(hash: HashAlg) -> HashingAlgorithm {
     match hash {
         HashAlg::Sha256 => HashingAlgorithm::Sha256,
         HashAlg::Sha384 => HashingAlgorithm::Sha384,
+        HashAlg::Sha512 => HashingAlgorithm::Sha512,
+        HashAlg::Sha1 => HashingAlgorithm::Sha1,
     }
 }
 

@@ -510,6 +510,7 @@ impl Vault {
         let scheme = req.scheme.unwrap_or_else(|| alg.default_scheme());
         let hash = req.hash.unwrap_or_else(|| alg.default_hash());
         alg.check_scheme(scheme)?;
+        hash.check_use(scheme, matches!(req.input, SignInput::Digest(_)))?;
         if scheme == Scheme::RsaPss && self.inner.pss.load(Ordering::Relaxed) == PSS_BAD {
             return Err(TpmError::PssSaltUnsupported.into());
         }

@@ -414,6 +414,11 @@ pub enum HashAlgorithm {
     Unspecified = 0,
     Sha256 = 1,
     Sha384 = 2,
+    /// SHA-512, where the TPM has it (swtpm does; many hardware TPMs do not).
+    Sha512 = 3,
+    /// SHA-1, for legacy callers only: accepted solely for RSASSA-PKCS1-v1_5 over a precomputed
+    /// digest (the PKCS#11 module's CKM_RSA_PKCS with a SHA-1 DigestInfo); never for a message.
+    Sha1 = 4,
 }
 impl HashAlgorithm {
     /// String value of the enum field names used in the ProtoBuf definition.
@@ -425,6 +430,8 @@ impl HashAlgorithm {
             Self::Unspecified => "HASH_ALGORITHM_UNSPECIFIED",
             Self::Sha256 => "HASH_ALGORITHM_SHA256",
             Self::Sha384 => "HASH_ALGORITHM_SHA384",
+            Self::Sha512 => "HASH_ALGORITHM_SHA512",
+            Self::Sha1 => "HASH_ALGORITHM_SHA1",
         }
     }
     /// Creates an enum from field names used in the ProtoBuf definition.
@@ -433,6 +440,8 @@ impl HashAlgorithm {
             "HASH_ALGORITHM_UNSPECIFIED" => Some(Self::Unspecified),
             "HASH_ALGORITHM_SHA256" => Some(Self::Sha256),
             "HASH_ALGORITHM_SHA384" => Some(Self::Sha384),
+            "HASH_ALGORITHM_SHA512" => Some(Self::Sha512),
+            "HASH_ALGORITHM_SHA1" => Some(Self::Sha1),
             _ => None,
         }
     }
