@@ -1,9 +1,9 @@
 //! The C ABI: every PKCS#11 entry point, its function list and interface.
 //!
-//! Each function checks and copies its pointer arguments, calls [`crate::token`], and writes the
+//! Each function checks and copies its pointer arguments, calls `token`, and writes the
 //! results back with the two-call convention (a null output buffer asks for the length; one too
 //! small gets `CKR_BUFFER_TOO_SMALL` and the length, and the operation stays active). A panic
-//! never crosses the boundary: [`guard`] turns it into `CKR_GENERAL_ERROR`.
+//! never crosses the boundary: `guard` turns it into `CKR_GENERAL_ERROR`.
 //!
 //! # Safety
 //! The caller follows the PKCS#11 contract: every non-null pointer points to memory of the

@@ -666,21 +666,18 @@ fn template_bytes(template: &[(CK_ATTRIBUTE_TYPE, Vec<u8>)], kind: CK_ATTRIBUTE_
     template.iter().find(|(t, _)| *t == kind).map(|(_, v)| v.as_slice())
 }
 
-/// Refuses a template that asks for what a vault key cannot be: a session object, an
-/// extractable or non-sensitive private key, a decryption or wrapping key.
+/// Refuses a template that asks for a key weaker than a vault key: a session object, or a
+/// private key that is extractable or not sensitive. Usage flags the key cannot have
+/// (`CKA_DERIVE`, `CKA_DECRYPT`, `CKA_ENCRYPT`, `CKA_WRAP`, ... which pkcs11-tool sets by default)
+/// are ignored: a vault key signs only, and its attributes say so.
 fn check_key_template(public: &[(CK_ATTRIBUTE_TYPE, Vec<u8>)], private: &[(CK_ATTRIBUTE_TYPE, Vec<u8>)]) -> Result<()> {
-    let is = |template: &[(CK_ATTRIBUTE_TYPE, Vec<u8>)], kind, want: CK_BBOOL| {
-        template_bytes(template, kind).is_none_or(|v| v.first().copied().map(|b| (b != 0) as CK_BBOOL) == Some(want))
+    let is = |template: &[(CK_ATTRIBUTE_TYPE, Vec<u8>)], kind, want: bool| {
+        template_bytes(template, kind).is_none_or(|v| v.first().is_some_and(|&b| (b != 0) == want))
     };
-    let ok = is(public, CKA_TOKEN, CK_TRUE)
-        && is(private, CKA_TOKEN, CK_TRUE)
-        && is(private, CKA_EXTRACTABLE, CK_FALSE)
-        && is(private, CKA_SENSITIVE, CK_TRUE)
-        && is(private, CKA_DECRYPT, CK_FALSE)
-        && is(private, CKA_UNWRAP, CK_FALSE)
-        && is(private, CKA_DERIVE, CK_FALSE)
-        && is(public, CKA_ENCRYPT, CK_FALSE)
-        && is(public, CKA_WRAP, CK_FALSE);
+    let ok = is(public, CKA_TOKEN, true)
+        && is(private, CKA_TOKEN, true)
+        && is(private, CKA_EXTRACTABLE, false)
+        && is(private, CKA_SENSITIVE, true);
     if ok {
         Ok(())
     } else {

@@ -206,14 +206,23 @@ impl Proc {
         }
     }
 
-    /// SIGTERM, then SIGKILL if it is still there after 5 s; waits for it.
+    /// SIGTERM, then SIGKILL if it is still there after 5 s; waits for it. Its direct
+    /// children (nginx workers, sshd sessions, ssh-agent's PKCS#11 helper) that outlive it are
+    /// then SIGKILLed by PID (each checked to still be the same program).
     pub fn stop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
+            let children = children_of(self.child.id());
             let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).expect("pid"));
             let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
             if wait_timeout(&mut self.child, Duration::from_secs(5)).is_none() {
                 let _ = self.child.kill();
                 let _ = self.child.wait();
+            }
+            for (child, comm) in children {
+                if std::fs::read_to_string(format!("/proc/{child}/comm")).is_ok_and(|c| c == comm) {
+                    let _ =
+                        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child), nix::sys::signal::Signal::SIGKILL);
+                }
             }
         }
     }
@@ -229,6 +238,17 @@ impl Drop for Proc {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The direct children of `pid` with their `comm` names, from /proc.
+fn children_of(pid: u32) -> Vec<(i32, String)> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|list| list.split_whitespace().filter_map(|c| c.parse::<i32>().ok()).collect::<Vec<_>>())
+        .filter_map(|c| Some((c, std::fs::read_to_string(format!("/proc/{c}/comm")).ok()?)))
+        .collect()
 }
 
 /// A free TCP port on 127.0.0.1 (bound once, then released).
