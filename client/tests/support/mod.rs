@@ -45,11 +45,25 @@ impl Daemon {
 
     /// A daemon with the access policy `rules` (TOML, as in `policies/`).
     pub fn start_with_policy(rules: &str) -> Daemon {
-        let access = policy(rules);
         let dir = tempfile::tempdir().expect("tempdir");
-        let swtpm = Swtpm::start(&dir.path().join("swtpm")).expect("start swtpm");
+        Daemon::start_in(dir, rules, "swtpm", "state")
+    }
+
+    /// A daemon over a copy of `fixture` (a state directory whose private swtpm's state is in
+    /// its `swtpm/`, as `tpm-vaultd --simulator` leaves it), so a fixture made by an earlier
+    /// release is opened by this code without being changed.
+    pub fn start_on_copy_of(fixture: &Path, rules: &str) -> Daemon {
+        let dir = tempfile::tempdir().expect("tempdir");
+        copy_dir(fixture, &dir.path().join("state"));
+        Daemon::start_in(dir, rules, "state/swtpm", "state")
+    }
+
+    /// A daemon in `dir`, its swtpm's state in `dir/swtpm_dir` and its own in `dir/state_dir`.
+    fn start_in(dir: TempDir, rules: &str, swtpm_dir: &str, state_dir: &str) -> Daemon {
+        let access = policy(rules);
+        let swtpm = Swtpm::start(&dir.path().join(swtpm_dir)).expect("start swtpm");
         let config = VaultConfig {
-            state_dir: dir.path().join("state"),
+            state_dir: dir.path().join(state_dir),
             tcti: swtpm.tcti(),
             max_loaded_objects: 3,
             queue: QueueConfig { capacity: 1024, timeout: Duration::from_secs(30) },
@@ -152,6 +166,20 @@ impl Daemon {
 impl Drop for Daemon {
     fn drop(&mut self) {
         self.join();
+    }
+}
+
+/// Copies the directory tree `from` to `to` (regular files and directories only).
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("create dir");
+    for entry in std::fs::read_dir(from).expect("read dir") {
+        let entry = entry.expect("dir entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("file type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy file");
+        }
     }
 }
 
