@@ -187,7 +187,7 @@ mod tests {
             ]
         );
         let hashes: Vec<_> = HashAlgorithm::names().collect();
-        assert_eq!(hashes, ["sha256", "sha384"]);
+        assert_eq!(hashes, ["sha256", "sha384", "sha512"]);
         let schemes: Vec<_> = SignatureScheme::names().collect();
         assert_eq!(schemes, ["ecdsa", "pss", "pkcs1", "ml-dsa", "hybrid"]);
     }
