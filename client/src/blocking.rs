@@ -298,6 +298,37 @@ impl BlockingClient {
         let (mut reader, mut writer) = (SyncIo(reader), SyncIo(writer));
         self.runtime.block_on(self.inner.copy_decrypt(context, &mut reader, &mut writer))
     }
+
+    /// [`encrypt`](BlockingClient::encrypt) with the AES work in the daemon. See
+    /// [`Client::copy_encrypt_in_daemon`].
+    ///
+    /// # Errors
+    /// As [`Client::copy_encrypt`].
+    pub fn encrypt_in_daemon(
+        &self,
+        key: &str,
+        context: &[u8],
+        reader: &mut (impl Read + ?Sized),
+        writer: &mut (impl Write + ?Sized),
+    ) -> Result<u64, Error> {
+        let (mut reader, mut writer) = (SyncIo(reader), SyncIo(writer));
+        self.runtime.block_on(self.inner.copy_encrypt_in_daemon(key, context, &mut reader, &mut writer))
+    }
+
+    /// [`decrypt`](BlockingClient::decrypt) with the AES work in the daemon. See
+    /// [`Client::copy_decrypt_in_daemon`].
+    ///
+    /// # Errors
+    /// As [`Client::copy_decrypt`].
+    pub fn decrypt_in_daemon(
+        &self,
+        context: &[u8],
+        reader: &mut (impl Read + ?Sized),
+        writer: &mut (impl Write + ?Sized),
+    ) -> Result<u64, Error> {
+        let (mut reader, mut writer) = (SyncIo(reader), SyncIo(writer));
+        self.runtime.block_on(self.inner.copy_decrypt_in_daemon(context, &mut reader, &mut writer))
+    }
 }
 
 /// A blocking reader or writer used as a tokio one: each poll does the blocking call.

@@ -1,18 +1,18 @@
-//! Bulk cryptography through the daemon: data keys, streaming AES-256-GCM and random bytes.
+//! Bulk cryptography with data keys: stream encryption, and random bytes.
 //!
-//! Owns the [`Client`] methods of `tpmvault.v1.CryptoService` and the plumbing that turns the
-//! bidirectional `Encrypt`/`Decrypt` gRPC streams into plain tokio I/O: [`Client::copy_encrypt`]
-//! and [`Client::copy_decrypt`] pump an [`AsyncRead`] into an [`AsyncWrite`], and
-//! [`Client::encrypt_reader`] / [`Client::decrypt_reader`] give the result as an [`AsyncRead`]
-//! ([`CryptoReader`]). Memory stays bounded for any stream length: input goes out in
-//! [`MESSAGE_SIZE`] messages through a channel of [`IN_FLIGHT`] messages, and output is written
-//! as it arrives. Each stream runs on a connection of its own, so that streams feeding one
-//! another through the caller cannot stall in HTTP/2's shared flow-control window.
-//!
-//! It does not encrypt anything itself: the data key never leaves the daemon, which does the
-//! AES-GCM work, authenticates every 64 KiB chunk before releasing its plaintext, and ends a
-//! failing stream with `INVALID_ARGUMENT` naming the chunk. The only part of the stream format
-//! known here is the header's key name ([`stream_key_name`]), for callers that want to check it.
+//! [`Client::copy_encrypt`] and [`Client::copy_decrypt`] pump an [`AsyncRead`] into an
+//! [`AsyncWrite`], encrypting in this process (format v2, `crate::bulk`): the daemon makes the
+//! stream key and wraps it with the data key (`CreateStreamKey`), or unwraps it from a stream's
+//! header (`OpenStreamKey`); the data key never leaves the daemon. A stream of format v1 (0.1)
+//! is decrypted in the daemon, which holds its key. [`Client::copy_encrypt_in_daemon`] and
+//! [`Client::copy_decrypt_in_daemon`] do the AES work in the daemon instead, over the
+//! bidirectional `Encrypt`/`Decrypt` gRPC streams, for comparison and for daemons that must see
+//! the data; [`Client::encrypt_reader`] / [`Client::decrypt_reader`] give the result as an
+//! [`AsyncRead`] ([`CryptoReader`]). Memory stays bounded for any stream length: through the
+//! daemon, input goes out in [`MESSAGE_SIZE`] messages through a channel of [`IN_FLIGHT`]
+//! messages; in-process, a batch of chunks at a time. Each daemon stream runs on a connection
+//! of its own, so that streams feeding one another through the caller cannot stall in
+//! HTTP/2's shared flow-control window.
 
 use std::future::Future;
 use std::io;
@@ -29,7 +29,10 @@ use tonic::Code;
 use tpm_vault_proto::v1 as proto;
 use tpm_vault_proto::v1::crypto_service_client::CryptoServiceClient;
 
-use crate::{Client, Error, PcrBinding};
+use tpm_vault_proto::stream::{self, ChunkCipher, Header};
+use zeroize::Zeroizing;
+
+use crate::{bulk, Client, Error, PcrBinding};
 
 /// Plaintext (or ciphertext) bytes per request message: a few chunks, so the per-message
 /// overhead is small while the memory held stays small.
@@ -42,19 +45,9 @@ pub const IN_FLIGHT: usize = 4;
 /// asks several times for more.
 pub const MAX_RANDOM_REQUEST: usize = 16 * 1024 * 1024;
 
-/// Longest possible stream header: magic, version, name length, a 255-byte name, key id,
-/// chunk size and nonce prefix. [`stream_key_name`] never needs more bytes than this.
-pub const MAX_STREAM_HEADER: usize = HEADER_FIXED + 255;
-
-/// Magic at the start of every encrypted stream.
-const MAGIC: &[u8; 8] = b"TPMVAEAD";
-
-/// Stream format version this client can read the header of.
-const VERSION: u8 = 1;
-
-/// Header bytes besides the key name: magic 8, version 1, name length 1, key id 16, chunk size
-/// 4, nonce prefix 7.
-const HEADER_FIXED: usize = 8 + 1 + 1 + 16 + 4 + 7;
+/// Longest possible stream header (format v2 with a 255-byte key name). [`stream_key_name`]
+/// never needs more bytes than this.
+pub const MAX_STREAM_HEADER: usize = stream::MAX_HEADER;
 
 /// Room for gRPC framing around the largest `GetRandom` response.
 const RANDOM_FRAMING: usize = 64 * 1024;
@@ -99,22 +92,57 @@ impl From<proto::DataKey> for DataKey {
 /// ```
 pub fn stream_key_name(prefix: &[u8]) -> Result<Option<String>, Error> {
     let bad = |why: &str| Error::InvalidInput(format!("not a tpm-vault encrypted stream: {why}"));
-    let magic_len = prefix.len().min(MAGIC.len());
-    if prefix[..magic_len] != MAGIC[..magic_len] {
+    let magic_len = prefix.len().min(stream::MAGIC.len());
+    if prefix[..magic_len] != stream::MAGIC[..magic_len] {
         return Err(bad("bad magic"));
     }
     let (Some(&version), Some(&name_len)) = (prefix.get(8), prefix.get(9)) else {
         return Ok(None);
     };
-    if version != VERSION {
+    if version != stream::VERSION && version != stream::VERSION_1 {
         return Err(bad(&format!("unsupported version {version}")));
     }
-    let name_len = usize::from(name_len);
-    if prefix.len() < HEADER_FIXED + name_len {
-        return Ok(None);
+    match Header::parse(prefix) {
+        Ok(Some((header, _))) => Ok(Some(header.key_name)),
+        Ok(None) => Ok(None),
+        Err(_) => {
+            // The header is complete but wrong after the name (a chunk size out of range):
+            // still name its key if the name is readable.
+            let name = prefix.get(10..10 + usize::from(name_len)).ok_or_else(|| bad("header"))?;
+            let name = std::str::from_utf8(name).map_err(|_| bad("the key name is not UTF-8"))?;
+            Ok(Some(name.to_owned()))
+        }
     }
-    let name = std::str::from_utf8(&prefix[10..10 + name_len]).map_err(|_| bad("the key name is not UTF-8"))?;
-    Ok(Some(name.to_owned()))
+}
+
+/// A stream key from the daemon: the header to write (or that was read) and the key.
+struct StreamKey {
+    /// The parsed header.
+    header: Header,
+    /// Its encoding.
+    encoded: Vec<u8>,
+    /// The 256-bit stream key.
+    key: Zeroizing<[u8; 32]>,
+}
+
+impl StreamKey {
+    /// From a `StreamKey` response.
+    fn from_proto(mut response: proto::StreamKey) -> Result<StreamKey, Error> {
+        let bad = || Error::Status(tonic::Status::internal("the daemon returned a malformed stream key"));
+        let key = Zeroizing::new(<[u8; 32]>::try_from(response.key.as_ref()).map_err(|_| bad())?);
+        response.key.fill(0);
+        let encoded = response.header.to_vec();
+        let (header, used) = Header::parse(&encoded).ok().flatten().ok_or_else(bad)?;
+        if used != encoded.len() {
+            return Err(bad());
+        }
+        Ok(StreamKey { header, encoded, key })
+    }
+
+    /// The chunk cipher of the stream, binding `context`.
+    fn cipher(&self, context: &[u8]) -> Result<ChunkCipher, Error> {
+        ChunkCipher::new(&self.key, &self.header, context).map_err(|e| Error::InvalidInput(e.0))
+    }
 }
 
 impl Client {
@@ -238,6 +266,30 @@ impl Client {
         R: AsyncRead + Unpin + ?Sized,
         W: AsyncWrite + Unpin + ?Sized,
     {
+        let request =
+            self.request(proto::CreateStreamKeyRequest { key_name: key.to_owned(), context: context.to_vec() });
+        let stream_key = StreamKey::from_proto(self.crypto.clone().create_stream_key(request).await?.into_inner())?;
+        let cipher = stream_key.cipher(context)?;
+        bulk::encrypt(cipher, &stream_key.encoded, reader, writer).await
+    }
+
+    /// [`Client::copy_encrypt`] with the AES work done in the daemon (the `Encrypt` RPC), for
+    /// callers that want the daemon to see the data, and to compare. The output is the same
+    /// format (v2). Returns the bytes written.
+    ///
+    /// # Errors
+    /// As [`Client::copy_encrypt`].
+    pub async fn copy_encrypt_in_daemon<R, W>(
+        &self,
+        key: &str,
+        context: &[u8],
+        reader: &mut R,
+        writer: &mut W,
+    ) -> Result<u64, Error>
+    where
+        R: AsyncRead + Unpin + ?Sized,
+        W: AsyncWrite + Unpin + ?Sized,
+    {
         let (tx, rx) = mpsc::channel(IN_FLIGHT);
         // The first message names the key; the daemon reads it before it answers.
         let first = proto::EncryptRequest { key_name: key.to_owned(), context: context.to_vec(), data: Bytes::new() };
@@ -284,6 +336,55 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn copy_decrypt<R, W>(&self, context: &[u8], reader: &mut R, writer: &mut W) -> Result<u64, Error>
+    where
+        R: AsyncRead + Unpin + ?Sized,
+        W: AsyncWrite + Unpin + ?Sized,
+    {
+        let mut head = Vec::with_capacity(MAX_STREAM_HEADER);
+        let header = loop {
+            let n = (&mut *reader)
+                .take((MAX_STREAM_HEADER - head.len()) as u64)
+                .read_buf(&mut head)
+                .await
+                .map_err(Error::Read)?;
+            match Header::parse(&head).map_err(|e| Error::InvalidInput(e.0))? {
+                Some(parsed) => break parsed,
+                None if n == 0 => {
+                    return Err(Error::InvalidInput(
+                        "stream truncated: it ended before the tpm-vault stream header".into(),
+                    ))
+                }
+                None => {}
+            }
+        };
+        let (header, used) = header;
+        if header.version() == stream::VERSION_1 {
+            // A 0.1 stream is keyed by the data key itself, which only the daemon holds.
+            let mut rest = std::io::Cursor::new(head).chain(reader);
+            return self.copy_decrypt_in_daemon(context, &mut rest, writer).await;
+        }
+        let request = self.request(proto::OpenStreamKeyRequest {
+            key_name: header.key_name.clone(),
+            header: head[..used].to_vec(),
+            context: context.to_vec(),
+        });
+        let stream_key = StreamKey::from_proto(self.crypto.clone().open_stream_key(request).await?.into_inner())?;
+        let cipher = stream_key.cipher(context)?;
+        let mut rest = std::io::Cursor::new(head.split_off(used)).chain(reader);
+        bulk::decrypt(cipher, &mut rest, writer).await
+    }
+
+    /// [`Client::copy_decrypt`] with the AES work done in the daemon (the `Decrypt` RPC), for
+    /// either format. Returns the plaintext bytes written.
+    ///
+    /// # Errors
+    /// As [`Client::copy_decrypt`].
+    pub async fn copy_decrypt_in_daemon<R, W>(
+        &self,
+        context: &[u8],
+        reader: &mut R,
+        writer: &mut W,
+    ) -> Result<u64, Error>
     where
         R: AsyncRead + Unpin + ?Sized,
         W: AsyncWrite + Unpin + ?Sized,
@@ -554,11 +655,11 @@ mod tests {
     use super::*;
 
     fn header(name: &str) -> Vec<u8> {
-        let mut h = MAGIC.to_vec();
-        h.push(VERSION);
+        let mut h = stream::MAGIC.to_vec();
+        h.push(stream::VERSION);
         h.push(name.len() as u8);
         h.extend_from_slice(name.as_bytes());
-        h.extend_from_slice(&[7u8; 16 + 4 + 7]);
+        h.extend_from_slice(&[7u8; 16 + 4 + 12 + stream::WRAPPED]);
         h
     }
 

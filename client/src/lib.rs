@@ -53,6 +53,7 @@
 mod access;
 pub mod attest;
 mod blocking;
+mod bulk;
 mod cert;
 pub mod cli;
 mod client;

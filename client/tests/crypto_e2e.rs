@@ -13,10 +13,11 @@ use tpm_vault_client::{BlockingClient, Code, Error};
 
 const CHUNK: usize = 64 * 1024;
 
-/// Encrypted size of `len` plaintext bytes under a key named `name`: header, then full chunks
-/// and one final (possibly empty) chunk, each with a 16-byte tag.
+/// Encrypted size of `len` plaintext bytes under a key named `name` (format v2): header with the
+/// wrapped stream key (nonce 12, key 32, tag 16), then full chunks and one final (possibly
+/// empty) chunk, each with a 16-byte tag.
 fn sealed_len(name: &str, len: usize) -> usize {
-    let header = 8 + 1 + 1 + name.len() + 16 + 4 + 7;
+    let header = 8 + 1 + 1 + name.len() + 16 + 4 + 12 + 32 + 16;
     header + len + (len / CHUNK + 1) * 16
 }
 
@@ -48,10 +49,10 @@ fn cli_rejects_wrong_context_key_and_tampering_without_plaintext() {
     let plain = data(3 * CHUNK + 100);
     let sealed = ok(d.cli_in(&["encrypt", "dk-a", "--context", "right"], &plain));
 
-    // Wrong context: nothing authenticates, nothing is written.
+    // Wrong context: the stream key does not unwrap, nothing is written.
     let out = d.cli_in(&["decrypt", "--context", "wrong"], &sealed);
     let line = fails(&out, 2);
-    assert!(line.starts_with("tpm-vault: chunk 0 does not authenticate"), "{line}");
+    assert!(line.starts_with("tpm-vault: the stream key does not open: wrong context"), "{line}");
     assert!(out.stdout.is_empty(), "{} bytes of plaintext written", out.stdout.len());
     // No context at all is a wrong context too.
     let out = d.cli_in(&["decrypt"], &sealed);
@@ -166,7 +167,7 @@ async fn library_readers_round_trip_and_fail_cleanly() {
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
     let inner = err.get_ref().and_then(|e| e.downcast_ref::<Error>()).expect("client error inside");
     assert_eq!(inner.code(), Code::InvalidArgument);
-    assert!(inner.to_string().contains("chunk 0"), "{inner}");
+    assert!(inner.to_string().contains("wrong context"), "{inner}");
     assert!(out.is_empty());
     // Reading again after the failure still fails.
     assert!(reader.read(&mut [0u8; 16]).await.is_err());

@@ -98,7 +98,7 @@ async fn tampering_wrong_key_and_wrong_context_are_rejected() {
     }
     let plain = data(3 * CHUNK + 100);
     let sealed = encrypt(&mut c, "dk-a", b"tenant-1", &plain).await.expect("encrypt");
-    let header_len = 8 + 2 + 4 + 16 + 4 + 7;
+    let header_len = 8 + 2 + 4 + 16 + 4 + 12 + 48; // format v2: the wrapped stream key
     let sealed_chunk = CHUNK + 16;
     // A flipped bit in the third chunk: the first two chunks are released, nothing after.
     let mut t = sealed.clone();

@@ -6,7 +6,7 @@
 //!
 //! Beside the generated code, the contract both sides must agree on byte for byte or name for
 //! name: [`operation`] (the access-policy vocabulary), [`signed_policy`], [`pq_oids`],
-//! [`hybrid`] and [`status`].
+//! [`hybrid`], [`stream`] (the encrypted stream format) and [`status`].
 #![deny(missing_debug_implementations)]
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
@@ -21,6 +21,7 @@ pub mod v1 {
 }
 
 pub mod operation;
+pub mod stream;
 
 /// The byte strings a policy authority signs in a [`v1::SignedPolicy`] (ECDSA P-256 with
 /// SHA-256 over each). Shared by the daemon (which checks them) and the CLI (which signs).

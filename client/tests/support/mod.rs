@@ -138,6 +138,12 @@ impl Daemon {
         run_cli(&self.socket, args, stdin, self.dir.path())
     }
 
+    /// Drops every unsealed data key from the daemon's memory, as the idle timer does.
+    pub fn evict_data_keys(&self) -> usize {
+        let (vault, _) = self.vault.as_ref().expect("daemon running");
+        vault.evict_data_keys()
+    }
+
     /// Extends sha256 PCR `pcr` with SHA-256(`measurement`), as a boot loader measures a kernel.
     pub fn extend_pcr(&self, pcr: u8, measurement: &[u8]) {
         use sha2::Digest as _;

@@ -20,7 +20,7 @@ use tpm_vault_proto::v1::crypto_service_server::CryptoService;
 use super::{pcr_binding, Ctx};
 use crate::auth::{identity, Grant, Operation, Peer};
 use crate::crypto::drbg::MAX_REQUEST;
-use crate::crypto::stream::{Decryptor, Encryptor, Header};
+use crate::crypto::stream::{Decryptor, Encryptor, Header, MAX_HEADER};
 use crate::error::Error;
 use crate::model::KeyName;
 use crate::vault::Resource;
@@ -55,21 +55,21 @@ trait Transform: Send + Unpin + 'static {
 
 impl Transform for Encryptor {
     fn update(&mut self, data: &[u8], out: &mut Vec<u8>) -> Result<(), Error> {
-        Encryptor::update(self, data, out)
+        Ok(Encryptor::update(self, data, out)?)
     }
 
     fn finish(self, out: &mut Vec<u8>) -> Result<(), Error> {
-        Encryptor::finish(self, out)
+        Ok(Encryptor::finish(self, out)?)
     }
 }
 
 impl Transform for Decryptor {
     fn update(&mut self, data: &[u8], out: &mut Vec<u8>) -> Result<(), Error> {
-        Decryptor::update(self, data, out)
+        Ok(Decryptor::update(self, data, out)?)
     }
 
     fn finish(self, out: &mut Vec<u8>) -> Result<(), Error> {
-        Decryptor::finish(self, out)
+        Ok(Decryptor::finish(self, out)?)
     }
 }
 
@@ -261,14 +261,17 @@ impl CryptoService for CryptoRpc {
             .authorize(who, Operation::Encrypt, Some((&name, Resource::DataKey)))
             .await
             .map_err(Status::from)?;
-        let key = match self.ctx.vault.data_key(&name).await {
-            Ok(k) => k,
+        let made = async {
+            let (header, key) = self.ctx.vault.new_stream(&name, &first.context).await?;
+            Ok::<_, Error>(Encryptor::new(&key, &header, &first.context)?)
+        };
+        let encryptor = match made.await {
+            Ok(e) => e,
             Err(e) => {
-                self.ctx.access.finish(&grant, "failed");
+                self.ctx.access.finish(&grant, &format!("{:?}", Status::from(&e).code()));
                 return Err(Status::from(&e));
             }
         };
-        let encryptor = key.encryptor(&first.context).map_err(Status::from)?;
         let ending = Ending { ctx: self.ctx.clone(), rpc: "Encrypt", start, grant };
         let stream = CryptoStream::new(
             inbound,
@@ -300,10 +303,10 @@ impl CryptoService for CryptoRpc {
                 context = Some(m.context);
             }
             buf.extend_from_slice(&m.data);
-            if let Some(h) = Header::parse(&buf).map_err(Status::from)? {
+            if let Some(h) = Header::parse(&buf).map_err(Error::from).map_err(Status::from)? {
                 break h;
             }
-            if buf.len() > 1024 {
+            if buf.len() > MAX_HEADER + 1024 {
                 return Err(Status::invalid_argument("not a tpm-vault encrypted stream: header too long"));
             }
         };
@@ -314,10 +317,14 @@ impl CryptoService for CryptoRpc {
             .await
             .map_err(Status::from)?;
         let context = context.unwrap_or_default();
-        let decryptor = match self.ctx.vault.data_key(&name).await.and_then(|k| k.decryptor(&header, &context)) {
+        let made = async {
+            let key = self.ctx.vault.open_stream(&header, &context).await?;
+            Ok::<_, Error>(Decryptor::new(&key, &header, &context)?)
+        };
+        let decryptor = match made.await {
             Ok(d) => d,
             Err(e) => {
-                self.ctx.access.finish(&grant, "failed");
+                self.ctx.access.finish(&grant, &format!("{:?}", Status::from(&e).code()));
                 return Err(Status::from(&e));
             }
         };
@@ -333,6 +340,54 @@ impl CryptoService for CryptoRpc {
             ending,
         );
         Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn create_stream_key(
+        &self,
+        req: Request<pb::CreateStreamKeyRequest>,
+    ) -> Result<Response<pb::StreamKey>, Status> {
+        self.ctx
+            .on_named(
+                "CreateStreamKey",
+                req,
+                (Operation::Encrypt, Resource::DataKey),
+                |r| &r.key_name,
+                |r, name| async move {
+                    let (header, key) = self.ctx.vault.new_stream(&name, &r.context).await?;
+                    Ok(pb::StreamKey { header: header.encode(), key: key.to_vec() })
+                },
+            )
+            .await
+    }
+
+    async fn open_stream_key(&self, req: Request<pb::OpenStreamKeyRequest>) -> Result<Response<pb::StreamKey>, Status> {
+        self.ctx
+            .on_named(
+                "OpenStreamKey",
+                req,
+                (Operation::Decrypt, Resource::DataKey),
+                |r| &r.key_name,
+                |r, name| async move {
+                    let header = match Header::parse(&r.header)? {
+                        Some((h, used)) if used == r.header.len() => h,
+                        _ => return Err(Error::InvalidArgument("not one whole tpm-vault stream header".into())),
+                    };
+                    if header.key_name != name.as_str() {
+                        return Err(Error::InvalidArgument(format!(
+                            "the header names data key {:?}, not {name}",
+                            header.key_name
+                        )));
+                    }
+                    if header.version() != tpm_vault_proto::stream::VERSION {
+                        return Err(Error::InvalidArgument(
+                            "a version 1 stream has no stream key: decrypt it with the Decrypt RPC".into(),
+                        ));
+                    }
+                    let key = self.ctx.vault.open_stream(&header, &r.context).await?;
+                    Ok(pb::StreamKey { header: r.header, key: key.to_vec() })
+                },
+            )
+            .await
     }
 
     async fn get_random(&self, req: Request<pb::GetRandomRequest>) -> Result<Response<pb::GetRandomResponse>, Status> {

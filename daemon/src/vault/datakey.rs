@@ -2,9 +2,12 @@
 //! work in-core.
 //!
 //! A data key is unsealed once (through an encrypted session) into daemon memory, where it is
-//! zeroized on drop and evicted after an idle time; encryption and decryption use it with
-//! AES-256-GCM (aws-lc-rs) in the chunked format of [`crate::crypto::stream`]. Random bytes come
-//! from the DRBG, which the TPM's RNG only seeds: no request costs a TPM round trip.
+//! zeroized on drop and evicted after an idle time. It never encrypts data itself (streams of
+//! 0.1, format v1, excepted): each new stream gets a stream key of its own, 256 bits from the
+//! DRBG, which the data key wraps (AES-256-GCM, a fresh random nonce, see
+//! [`crate::crypto::stream`]); the caller encrypts with the stream key, in its own process or
+//! through the `Encrypt` RPC. Random bytes come from the DRBG, which the TPM's RNG only seeds:
+//! no request costs a TPM round trip.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -16,7 +19,7 @@ use zeroize::Zeroizing;
 
 use super::{blocking, marshal_private, object_name, unix_now, Vault};
 use crate::crypto::drbg::Drbg;
-use crate::crypto::stream::{Decryptor, Encryptor, Header};
+use crate::crypto::stream::{self, Header, Keying};
 use crate::error::Error;
 use crate::model::{KeyName, PcrTarget};
 use crate::store::record::RECORD_VERSION;
@@ -42,27 +45,23 @@ impl std::fmt::Debug for DataKey {
 }
 
 impl DataKey {
-    /// A stream encryptor under this key.
+    /// The key that opens the chunks of a stream with `header`: its unwrapped stream key (v2)
+    /// or this key itself (v1).
     ///
     /// # Errors
-    /// RNG or cipher failures.
-    pub fn encryptor(&self, context: &[u8]) -> Result<Encryptor, Error> {
-        let header = Header::new(self.name.as_str(), self.key_id)?;
-        Encryptor::new(&self.key, &header, context)
-    }
-
-    /// A stream decryptor for a stream with `header`.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] if the stream was made with another key generation.
-    pub fn decryptor(&self, header: &Header, context: &[u8]) -> Result<Decryptor, Error> {
+    /// [`Error::InvalidArgument`] if the stream was made with another key generation, or its
+    /// stream key does not open (wrong context, tampered header).
+    pub fn chunk_key(&self, header: &Header, context: &[u8]) -> Result<Zeroizing<[u8; 32]>, Error> {
         if header.key_id != self.key_id {
             return Err(Error::InvalidArgument(format!(
                 "the stream was encrypted with another generation of data key {} (deleted and re-created?)",
                 self.name
             )));
         }
-        Decryptor::new(&self.key, header, context)
+        match header.keying {
+            Keying::Wrapped { .. } => Ok(stream::unwrap(&self.key, header, context)?),
+            Keying::DataKey { .. } => Ok(self.key.clone()),
+        }
     }
 }
 
@@ -244,6 +243,32 @@ impl Vault {
         let dk = Arc::new(DataKey { name: name.clone(), key_id, key });
         self.inner.datakeys.put(dk.clone(), deletions);
         Ok(dk)
+    }
+
+    /// A new stream under data key `name` (format v2): its header, which carries a new stream
+    /// key wrapped by the data key and bound to `context`, and that stream key. Both the stream
+    /// key and the wrapping nonce come from the DRBG; the data key never leaves the vault.
+    ///
+    /// # Errors
+    /// As [`Vault::data_key`]; RNG or cipher failures.
+    pub async fn new_stream(&self, name: &KeyName, context: &[u8]) -> Result<(Header, Zeroizing<[u8; 32]>), Error> {
+        let dk = self.data_key(name).await?;
+        let mut stream_key = Zeroizing::new([0u8; 32]);
+        self.random(stream_key.as_mut())?;
+        let mut nonce = [0u8; 12];
+        self.random(&mut nonce)?;
+        let header = stream::wrap(&dk.key, dk.name.as_str(), dk.key_id, context, nonce, &stream_key)?;
+        Ok((header, stream_key))
+    }
+
+    /// The key that opens the chunks of the stream with `header`, under the data key it names
+    /// (see [`DataKey::chunk_key`]).
+    ///
+    /// # Errors
+    /// As [`Vault::data_key`] and [`DataKey::chunk_key`].
+    pub async fn open_stream(&self, header: &Header, context: &[u8]) -> Result<Zeroizing<[u8; 32]>, Error> {
+        let name = KeyName::try_from(header.key_name.as_str())?;
+        self.data_key(&name).await?.chunk_key(header, context)
     }
 
     /// Deletes a data key (and forgets its unsealed copy). Streams encrypted under it can no

@@ -2365,6 +2365,42 @@ pub struct DecryptResponse {
     #[prost(bytes = "bytes", tag = "1")]
     pub data: ::prost::bytes::Bytes,
 }
+/// CreateStreamKey input.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct CreateStreamKeyRequest {
+    /// Data key name.
+    #[prost(string, tag = "1")]
+    pub key_name: ::prost::alloc::string::String,
+    /// Encryption context, bound into the wrapping and every chunk; decryption needs the same bytes.
+    #[prost(bytes = "vec", tag = "2")]
+    pub context: ::prost::alloc::vec::Vec<u8>,
+}
+/// OpenStreamKey input.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct OpenStreamKeyRequest {
+    /// Data key name; must be the one the header names.
+    #[prost(string, tag = "1")]
+    pub key_name: ::prost::alloc::string::String,
+    /// The stream's v2 header (its first bytes, README "Bulk encryption").
+    #[prost(bytes = "vec", tag = "2")]
+    pub header: ::prost::alloc::vec::Vec<u8>,
+    /// The encryption context given when the stream key was made.
+    #[prost(bytes = "vec", tag = "3")]
+    pub context: ::prost::alloc::vec::Vec<u8>,
+}
+/// A stream key and the stream header that carries its wrapped form.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct StreamKey {
+    /// The stream header to write first (CreateStreamKey) or the one given (OpenStreamKey).
+    #[prost(bytes = "vec", tag = "1")]
+    pub header: ::prost::alloc::vec::Vec<u8>,
+    /// The 256-bit stream key. Secret: use it for this one stream, then wipe it.
+    #[prost(bytes = "vec", tag = "2")]
+    pub key: ::prost::alloc::vec::Vec<u8>,
+}
 /// GetRandom input.
 #[allow(clippy::all)]
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
@@ -2520,8 +2556,61 @@ pub mod crypto_service_client {
                 .insert(GrpcMethod::new("tpmvault.v1.CryptoService", "DeleteDataKey"));
             self.inner.unary(req, path, codec).await
         }
-        /// Encrypts a stream: the first message names the key (and the optional context); every
-        /// message may carry plaintext. Responses carry the encrypted stream (header, then chunks).
+        /// Makes the key of a new stream (format v2): 256 random bits from the daemon's DRBG, wrapped
+        /// by the data key (AES-256-GCM, a fresh random nonce) and bound to the context, returned with
+        /// the stream header that carries the wrapped form. The caller encrypts the stream itself with
+        /// it (the client library and CLI do); the data key never leaves the daemon. Access operation:
+        /// encrypt. A stream key must be used for one stream only.
+        pub async fn create_stream_key(
+            &mut self,
+            request: impl tonic::IntoRequest<super::CreateStreamKeyRequest>,
+        ) -> std::result::Result<tonic::Response<super::StreamKey>, tonic::Status> {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/tpmvault.v1.CryptoService/CreateStreamKey",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("tpmvault.v1.CryptoService", "CreateStreamKey"));
+            self.inner.unary(req, path, codec).await
+        }
+        /// Unwraps the stream key of a v2 stream header with the data key it names, so the caller can
+        /// decrypt that stream (and nothing else) itself. Access operation: decrypt. INVALID_ARGUMENT
+        /// when the wrapping does not open (wrong context, tampered header, another generation of the
+        /// key); FAILED_PRECONDITION for a PCR-bound data key whose PCRs changed; NOT_FOUND when the
+        /// data key was deleted.
+        pub async fn open_stream_key(
+            &mut self,
+            request: impl tonic::IntoRequest<super::OpenStreamKeyRequest>,
+        ) -> std::result::Result<tonic::Response<super::StreamKey>, tonic::Status> {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/tpmvault.v1.CryptoService/OpenStreamKey",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("tpmvault.v1.CryptoService", "OpenStreamKey"));
+            self.inner.unary(req, path, codec).await
+        }
+        /// Encrypts a stream in the daemon, for callers that cannot run AES themselves: the first
+        /// message names the key (and the optional context); every message may carry plaintext.
+        /// Responses carry the encrypted stream (header, then chunks), in format v2.
         pub async fn encrypt(
             &mut self,
             request: impl tonic::IntoStreamingRequest<Message = super::EncryptRequest>,
@@ -2546,7 +2635,7 @@ pub mod crypto_service_client {
                 .insert(GrpcMethod::new("tpmvault.v1.CryptoService", "Encrypt"));
             self.inner.streaming(req, path, codec).await
         }
-        /// Decrypts a stream made by Encrypt. The first message may carry the context; messages carry
+        /// Decrypts a stream (format v1 or v2) in the daemon. The first message may carry the context; messages carry
         /// the encrypted stream. Plaintext is released one authenticated 64 KiB chunk at a time; a
         /// failing chunk ends the call with INVALID_ARGUMENT and nothing from it onward.
         pub async fn decrypt(
@@ -2626,14 +2715,33 @@ pub mod crypto_service_server {
             tonic::Response<super::DeleteDataKeyResponse>,
             tonic::Status,
         >;
+        /// Makes the key of a new stream (format v2): 256 random bits from the daemon's DRBG, wrapped
+        /// by the data key (AES-256-GCM, a fresh random nonce) and bound to the context, returned with
+        /// the stream header that carries the wrapped form. The caller encrypts the stream itself with
+        /// it (the client library and CLI do); the data key never leaves the daemon. Access operation:
+        /// encrypt. A stream key must be used for one stream only.
+        async fn create_stream_key(
+            &self,
+            request: tonic::Request<super::CreateStreamKeyRequest>,
+        ) -> std::result::Result<tonic::Response<super::StreamKey>, tonic::Status>;
+        /// Unwraps the stream key of a v2 stream header with the data key it names, so the caller can
+        /// decrypt that stream (and nothing else) itself. Access operation: decrypt. INVALID_ARGUMENT
+        /// when the wrapping does not open (wrong context, tampered header, another generation of the
+        /// key); FAILED_PRECONDITION for a PCR-bound data key whose PCRs changed; NOT_FOUND when the
+        /// data key was deleted.
+        async fn open_stream_key(
+            &self,
+            request: tonic::Request<super::OpenStreamKeyRequest>,
+        ) -> std::result::Result<tonic::Response<super::StreamKey>, tonic::Status>;
         /// Server streaming response type for the Encrypt method.
         type EncryptStream: tonic::codegen::tokio_stream::Stream<
                 Item = std::result::Result<super::EncryptResponse, tonic::Status>,
             >
             + std::marker::Send
             + 'static;
-        /// Encrypts a stream: the first message names the key (and the optional context); every
-        /// message may carry plaintext. Responses carry the encrypted stream (header, then chunks).
+        /// Encrypts a stream in the daemon, for callers that cannot run AES themselves: the first
+        /// message names the key (and the optional context); every message may carry plaintext.
+        /// Responses carry the encrypted stream (header, then chunks), in format v2.
         async fn encrypt(
             &self,
             request: tonic::Request<tonic::Streaming<super::EncryptRequest>>,
@@ -2644,7 +2752,7 @@ pub mod crypto_service_server {
             >
             + std::marker::Send
             + 'static;
-        /// Decrypts a stream made by Encrypt. The first message may carry the context; messages carry
+        /// Decrypts a stream (format v1 or v2) in the daemon. The first message may carry the context; messages carry
         /// the encrypted stream. Plaintext is released one authenticated 64 KiB chunk at a time; a
         /// failing chunk ends the call with INVALID_ARGUMENT and nothing from it onward.
         async fn decrypt(
@@ -2812,6 +2920,97 @@ pub mod crypto_service_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = DeleteDataKeySvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/tpmvault.v1.CryptoService/CreateStreamKey" => {
+                    #[allow(non_camel_case_types)]
+                    struct CreateStreamKeySvc<T: CryptoService>(pub Arc<T>);
+                    impl<
+                        T: CryptoService,
+                    > tonic::server::UnaryService<super::CreateStreamKeyRequest>
+                    for CreateStreamKeySvc<T> {
+                        type Response = super::StreamKey;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::CreateStreamKeyRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as CryptoService>::create_stream_key(&inner, request)
+                                    .await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = CreateStreamKeySvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/tpmvault.v1.CryptoService/OpenStreamKey" => {
+                    #[allow(non_camel_case_types)]
+                    struct OpenStreamKeySvc<T: CryptoService>(pub Arc<T>);
+                    impl<
+                        T: CryptoService,
+                    > tonic::server::UnaryService<super::OpenStreamKeyRequest>
+                    for OpenStreamKeySvc<T> {
+                        type Response = super::StreamKey;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::OpenStreamKeyRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as CryptoService>::open_stream_key(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = OpenStreamKeySvc(inner);
                         let codec = tonic_prost::ProstCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(
