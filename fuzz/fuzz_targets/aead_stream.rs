@@ -1,6 +1,7 @@
-//! The streaming AEAD format (`Decrypt` input): `crypto::stream::Header::parse`, then a
-//! `Decryptor` with a fixed data key over the rest, fed once whole and once in random-sized
-//! pieces the way the `Decrypt` RPC receives them (header accumulated message by message).
+//! The streaming AEAD format (`Decrypt` input): `crypto::stream::Header::parse`, then (format
+//! v2) the unwrapping of the header's stream key with a fixed data key, or (v1) that data key
+//! itself, and a `Decryptor` over the rest, fed once whole and once in random-sized pieces the
+//! way the `Decrypt` RPC receives them (header accumulated message by message).
 //!
 //! Input: 8 bytes that choose the piece sizes, then the stream.
 //!
@@ -10,7 +11,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tpm_vault_daemon::crypto::stream::{Decryptor, Encryptor, Header};
+use tpm_vault_daemon::crypto::stream::{unwrap, Decryptor, Encryptor, Header, Keying};
 use tpm_vault_fuzz::{pieces, STREAM_CONTEXT, STREAM_KEY};
 
 /// Plaintext released, and the error (as text) if the stream was rejected.
@@ -25,7 +26,8 @@ fuzz_target!(|data: &[u8]| {
     if let (plain, Ok(())) = whole {
         let (header, used) = Header::parse(stream).ok().flatten().unwrap_or_else(|| panic!("header vanished"));
         assert_eq!(header.encode(), stream[..used], "header does not re-encode to its bytes");
-        let mut e = Encryptor::new(&STREAM_KEY, &header, STREAM_CONTEXT).unwrap_or_else(|e| panic!("{e}"));
+        let key = chunk_key(&header).unwrap_or_else(|e| panic!("the key vanished: {e}"));
+        let mut e = Encryptor::new(&key, &header, STREAM_CONTEXT).unwrap_or_else(|e| panic!("{e}"));
         let mut again = Vec::new();
         e.update(&plain, &mut again).unwrap_or_else(|e| panic!("{e}"));
         e.finish(&mut again).unwrap_or_else(|e| panic!("{e}"));
@@ -53,7 +55,11 @@ fn decrypt(stream: &[u8], sizes: &[usize]) -> Outcome {
             Err(e) => return (out, Err(e.to_string())),
         }
     };
-    let mut d = match Decryptor::new(&STREAM_KEY, &header, STREAM_CONTEXT) {
+    let key = match chunk_key(&header) {
+        Ok(k) => k,
+        Err(e) => return (out, Err(e)),
+    };
+    let mut d = match Decryptor::new(&key, &header, STREAM_CONTEXT) {
         Ok(d) => d,
         Err(e) => return (out, Err(e.to_string())),
     };
@@ -65,4 +71,13 @@ fn decrypt(stream: &[u8], sizes: &[usize]) -> Outcome {
     }
     let result = d.finish(&mut out).map_err(|e| e.to_string());
     (out, result)
+}
+
+/// The key of the stream's chunks: the stream key the header wraps (v2), unwrapped with the
+/// fuzz data key, or that data key itself (v1).
+fn chunk_key(header: &Header) -> Result<[u8; 32], String> {
+    match header.keying {
+        Keying::Wrapped { .. } => unwrap(&STREAM_KEY, header, STREAM_CONTEXT).map(|k| *k).map_err(|e| e.to_string()),
+        Keying::DataKey { .. } => Ok(STREAM_KEY),
+    }
 }

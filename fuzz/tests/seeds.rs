@@ -20,7 +20,7 @@ use p256::ecdsa::signature::Signer;
 use prost::Message;
 use tpm_vault_client::attest::{encode_pcrs, CredentialFile};
 use tpm_vault_client::PcrValues;
-use tpm_vault_daemon::crypto::stream::{Encryptor, Header};
+use tpm_vault_daemon::crypto::stream::{wrap, DataKeyId, Encryptor, Header, Keying};
 use tpm_vault_daemon::model::{KeyAlg, KeyName, PcrBank, PcrSelection, PcrTarget};
 use tpm_vault_daemon::simulator::Swtpm;
 use tpm_vault_daemon::store::Store;
@@ -151,14 +151,29 @@ fn aead_stream_seeds() {
     let dir = corpus("aead_stream");
     // Small chunk sizes, so that a seed of a few hundred bytes has several chunks.
     for (chunk_size, len, seed) in [(16u32, 0usize, 1u64), (16, 40, 2), (64, 64, 3), (64, 200, 4), (65536, 100, 5)] {
-        let header = Header { key_name: RECORD_NAME.into(), key_id: [0x11; 16], chunk_size, nonce_prefix: [7; 7] };
         let plain: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
-        let mut e = Encryptor::new(&STREAM_KEY, &header, STREAM_CONTEXT).unwrap_or_else(|e| panic!("{e}"));
+        // Format v1: the chunks under the data key, a random nonce prefix.
+        let keying = Keying::DataKey { nonce_prefix: [7; 7] };
+        let header = Header { key_name: RECORD_NAME.into(), key_id: [0x11; 16], chunk_size, keying };
         let mut out = seed.to_le_bytes().to_vec();
-        e.update(&plain, &mut out).unwrap_or_else(|e| panic!("{e}"));
-        e.finish(&mut out).unwrap_or_else(|e| panic!("{e}"));
+        encrypt_into(&STREAM_KEY, &header, &plain, &mut out);
         write(&dir, &format!("chunk{chunk_size}-len{len}.bin"), &out);
+        // Format v2: a stream key wrapped by the data key.
+        let stream_key = [seed as u8; 32];
+        let id = DataKeyId { name: RECORD_NAME, id: [0x11; 16] };
+        let header = wrap(&STREAM_KEY, id, chunk_size, STREAM_CONTEXT, [seed as u8; 12], &stream_key)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut out = seed.to_le_bytes().to_vec();
+        encrypt_into(&stream_key, &header, &plain, &mut out);
+        write(&dir, &format!("v2-chunk{chunk_size}-len{len}.bin"), &out);
     }
+}
+
+/// Appends the stream of `plain` under `key` with `header` to `out`.
+fn encrypt_into(key: &[u8; 32], header: &Header, plain: &[u8], out: &mut Vec<u8>) {
+    let mut e = Encryptor::new(key, header, STREAM_CONTEXT).unwrap_or_else(|e| panic!("{e}"));
+    e.update(plain, out).unwrap_or_else(|e| panic!("{e}"));
+    e.finish(out).unwrap_or_else(|e| panic!("{e}"));
 }
 
 #[tokio::test(flavor = "multi_thread")]

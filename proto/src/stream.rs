@@ -189,23 +189,36 @@ fn aes_key(key: &[u8; 32]) -> Result<LessSafeKey, StreamError> {
     Ok(LessSafeKey::new(UnboundKey::new(&AES_256_GCM, key).map_err(|_| StreamError("AES key".into()))?))
 }
 
-/// A v2 header for a new stream: `stream_key` wrapped by `data_key` under `nonce` (which the
-/// caller draws fresh from its DRBG for every stream).
+/// The identity of a stream's data key in its header: name and generation.
+#[derive(Debug, Clone, Copy)]
+pub struct DataKeyId<'a> {
+    /// The data key's name.
+    pub name: &'a str,
+    /// Its generation id.
+    pub id: [u8; 16],
+}
+
+/// A v2 header for a new stream of `chunk_size`-byte chunks ([`CHUNK`] for every stream the
+/// vault makes): `stream_key` wrapped by `data_key` under `nonce` (which the caller draws fresh
+/// from its DRBG for every stream).
 ///
 /// # Errors
-/// [`StreamError`] for a key name over 255 bytes.
+/// [`StreamError`] for a key name over 255 bytes or a chunk size out of range.
 pub fn wrap(
     data_key: &[u8; 32],
-    key_name: &str,
-    key_id: [u8; 16],
+    key: DataKeyId<'_>,
+    chunk_size: u32,
     context: &[u8],
     nonce: [u8; 12],
     stream_key: &[u8; 32],
 ) -> Result<Header, StreamError> {
+    let DataKeyId { name: key_name, id: key_id } = key;
     if key_name.len() > 255 {
         return Err(StreamError("key name too long for the stream header".into()));
     }
-    let chunk_size = CHUNK as u32;
+    if chunk_size == 0 || chunk_size as usize > MAX_CHUNK {
+        return Err(StreamError("chunk size out of range".into()));
+    }
     let aad = wrap_aad(key_name, &key_id, chunk_size, context);
     let mut sealed = stream_key.to_vec();
     let tag = aes_key(data_key)?
@@ -517,7 +530,8 @@ mod tests {
     /// A v2 header and its stream key, as the daemon makes them.
     fn v2(ctx: &[u8], nonce: u8) -> (Header, [u8; 32]) {
         let stream_key = [nonce.wrapping_mul(31).wrapping_add(1); 32];
-        let h = wrap(&DATA_KEY, "dk", [1; 16], ctx, [nonce; 12], &stream_key).unwrap_or_else(|e| panic!("{e}"));
+        let key = DataKeyId { name: "dk", id: [1; 16] };
+        let h = wrap(&DATA_KEY, key, CHUNK as u32, ctx, [nonce; 12], &stream_key).unwrap_or_else(|e| panic!("{e}"));
         (h, stream_key)
     }
 

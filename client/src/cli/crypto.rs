@@ -78,8 +78,10 @@ impl DatakeyDeleteArgs {
 /// `tpm-vault encrypt`.
 #[derive(Debug, Args)]
 #[command(after_help = "Example: tpm-vault encrypt backups --context host-1 < backup.tar > backup.tar.sealed\n\n\
-The output is authenticated in 64 KiB chunks: decryption detects any change, truncation or \
-reordering, and a wrong key or context.")]
+The daemon makes a key for this stream alone and wraps it with the data key, which never leaves \
+it; this process encrypts with it on all cores (--in-daemon: the daemon does). The output is \
+authenticated in 64 KiB chunks: decryption detects any change, truncation or reordering, and a \
+wrong key or context.")]
 pub(crate) struct EncryptArgs {
     /// The data key to encrypt with
     #[arg(value_name = "NAME")]

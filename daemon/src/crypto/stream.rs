@@ -4,8 +4,8 @@
 //! `Decrypt` RPCs for callers that cannot run AES themselves.
 
 pub use tpm_vault_proto::stream::{
-    unwrap, wrap, ChunkCipher, Decryptor, Encryptor, Header, Keying, StreamError, CHUNK, MAGIC, MAX_HEADER, TAG,
-    VERSION,
+    unwrap, wrap, ChunkCipher, DataKeyId, Decryptor, Encryptor, Header, Keying, StreamError, CHUNK, MAGIC, MAX_HEADER,
+    TAG, VERSION,
 };
 
 impl From<StreamError> for crate::error::Error {

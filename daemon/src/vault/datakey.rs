@@ -257,7 +257,8 @@ impl Vault {
         self.random(stream_key.as_mut())?;
         let mut nonce = [0u8; 12];
         self.random(&mut nonce)?;
-        let header = stream::wrap(&dk.key, dk.name.as_str(), dk.key_id, context, nonce, &stream_key)?;
+        let id = stream::DataKeyId { name: dk.name.as_str(), id: dk.key_id };
+        let header = stream::wrap(&dk.key, id, stream::CHUNK as u32, context, nonce, &stream_key)?;
         Ok((header, stream_key))
     }
 
