@@ -34,7 +34,7 @@ use tpm_vault_daemon::spawn::CloseInheritedFds as _;
 use anyhow::{bail, ensure, Context as _, Result};
 use tokio::io::{AsyncReadExt, AsyncWrite};
 use tpm_vault_client::{Client, Code};
-use tpm_vault_daemon::crypto::stream::{Encryptor, Header, CHUNK, TAG};
+use tpm_vault_daemon::crypto::stream::{wrap, DataKeyId, Encryptor, Header, CHUNK, TAG};
 use tpm_vault_daemon::model::HashAlg;
 
 use crate::procfs::{self, Proc};
@@ -155,7 +155,7 @@ pub fn run(timing: Timing, pids: Pids, streams: Streams, openssl: bool) -> Resul
 
 fn aes_in_core(timing: Timing, pids: Pids) -> Result<f64> {
     let key: [u8; 32] = std::array::from_fn(|i| (i as u8).wrapping_mul(29).wrapping_add(3));
-    let header = Header::new(DATA_KEY, [7; 16])?;
+    let header = bench_header(&key, [7; 16])?;
     let mut enc = Encryptor::new(&key, &header, CONTEXT)?;
     let piece = vec![0x5au8; AES_PIECE];
     let mut out = Vec::with_capacity(AES_PIECE + AES_PIECE / CHUNK * TAG + 1024);
@@ -243,10 +243,15 @@ impl AsyncWrite for Counter {
     }
 }
 
+/// A v2 stream header under [`DATA_KEY`] (its stream key wrapped by `key`, as the daemon wraps).
+fn bench_header(key: &[u8; 32], id: [u8; 16]) -> Result<Header> {
+    Ok(wrap(key, DataKeyId { name: DATA_KEY, id }, CHUNK as u32, CONTEXT, [9; 12], key)?)
+}
+
 /// Ciphertext length of a stream of `plain` bytes under [`DATA_KEY`]: header, then every
 /// 64 KiB chunk and a final (possibly empty) one, each with its tag.
 fn sealed_len(plain: u64) -> Result<u64> {
-    let header = Header::new(DATA_KEY, [0; 16])?.encode().len() as u64;
+    let header = bench_header(&[0; 32], [0; 16])?.encode().len() as u64;
     let chunks = plain / CHUNK as u64 + 1;
     Ok(header + plain + chunks * TAG as u64)
 }
