@@ -14,6 +14,10 @@
 //! servers (s_server, tpm2-openssl, tpm2-abrmd), [`stats`] measurements
 //! and spreads, [`summary`] figures and targets, [`report`] markdown and terminal output,
 //! [`svg`] the chart, [`procfs`] CPU/RSS from `/proc`, [`machine`] CPU model, date, versions.
+//! After the TLS phase, [`p11`] runs the PKCS#11 module: `C_Sign` at 1 and 16 threads
+//! ([`p11_sign`], in a child process) against the daemon's `Sign` RPC of the same round and
+//! tpm2-pkcs11 ([`p11_peer`]), and nginx with the key behind each module or in a file
+//! ([`nginx`]); [`p11_report`] writes its section and targets.
 //!
 //! Each round then runs, on shorter windows: [`ops`] quote, seal, unseal and random bytes
 //! (raw ESAPI, then a daemon that also runs the encrypt stream of [`bulk`]), [`bulk`] in-core
@@ -29,7 +33,12 @@ mod bulk;
 mod device;
 mod floor;
 mod machine;
+mod nginx;
 mod ops;
+mod p11;
+mod p11_peer;
+mod p11_report;
+mod p11_sign;
 mod procfs;
 mod report;
 mod scale;
@@ -166,6 +175,16 @@ impl Plan {
 fn main() -> ExitCode {
     // The bare gRPC server of the floor phase: this binary re-run as a child (see `floor`).
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    // A PKCS#11 module's signing loop: this binary re-run as a child (see `p11_sign`).
+    if argv.get(1).is_some_and(|a| a == p11_sign::SIGN_FLAG) {
+        return match p11_sign::child(&argv[2..]) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("tpm-vault-bench: PKCS#11 signing: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if argv.get(1).is_some_and(|a| a == floor::SERVER_FLAG) {
         let Some(socket) = argv.get(2) else {
             eprintln!("tpm-vault-bench: {} needs a socket path", floor::SERVER_FLAG);
@@ -372,6 +391,12 @@ fn run(args: &Args) -> Result<()> {
     }
     let more = MoreSetup::new(&plan, &setup, tmp.path(), &key, &rt, &mut notes)?;
     check_clean(&tcti, "setup of the key sets", &mut notes)?;
+    progress("setup", "building the PKCS#11 module (cargo build -p tpm-vault-pkcs11) and the tpm2-pkcs11 token");
+    let p11_daemon = daemon::Setup { work: tmp.path().join("p"), ..setup.clone() };
+    let p11_setup = p11::P11Setup::new(&workspace, p11_daemon, &mut notes).context("PKCS#11 phase set-up")?;
+    check_clean(&tcti, "setup of the PKCS#11 phase", &mut notes)?;
+    let p11_timing = p11::P11Timing { sign: if plan.quick { plan.short } else { plan.timing }, tls: plan.timing };
+    let mut p11_rounds = Vec::with_capacity(plan.rounds);
     let mut tls_rounds = Vec::with_capacity(plan.rounds);
     let mut rounds = Vec::with_capacity(plan.rounds);
     let measuring = Instant::now();
@@ -427,6 +452,14 @@ fn run(args: &Args) -> Result<()> {
             tls_rounds.push(tls_r);
             check_clean(&tcti, &format!("the TLS phase (round {r})"), &mut notes)?;
         }
+        if let Some(p) = &p11_setup {
+            let rates = daemon_r.levels.iter().map(|l| (l.clients, l.m.rate())).collect();
+            let p11_r =
+                p11::run(p, r, p11_timing, rates, &rt, &mut notes, |msg| progress(&stage, &format!("PKCS#11: {msg}")))
+                    .context("PKCS#11 phase")?;
+            p11_rounds.push(p11_r);
+            check_clean(&tcti, &format!("the PKCS#11 phase (round {r})"), &mut notes)?;
+        }
         let (ops_r, bulk_r, scale_r, algs_r) = more.round(&plan, r, swtpm_pid, &rt, &stage, &mut notes)?;
         rounds.push(Round {
             raw: raw_m,
@@ -451,6 +484,7 @@ fn run(args: &Args) -> Result<()> {
 
     let mut summary = Summary::new(&rounds);
     summary.checks.extend(tls::checks(&tls_rounds));
+    summary.checks.extend(p11_report::checks(&p11_rounds));
     let run = RunInfo {
         command: command_line(),
         quick: plan.quick,
@@ -466,6 +500,12 @@ fn run(args: &Args) -> Result<()> {
         daemon_rust_log: args.daemon_rust_log.clone(),
         load_end: machine::loadavg(),
         tls_section: tls::markdown(&tls_rounds, plan.timing, tls_setup.as_ref().map_or(&[][..], |t| &t.peers.skipped)),
+        pkcs11_section: p11_report::markdown(
+            &p11_rounds,
+            p11_timing.sign,
+            p11_timing.tls,
+            p11_setup.as_ref().map_or(&[][..], |p| &p.skipped),
+        ),
         short: plan.short,
         key_sets: more.scale.sets.iter().map(|k| (k.count, k.written_in, k.atomic_write)).collect(),
         key_creation: more.key_creation,

@@ -41,6 +41,8 @@ pub struct RunInfo {
     pub load_end: String,
     /// The TLS handshake section ([`crate::tls::markdown`]); empty when it did not run.
     pub tls_section: String,
+    /// The PKCS#11 section ([`crate::p11_report::markdown`]); empty when it did not run.
+    pub pkcs11_section: String,
     /// Warm-up and window of the phases beyond signing.
     pub short: Timing,
     /// Key sets: keys, how long writing them took, and one record through the atomic writer.
@@ -537,6 +539,7 @@ pub fn markdown(run: &RunInfo, machine: &Machine, s: &Summary) -> String {
     what_each_path_does(w, run);
     how_to_read(w, run);
     w.push_str(&run.tls_section);
+    w.push_str(&run.pkcs11_section);
     w.push_str(&run.device_section);
     not_measured(w, !run.tls_section.is_empty());
 
@@ -807,6 +810,7 @@ mod tests {
             daemon_rust_log: "info".into(),
             load_end: "1.00 1.00 1.00".into(),
             tls_section: String::new(),
+            pkcs11_section: String::new(),
             short: Timing { warmup: Duration::from_millis(500), window: Duration::from_secs(3) },
             key_creation: Some(Duration::from_millis(40)),
             algs_created: vec![("raw `TPM2_Create` rsa-3072".into(), Duration::from_millis(9000))],

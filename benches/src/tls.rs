@@ -203,9 +203,10 @@ fn describe(r: Rate) -> String {
     format!("{} handshakes/s with 1 client, {} with {CLIENTS}", num(r.one, 0), num(r.many, 0))
 }
 
-/// Issues the self-signed certificate the example server presents (stored with the key).
-async fn self_sign(socket: &Path) -> Result<()> {
-    KeyServiceClient::new(crate::sign::daemon::channel(socket).await?)
+/// Issues the self-signed certificate the example server presents (stored with the key);
+/// returns it (PEM).
+pub(crate) async fn self_sign(socket: &Path) -> Result<String> {
+    let chain = KeyServiceClient::new(crate::sign::daemon::channel(socket).await?)
         .create_self_signed_certificate(pb::CreateSelfSignedCertificateRequest {
             name: KEY_NAME.into(),
             subject: Some(pb::CertificateSubject {
@@ -219,12 +220,12 @@ async fn self_sign(socket: &Path) -> Result<()> {
         })
         .await
         .context("CreateSelfSignedCertificate")?;
-    Ok(())
+    Ok(chain.into_inner().chain_pem)
 }
 
 /// Runs a warm-up `s_time` (none in quick mode), then the measured one, then [`CLIENTS`] at once;
 /// returns connections per elapsed second of each.
-fn measure(addr: SocketAddr, timing: Timing) -> Result<Rate> {
+pub(crate) fn measure(addr: SocketAddr, timing: Timing) -> Result<Rate> {
     let window = timing.window.as_secs().max(1);
     if let Some(warmup) = warmup_secs(timing) {
         s_time(addr, warmup, 1)?;
@@ -234,7 +235,7 @@ fn measure(addr: SocketAddr, timing: Timing) -> Result<Rate> {
 
 /// Seconds of the warm-up `s_time` (it counts whole seconds): the warm-up rounded, none if that
 /// is 0 (quick mode's 0.25 s).
-fn warmup_secs(timing: Timing) -> Option<u64> {
+pub(crate) fn warmup_secs(timing: Timing) -> Option<u64> {
     Some(timing.warmup.as_secs_f64().round() as u64).filter(|&s| s > 0)
 }
 

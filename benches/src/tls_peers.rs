@@ -152,7 +152,7 @@ fn provider_missing() -> Option<String> {
 }
 
 /// Why tpm2-abrmd cannot run on a private session bus, if it cannot.
-fn abrmd_missing() -> Option<String> {
+pub(crate) fn abrmd_missing() -> Option<String> {
     let mut missing = Vec::new();
     for (cmd, package) in [("tpm2-abrmd", "tpm2-abrmd"), ("dbus-daemon", "dbus-daemon"), ("dbus-send", "dbus-bin")] {
         if !on_path(cmd) {
@@ -172,7 +172,7 @@ fn abrmd_missing() -> Option<String> {
 }
 
 /// Whether an executable `cmd` is on `PATH`.
-fn on_path(cmd: &str) -> bool {
+pub(crate) fn on_path(cmd: &str) -> bool {
     use std::os::unix::fs::PermissionsExt as _;
     std::env::var_os("PATH").is_some_and(|path| {
         std::env::split_paths(&path).any(|dir| {
@@ -204,7 +204,7 @@ impl Files {
     /// The key and certificate `server` presents, made on first use: a software key with
     /// `openssl req -newkey`, a TPM key with `openssl genpkey -provider tpm2` on the benchmark's
     /// swtpm (the key's TPM-wrapped blob is the file) and a certificate signed by it.
-    fn prepare(&self, server: Server, tcti: &str) -> Result<(PathBuf, PathBuf)> {
+    pub(crate) fn prepare(&self, server: Server, tcti: &str) -> Result<(PathBuf, PathBuf)> {
         let (key, cert) = if server.in_tpm() {
             (self.path("tpm-key.pem"), self.path("tpm-cert.pem"))
         } else {
@@ -360,13 +360,15 @@ impl Drop for SServer {
 }
 
 /// A private D-Bus session bus for tpm2-abrmd, killed on drop.
-struct Bus {
+pub(crate) struct Bus {
     child: Child,
-    address: String,
+    /// The bus address for `DBUS_SESSION_BUS_ADDRESS`.
+    pub(crate) address: String,
 }
 
 impl Bus {
-    fn start(work: &Path) -> Result<Self> {
+    /// Starts a private session bus with its socket in `work`.
+    pub(crate) fn start(work: &Path) -> Result<Self> {
         let socket = work.join("bus");
         if socket.exists() {
             std::fs::remove_file(&socket).with_context(|| format!("{}", socket.display()))?;
@@ -400,12 +402,13 @@ impl Drop for Bus {
 }
 
 /// tpm2-abrmd on the swtpm and a private bus; stopped (SIGTERM, then SIGKILL) on drop.
-struct Abrmd {
+pub(crate) struct Abrmd {
     child: Child,
 }
 
 impl Abrmd {
-    fn start(tcti: &str, bus: &str, log: &Path) -> Result<Self> {
+    /// Starts tpm2-abrmd (`--flush-all`) on `tcti` and the bus at `bus`; returns once it serves.
+    pub(crate) fn start(tcti: &str, bus: &str, log: &Path) -> Result<Self> {
         let out = File::create(log).with_context(|| format!("{}", log.display()))?;
         let mut cmd = Command::new("tpm2-abrmd");
         cmd.close_inherited_fds();
