@@ -45,6 +45,7 @@
 //!   [`KemPublicKey`]) and in-core ML-DSA and hybrid signature checks
 //!   ([`PublicKey::verify_signature`], [`verify_hybrid`]); [`hybrid`] is the hybrid signature
 //!   format;
+//! - [`ssh_agent`]: an OpenSSH agent serving vault keys (`tpm-vault ssh-agent`);
 //! - [`cli`]: the `tpm-vault` command line (the binary only parses arguments and calls [`cli::run`]).
 #![deny(missing_docs, missing_debug_implementations)]
 #![forbid(unsafe_code)]
@@ -67,6 +68,7 @@ mod policy;
 mod pq;
 mod seal;
 mod sign;
+pub mod ssh_agent;
 mod status;
 pub mod tls;
 

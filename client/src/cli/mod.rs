@@ -27,6 +27,7 @@ mod password;
 mod progress;
 mod seal;
 mod sign;
+mod ssh_agent;
 mod status;
 
 use error::CliError;
@@ -139,6 +140,8 @@ enum Command {
     /// Check access-policy decisions
     #[command(subcommand)]
     Access(access::AccessCommand),
+    /// Serve the vault's keys over the OpenSSH agent protocol (keys stay in the vault)
+    SshAgent(ssh_agent::SshAgentArgs),
     /// Print a shell completion script
     Completions(completions::CompletionsArgs),
 }
@@ -177,6 +180,7 @@ impl Command {
             Command::Unseal(args) => args.run(ctx).await,
             Command::Policy(command) => command.run(ctx).await,
             Command::Access(command) => command.run(ctx).await,
+            Command::SshAgent(args) => args.run(ctx).await,
             Command::Completions(args) => args.run(ctx),
         }
     }

@@ -58,9 +58,14 @@ impl Daemon {
         Daemon::start_in(dir, rules, "state/swtpm", "state")
     }
 
-    /// A daemon in `dir`, its swtpm's state in `dir/swtpm_dir` and its own in `dir/state_dir`.
+    /// A daemon in `dir` with the access policy `rules`, its swtpm's state in `dir/swtpm_dir`
+    /// and its own in `dir/state_dir`.
     fn start_in(dir: TempDir, rules: &str, swtpm_dir: &str, state_dir: &str) -> Daemon {
-        let access = policy(rules);
+        Daemon::start_in_with_access(dir, policy(rules), swtpm_dir, state_dir)
+    }
+
+    /// A daemon in `dir` with the access policy and audit log `access`.
+    fn start_in_with_access(dir: TempDir, access: Access, swtpm_dir: &str, state_dir: &str) -> Daemon {
         let swtpm = Swtpm::start(&dir.path().join(swtpm_dir)).expect("start swtpm");
         let config = VaultConfig {
             state_dir: dir.path().join(state_dir),
@@ -114,6 +119,22 @@ impl Daemon {
             }
         }
         daemon
+    }
+
+    /// A daemon with the access policy `rules` whose audit log is also written, as JSON lines,
+    /// to `dir/audit.jsonl` (see [`Daemon::audit_log`]).
+    pub fn start_with_policy_and_audit(rules: &str) -> Daemon {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut policy = Policy::default();
+        policy.add_file(Path::new("test.toml"), rules).expect("policy");
+        let audit = AuditLog::with_file(&dir.path().join("audit.jsonl")).expect("audit file");
+        Daemon::start_in_with_access(dir, Access::with_policy(policy, audit), "swtpm", "state")
+    }
+
+    /// The audit records written so far by a daemon from [`Daemon::start_with_policy_and_audit`].
+    pub fn audit_log(&self) -> Vec<serde_json::Value> {
+        let text = std::fs::read_to_string(self.dir.path().join("audit.jsonl")).unwrap_or_default();
+        text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
     }
 
     /// Kills the swtpm (like a TPM that went away); the daemon keeps running.
