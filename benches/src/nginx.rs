@@ -13,8 +13,6 @@ use std::time::{Duration, Instant};
 use tpm_vault_daemon::spawn::CloseInheritedFds as _;
 
 use anyhow::{bail, Context as _, Result};
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
 
 /// Debian's nginx binary.
 pub const NGINX: &str = "/usr/sbin/nginx";
@@ -145,19 +143,8 @@ fn logs(paths: &[&Path]) -> String {
 
 impl Drop for Nginx {
     fn drop(&mut self) {
-        if let Ok(pid) = i32::try_from(self.child.id()) {
-            // SIGTERM: fast shutdown, the master stops its workers.
-            let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = self.child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // SIGTERM: fast shutdown, the master stops its workers.
+        crate::tls_peers::stop_child(&mut self.child, Duration::from_secs(10));
     }
 }
 
