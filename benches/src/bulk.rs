@@ -440,7 +440,7 @@ mod tests {
 
     #[test]
     fn stream_length() {
-        let header = 8 + 1 + 1 + DATA_KEY.len() as u64 + 16 + 4 + 7;
+        let header = 8 + 1 + 1 + DATA_KEY.len() as u64 + 16 + 4 + 12 + 48; // format v2: the wrapped stream key
         let len = |n| sealed_len(n).unwrap_or_else(|e| panic!("{e:#}"));
         assert_eq!(len(0), header + 16);
         assert_eq!(len(CHUNK as u64), header + CHUNK as u64 + 32);
