@@ -367,7 +367,7 @@ fn deb_package_assets_exist_and_cover_the_units() {
         let [src, dest, mode] = fields[..] else { panic!("asset {asset:?}") };
         assert!(mode == "644" || mode == "755", "{asset:?}");
         match src.strip_prefix("target/release/") {
-            Some(bin) => assert!(["tpm-vaultd", "tpm-vault"].contains(&bin), "{src}"),
+            Some(bin) => assert!(["tpm-vaultd", "tpm-vault", "libtpm_vault_pkcs11.so"].contains(&bin), "{src}"),
             None => assert!(manifest_dir.join(src).is_file(), "missing asset {src}"),
         }
         packaged.push((src.trim_start_matches("../").to_owned(), dest.to_owned()));
@@ -381,6 +381,8 @@ fn deb_package_assets_exist_and_cover_the_units() {
         ("policies/default.toml", "etc/tpm-vault/policies/default.toml"),
         ("target/release/tpm-vaultd", "usr/bin/"),
         ("target/release/tpm-vault", "usr/bin/"),
+        ("target/release/libtpm_vault_pkcs11.so", "usr/lib/x86_64-linux-gnu/pkcs11/"),
+        ("pkcs11/tpm-vault.module", "usr/share/p11-kit/modules/"),
     ] {
         assert!(packaged.iter().any(|(s, d)| s == src && d == dest), "{src} -> {dest} not packaged");
     }
