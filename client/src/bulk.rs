@@ -125,6 +125,27 @@ impl Workers {
     }
 }
 
+impl Workers {
+    /// Runs the work on `batch` and writes the chunks to `writer` in order, up to the first
+    /// that failed (whose error it returns); the buffers go back to `spare`. Returns the bytes
+    /// written.
+    async fn write<W: AsyncWrite + Unpin + ?Sized>(
+        &self,
+        batch: Vec<Chunk>,
+        writer: &mut W,
+        spare: &mut Vec<Zeroizing<Vec<u8>>>,
+    ) -> Result<u64, Error> {
+        let mut written = 0;
+        for (chunk, result) in self.run(batch).await? {
+            result.map_err(|e| Error::InvalidInput(e.0))?;
+            writer.write_all(&chunk.data).await.map_err(Error::Write)?;
+            written += chunk.data.len() as u64;
+            spare.push(chunk.data);
+        }
+        Ok(written)
+    }
+}
+
 /// The error for a worker thread that went away (it panicked).
 fn gone() -> Error {
     Error::Runtime(std::io::Error::other("an encryption thread stopped"))
@@ -162,11 +183,7 @@ where
             batch.push(Chunk { index, last: eof, data });
             index = index.checked_add(1).ok_or_else(|| Error::InvalidInput("stream too long".into()))?;
         }
-        for (chunk, result) in workers.run(batch).await? {
-            result.map_err(|e| Error::InvalidInput(e.0))?;
-            writer.write_all(&chunk.data).await.map_err(Error::Write)?;
-            written += chunk.data.len() as u64;
-        }
+        written += workers.write(batch, writer, &mut spare).await?;
         if eof {
             writer.flush().await.map_err(Error::Write)?;
             return Ok(written);
@@ -206,11 +223,7 @@ where
             batch.push(Chunk { index, last: eof, data });
             index = index.checked_add(1).ok_or_else(|| Error::InvalidInput("stream too long".into()))?;
         }
-        for (chunk, result) in workers.run(batch).await? {
-            result.map_err(|e| Error::InvalidInput(e.0))?;
-            writer.write_all(&chunk.data).await.map_err(Error::Write)?;
-            written += chunk.data.len() as u64;
-        }
+        written += workers.write(batch, writer, &mut spare).await?;
         if eof {
             writer.flush().await.map_err(Error::Write)?;
             return Ok(written);
