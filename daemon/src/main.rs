@@ -91,8 +91,9 @@ fn main() -> ExitCode {
     });
     match served {
         Ok(()) => ExitCode::SUCCESS,
-        // A policy that does not load is a configuration error, as with --check-config.
-        Err(e @ ServerError::Policy(_)) => {
+        // A policy or audit log that does not load is a configuration error, as with
+        // --check-config.
+        Err(e @ (ServerError::Policy(_) | ServerError::AuditLog { .. })) => {
             tracing::error!(error = %e, "tpm-vaultd cannot start");
             eprintln!("tpm-vaultd: {e}");
             ExitCode::from(EXIT_CONFIG)

@@ -61,6 +61,15 @@ pub enum ServerError {
         #[source]
         source: std::io::Error,
     },
+    /// The audit log file cannot be opened (a configuration error: exit 64).
+    #[error("audit log {path}: {source}")]
+    AuditLog {
+        /// Configured path.
+        path: PathBuf,
+        /// Open error.
+        #[source]
+        source: std::io::Error,
+    },
     /// The access policy does not load (file, line and reason).
     #[error(transparent)]
     Policy(#[from] PolicyError),
@@ -149,7 +158,9 @@ pub async fn run(
     let mut config = config;
     // Policies first: a policy that does not load stops the daemon before it touches anything.
     let audit = match &config.audit_log {
-        Some(path) => AuditLog::with_file(path).map_err(|source| ServerError::Socket { path: path.clone(), source })?,
+        Some(path) => {
+            AuditLog::with_file(path).map_err(|source| ServerError::AuditLog { path: path.clone(), source })?
+        }
         None => AuditLog::tracing_only(),
     };
     let access = Arc::new(Access::load(&config.policies, audit)?);
@@ -397,8 +408,9 @@ async fn start_simulator(state_dir: &Path) -> Result<Swtpm, ServerError> {
     Ok(sim)
 }
 
-/// Reloads the access policy on SIGHUP. A policy that does not load is logged and the old one
-/// stays in force.
+/// On SIGHUP: reopens the audit log file (log rotation) and reloads the access policy. A policy
+/// that does not load is logged and the old one stays in force; one without rules is a loud
+/// warning, since it denies every request.
 fn spawn_policy_reload(access: Arc<Access>) {
     tokio::spawn(async move {
         let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
@@ -406,7 +418,12 @@ fn spawn_policy_reload(access: Arc<Access>) {
             return;
         };
         while hup.recv().await.is_some() {
+            access.reopen_audit_log();
             match access.reload() {
+                Ok(0) => tracing::warn!(
+                    rules = 0,
+                    "access policy reloaded with NO rules: every request will be denied until rules are added"
+                ),
                 Ok(rules) => tracing::info!(rules, "access policy reloaded"),
                 Err(e) => tracing::error!(error = %e, "access policy NOT reloaded; the previous policy stays in force"),
             }

@@ -328,3 +328,68 @@ fn a_bad_policy_stops_the_daemon_at_start() {
     assert!(stderr.contains("zz-broken.toml") && stderr.contains("line"), "{stderr}");
     assert!(!env.socket.exists(), "nothing may be bound");
 }
+
+/// An audit log whose directory is missing stops the daemon at start with exit 64 (a
+/// configuration error) and a message about the audit log, not "socket ...".
+#[test]
+fn a_missing_audit_log_directory_stops_the_daemon_with_exit_64() {
+    let env = ProcEnv::new();
+    let audit = env.tpm.path().join("no-such-dir/audit.log");
+    let mut child = KillOnDrop(env.command().arg("--audit-log").arg(&audit).spawn().expect("spawn tpm-vaultd"));
+    let status = wait_exit(&mut child.0, Duration::from_secs(30));
+    let stderr = env.stderr();
+    assert_eq!(status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains(&format!("audit log {}", audit.display())), "{stderr}");
+    assert!(!stderr.contains("socket"), "{stderr}");
+    assert!(!env.socket.exists(), "nothing may be bound");
+}
+
+/// Log rotation as logrotate does it: the audit file is renamed, then SIGHUP; the records that
+/// follow go to a new file at the configured path, none into the renamed one. The same SIGHUP
+/// loads a policy without rules: a loud warning, since every request is now denied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reopens_the_audit_log_and_warns_when_no_rule_is_left() {
+    let mut env = ProcEnv::new();
+    let audit = env.tpm.path().join("audit.log");
+    let rotated = env.tpm.path().join("audit.log.1");
+    let mut child = KillOnDrop(env.command().arg("--audit-log").arg(&audit).spawn().expect("spawn tpm-vaultd"));
+    assert!(env.wait_note("READY=1", Duration::from_secs(60)), "no READY=1; stderr:\n{}", env.stderr());
+    let mut keys = env.keys().await;
+    let create = |name: &str| pb::CreateKeyRequest { name: name.into(), algorithm: 0, pcr_binding: None, auth: vec![] };
+    keys.create_key(create("before")).await.expect("create before the rotation");
+    let audit_keys = |path: &std::path::Path| -> Vec<String> {
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter_map(|v| v["key"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !audit_keys(&audit).contains(&"before".to_owned()) {
+        assert!(std::time::Instant::now() < deadline, "the first record never reached the audit file");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    std::fs::rename(&audit, &rotated).expect("rotate");
+    for entry in std::fs::read_dir(env.tpm.path().join("policies")).expect("policies") {
+        std::fs::write(entry.expect("entry").path(), "# no rules\n").expect("empty the policy");
+    }
+    send_signal(&child.0, Signal::SIGHUP);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !env.stderr().contains("NO rules") {
+        assert!(std::time::Instant::now() < deadline, "no warning after the reload; stderr:\n{}", env.stderr());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        env.stderr().lines().any(|l| l.contains("WARN") && l.contains("every request will be denied")),
+        "{}",
+        env.stderr()
+    );
+    let denied = keys.create_key(create("after")).await.expect_err("no rule allows it");
+    assert_eq!(denied.code(), Code::PermissionDenied);
+    send_signal(&child.0, Signal::SIGTERM);
+    let status = wait_exit(&mut child.0, Duration::from_secs(30));
+    assert_eq!(status.code(), Some(0), "{}", env.stderr());
+    assert_eq!(audit_keys(&rotated), ["before"], "the renamed file keeps only what came before");
+    assert_eq!(audit_keys(&audit), ["after"], "the record after SIGHUP is in the new file");
+}
