@@ -106,12 +106,19 @@ fn main() -> ExitCode {
     }
 }
 
-/// `--check-config`: the config already parsed; load the policy directory as the daemon would,
-/// report, exit.
+/// `--check-config`: the config already parsed; check the audit log can be opened and load the
+/// policy directory as the daemon would, report, exit.
 fn check_config(config: &Config) -> ExitCode {
     let file = config.file.as_ref().map_or_else(|| "defaults (no config file)".into(), |f| f.display().to_string());
+    if let Some(Err(e)) = config.audit_log.as_deref().map(config::check_audit_log) {
+        eprintln!("tpm-vaultd: {e}");
+        return ExitCode::from(EXIT_CONFIG);
+    }
     match config::check_policies(&config.policies) {
-        Ok(PolicyCheck { files, rules }) => {
+        Ok(PolicyCheck { files, rules, warnings }) => {
+            for warning in warnings {
+                eprintln!("tpm-vaultd: warning: policy {warning} (a typo? the rule cannot match it)");
+            }
             let dir = config.policies.display();
             let policies = if rules == 0 {
                 format!("no rules in {dir} ({files} file(s)): every request will be denied")

@@ -393,3 +393,49 @@ async fn sighup_reopens_the_audit_log_and_warns_when_no_rule_is_left() {
     assert_eq!(audit_keys(&rotated), ["before"], "the renamed file keeps only what came before");
     assert_eq!(audit_keys(&audit), ["after"], "the record after SIGHUP is in the new file");
 }
+
+/// `--check-config` catches what start-up would hit without the TPM: an audit log whose
+/// directory is missing (exit 64, naming it); a policy rule's semantic error names its line;
+/// a user the system does not know passes with a warning naming file and line.
+#[test]
+fn check_config_checks_the_audit_log_and_names_policy_lines() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).expect("policies");
+    std::fs::write(
+        policies.join("a.toml"),
+        "[[rule]]\nname = \"ok\"\nclients = [\"uid:0\"]\noperations = [\"sign\"]\n",
+    )
+    .expect("policy");
+    let p = policies.display().to_string();
+    let missing = dir.path().join("no-such-dir/audit.log").display().to_string();
+    let (code, _, stderr) = check_config(None, &["--policies", &p, "--audit-log", &missing]);
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(stderr.contains(&format!("audit log {missing}: directory")), "{stderr}");
+    let fine = dir.path().join("audit.log").display().to_string();
+    let (code, stdout, stderr) = check_config(None, &["--policies", &p, "--audit-log", &fine]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("configuration OK") && !std::path::Path::new(&fine).exists(), "{stdout}");
+
+    std::fs::write(
+        policies.join("b.toml"),
+        "[[rule]]\nname = \"typo\"\nclients = [\"uid:0\",\n  \"user:doesnotexist-4711\"]\noperations = [\"sign\"]\n",
+    )
+    .expect("policy");
+    let (code, stdout, stderr) = check_config(None, &["--policies", &p]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("2 rule(s)"), "{stdout}");
+    assert!(
+        stderr.contains("warning: policy")
+            && stderr.contains("b.toml: line 4: rule \"typo\": no user \"doesnotexist-4711\""),
+        "{stderr}"
+    );
+    std::fs::write(
+        policies.join("c.toml"),
+        "[[rule]]\nname = \"bad\"\nclients = [\"uid:0\"]\n\noperations = [\"fly\"]\n",
+    )
+    .expect("policy");
+    let (code, _, stderr) = check_config(None, &["--policies", &p]);
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(stderr.contains("c.toml: line 5: rule \"bad\": unknown operation \"fly\""), "{stderr}");
+}
