@@ -82,6 +82,10 @@ pub struct Args {
     /// Validate the configuration and the policy directory, then exit (0 when valid, 64 when not).
     #[arg(long)]
     pub check_config: bool,
+    /// With --check-config: check as this user (the one the service runs as, e.g. tpm-vault),
+    /// so files only root may read are caught before the daemon fails on them. Needs root.
+    #[arg(long, value_name = "NAME", requires = "check_config")]
+    pub user: Option<String>,
 }
 
 /// Log output format.

@@ -34,6 +34,11 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
+    if let (true, Some(user)) = (args.check_config, &args.user) {
+        if let Some(code) = check_config_as(user) {
+            return code;
+        }
+    }
     let config = match Config::load(&args) {
         Ok(c) => c,
         Err(e) => {
@@ -125,7 +130,9 @@ fn check_config(config: &Config) -> ExitCode {
             } else {
                 format!("{rules} rule(s) in {files} file(s) in {dir}")
             };
-            println!("configuration OK: {file}; policies: {policies}");
+            let who = nix::unistd::User::from_uid(nix::unistd::geteuid()).ok().flatten().map(|u| u.name);
+            let who = who.map(|name| format!(" (checked as user {name})")).unwrap_or_default();
+            println!("configuration OK: {file}; policies: {policies}{who}");
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -133,6 +140,46 @@ fn check_config(config: &Config) -> ExitCode {
             ExitCode::from(EXIT_CONFIG)
         }
     }
+}
+
+/// `--check-config --user NAME`: unless this process already runs as NAME, runs the same
+/// command again as NAME (its uid and primary group; supplementary groups are not applied) and
+/// returns its exit status. `None`: already NAME, check here.
+fn check_config_as(name: &str) -> Option<ExitCode> {
+    use std::os::unix::process::CommandExt;
+    let user = match nix::unistd::User::from_name(name) {
+        Ok(Some(user)) => user,
+        Ok(None) => {
+            eprintln!("tpm-vaultd: --user {name}: no such user");
+            return Some(ExitCode::from(EXIT_CONFIG));
+        }
+        Err(e) => {
+            eprintln!("tpm-vaultd: --user {name}: {e}");
+            return Some(ExitCode::from(EXIT_CONFIG));
+        }
+    };
+    if nix::unistd::geteuid() == user.uid {
+        return None;
+    }
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => {
+            eprintln!("tpm-vaultd: cannot find my own executable to check as {name}: {e}");
+            return Some(ExitCode::FAILURE);
+        }
+    };
+    let status = std::process::Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .uid(user.uid.as_raw())
+        .gid(user.gid.as_raw())
+        .status();
+    Some(match status {
+        Ok(status) => status.code().and_then(|c| u8::try_from(c).ok()).map_or(ExitCode::FAILURE, ExitCode::from),
+        Err(e) => {
+            eprintln!("tpm-vaultd: cannot check as user {name} (needs root): {e}");
+            ExitCode::FAILURE
+        }
+    })
 }
 
 /// Logs go to stderr (journald picks them up under systemd). `RUST_LOG` filters them

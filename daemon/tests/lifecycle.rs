@@ -309,7 +309,16 @@ fn every_config_key_is_documented_and_in_the_example() {
         .map(|l| format!("{l}\n"))
         .collect();
     let policies = format!("{root}/policies");
-    let (code, stdout, stderr) = check_config(Some(&uncommented), &["--policies", &policies]);
+    // The example's audit log is in /var/log/tpm-vault, which the package creates (tmpfiles.d)
+    // and --check-config now checks: without it the check fails naming that directory.
+    let (code, _, stderr) = check_config(Some(&uncommented), &["--policies", &policies]);
+    if !std::path::Path::new("/var/log/tpm-vault").is_dir() {
+        assert_eq!(code, Some(64), "{stderr}");
+        assert!(stderr.contains("audit log /var/log/tpm-vault/audit.jsonl: directory /var/log/tpm-vault"), "{stderr}");
+    }
+    let logs = tempfile::tempdir().expect("tempdir");
+    let audit = logs.path().join("audit.jsonl").display().to_string();
+    let (code, stdout, stderr) = check_config(Some(&uncommented), &["--policies", &policies, "--audit-log", &audit]);
     assert_eq!(code, Some(0), "uncommented example: {stderr}\n{uncommented}");
     assert!(stdout.contains("rule(s)"), "{stdout}");
 }
@@ -438,4 +447,33 @@ fn check_config_checks_the_audit_log_and_names_policy_lines() {
     let (code, _, stderr) = check_config(None, &["--policies", &p]);
     assert_eq!(code, Some(64), "{stderr}");
     assert!(stderr.contains("c.toml: line 5: rule \"bad\": unknown operation \"fly\""), "{stderr}");
+}
+
+/// `--check-config --user NAME` checks as the user the service runs as: a policy file only root
+/// may read passes a check as root but fails as that user, as start-up under it would.
+#[test]
+fn check_config_as_the_service_user_catches_an_unreadable_policy() {
+    use std::os::unix::fs::PermissionsExt as _;
+    assert_eq!(nix::unistd::getuid().as_raw(), 0, "this test checks as uid 65534: run as root");
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).expect("policies");
+    std::fs::set_permissions(&policies, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let file = policies.join("a.toml");
+    std::fs::write(&file, "[[rule]]\nname = \"ok\"\nclients = [\"uid:0\"]\noperations = [\"sign\"]\n").expect("policy");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let p = policies.display().to_string();
+    let (code, _, stderr) = check_config(None, &["--policies", &p]);
+    assert_eq!(code, Some(0), "as root it passes: {stderr}");
+    let (code, _, stderr) = check_config(None, &["--policies", &p, "--user", "nobody"]);
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(stderr.contains("a.toml") && stderr.contains("Permission denied"), "{stderr}");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let (code, stdout, stderr) = check_config(None, &["--policies", &p, "--user", "nobody"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("(checked as user nobody)"), "{stdout}");
+    let (code, _, stderr) = check_config(None, &["--policies", &p, "--user", "no-such-user-4711"]);
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(stderr.contains("no such user"), "{stderr}");
 }
