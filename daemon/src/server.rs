@@ -100,7 +100,8 @@ pub enum ServerError {
 }
 
 /// Binds the Unix socket: replaces a stale file left by a crashed run, refuses to steal a live
-/// one, and sets mode 0660.
+/// one, and creates it with mode 0660 (under a umask that allows no more, so the socket is
+/// never connectable by others, even for a moment, whatever umask the daemon was started with).
 ///
 /// # Errors
 /// [`ServerError::SocketInUse`] if a daemon answers on it; [`ServerError::Socket`] otherwise.
@@ -116,7 +117,13 @@ pub fn bind_unix(path: &Path) -> Result<StdUnixListener, ServerError> {
         tracing::info!(socket = %path.display(), "removing stale socket from an earlier run");
         std::fs::remove_file(path).map_err(err)?;
     }
-    let listener = StdUnixListener::bind(path).map_err(err)?;
+    // The umask is the process's: while it is set, files other threads create get a mode that
+    // is at most as wide as they asked (never wider), and the store creates its files 0600.
+    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o777 & !SOCKET_MODE));
+    let bound = StdUnixListener::bind(path);
+    nix::sys::stat::umask(old);
+    let listener = bound.map_err(err)?;
+    // Exactly 0660 also where the umask was tighter.
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(SOCKET_MODE)).map_err(err)?;
     listener.set_nonblocking(true).map_err(err)?;
     Ok(listener)
