@@ -149,6 +149,9 @@ pub struct Config {
     pub socket: PathBuf,
     /// Policy directory.
     pub policies: PathBuf,
+    /// Whether `policies` was configured (flag, environment or file): a configured directory
+    /// must exist, while a missing default one means the built-in default policy.
+    pub policies_configured: bool,
     /// Optional TLS listener: address, server key and client CAs (all three or none).
     pub listen: Option<TlsListen>,
     /// Transient object budget.
@@ -303,6 +306,7 @@ impl Config {
             simulator,
             state_dir: args.state_dir.clone().or(file.state_dir).unwrap_or_else(|| "/var/lib/tpm-vault".into()),
             socket: args.socket.clone().or(file.socket).unwrap_or_else(|| "/run/tpm-vault/vault.sock".into()),
+            policies_configured: args.policies.is_some() || file.policies.is_some(),
             policies: args.policies.clone().or(file.policies).unwrap_or_else(|| "/etc/tpm-vault/policies".into()),
             listen,
             max_loaded_objects,
@@ -342,18 +346,25 @@ pub struct PolicyCheck {
     pub rules: usize,
     /// What loaded but is probably a mistake (users or groups the system does not know).
     pub warnings: Vec<String>,
+    /// The default directory does not exist: the built-in default policy is in force.
+    pub builtin: bool,
 }
 
 /// Checks the policy directory for `--check-config` with the same loader the daemon uses at
-/// start ([`crate::auth::Policy::load_dir`]), so the two can never disagree: the directory
+/// start ([`crate::auth::Policy::load`]), so the two can never disagree: the directory
 /// must be readable and every `*.toml` file in it a valid policy.
 ///
 /// # Errors
 /// [`ConfigError::Policy`] naming the directory or the file, line and reason.
-pub fn check_policies(dir: &Path) -> Result<PolicyCheck, ConfigError> {
-    let policy =
-        crate::auth::Policy::load_dir(dir).map_err(|e| ConfigError::Policy { path: e.path, reason: e.reason })?;
-    Ok(PolicyCheck { files: policy.files().len(), rules: policy.len(), warnings: policy.warnings().to_vec() })
+pub fn check_policies(dir: &Path, configured: bool) -> Result<PolicyCheck, ConfigError> {
+    let policy = crate::auth::Policy::load(dir, configured)
+        .map_err(|e| ConfigError::Policy { path: e.path, reason: e.reason })?;
+    Ok(PolicyCheck {
+        files: policy.files().len(),
+        rules: policy.len(),
+        warnings: policy.warnings().to_vec(),
+        builtin: policy.is_builtin(),
+    })
 }
 
 /// Checks, for `--check-config`, that the daemon will be able to open `path` as its audit log:
@@ -487,7 +498,7 @@ mod tests {
     fn policy_dir_checks() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let missing = dir.path().join("none");
-        let err = check_policies(&missing).err().map(|e| e.to_string()).unwrap_or_default();
+        let err = check_policies(&missing, true).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains("none"), "{err}");
         std::fs::write(
             dir.path().join("a.toml"),
@@ -495,9 +506,12 @@ mod tests {
         )
         .ok();
         std::fs::write(dir.path().join("README.md"), "not a policy").ok();
-        assert_eq!(check_policies(dir.path()).ok(), Some(PolicyCheck { files: 1, rules: 1, warnings: vec![] }));
+        assert_eq!(
+            check_policies(dir.path(), true).ok(),
+            Some(PolicyCheck { files: 1, rules: 1, warnings: vec![], builtin: false })
+        );
         std::fs::write(dir.path().join("b.toml"), "# nothing yet\n\n[[rule]\n").ok();
-        let err = check_policies(dir.path()).err().map(|e| e.to_string()).unwrap_or_default();
+        let err = check_policies(dir.path(), true).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains("b.toml") && err.contains("line 3"), "{err}");
         assert!(!err.contains('\n'), "{err}");
     }

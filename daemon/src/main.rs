@@ -119,13 +119,15 @@ fn check_config(config: &Config) -> ExitCode {
         eprintln!("tpm-vaultd: {e}");
         return ExitCode::from(EXIT_CONFIG);
     }
-    match config::check_policies(&config.policies) {
-        Ok(PolicyCheck { files, rules, warnings }) => {
+    match config::check_policies(&config.policies, config.policies_configured) {
+        Ok(PolicyCheck { files, rules, warnings, builtin }) => {
             for warning in warnings {
                 eprintln!("tpm-vaultd: warning: policy {warning} (a typo? the rule cannot match it)");
             }
             let dir = config.policies.display();
-            let policies = if rules == 0 {
+            let policies = if builtin {
+                format!("no directory {dir}: the built-in default policy ({rules} rule(s)) is in force")
+            } else if rules == 0 {
                 format!("no rules in {dir} ({files} file(s)): every request will be denied")
             } else {
                 format!("{rules} rule(s) in {files} file(s) in {dir}")

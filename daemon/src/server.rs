@@ -170,7 +170,7 @@ pub async fn run(
         }
         None => AuditLog::tracing_only(),
     };
-    let access = Arc::new(Access::load(&config.policies, audit)?);
+    let access = Arc::new(Access::load(&config.policies, config.policies_configured, audit)?);
     spawn_policy_reload(access.clone());
     let _simulator = if config.simulator {
         let sim = start_simulator(&config.state_dir).await?;

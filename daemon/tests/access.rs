@@ -216,7 +216,7 @@ async fn reload_under_load_fails_no_request() {
     let dir = tpm.path().join("policies");
     std::fs::create_dir_all(&dir).expect("dir");
     std::fs::write(dir.join("self.toml"), support::allow_self_policy()).expect("write");
-    let access = Arc::new(Access::load(&dir, AuditLog::tracing_only()).expect("load"));
+    let access = Arc::new(Access::load(&dir, true, AuditLog::tracing_only()).expect("load"));
     let env = DaemonEnv::start_with(tpm, access.clone()).await;
     let mut c = env.keys().await;
     c.create_key(create("k")).await.expect("create");

@@ -477,3 +477,35 @@ fn check_config_as_the_service_user_catches_an_unreadable_policy() {
     assert_eq!(code, Some(64), "{stderr}");
     assert!(stderr.contains("no such user"), "{stderr}");
 }
+
+/// With no policy directory configured and none at the default path (a machine where only the
+/// binary was installed), the daemon starts with the built-in default policy, says so, and
+/// root may use it; `--check-config` says the same. (Skipped where /etc/tpm-vault/policies
+/// exists: the default path cannot be moved for a test.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_default_policy_directory_means_the_built_in_policy() {
+    if std::path::Path::new("/etc/tpm-vault/policies").exists() {
+        eprintln!("skipped: /etc/tpm-vault/policies exists on this machine");
+        return;
+    }
+    let (code, stdout, stderr) = check_config(None, &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("the built-in default policy (1 rule(s)) is in force"), "{stdout}");
+    let (code, _, stderr) = check_config(None, &["--policies", "/etc/tpm-vault/policies"]);
+    assert_eq!(code, Some(64), "a directory given explicitly must exist: {stderr}");
+
+    let mut env = ProcEnv::new();
+    let mut args = env.args();
+    let at = args.iter().position(|a| a == "--policies").expect("--policies");
+    args.drain(at..at + 2);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tpm-vaultd"));
+    cmd.close_inherited_fds().args(&args);
+    env.child_env(&mut cmd);
+    let _child = KillOnDrop(cmd.spawn().expect("spawn tpm-vaultd"));
+    assert!(env.wait_note("READY=1", Duration::from_secs(60)), "no READY=1; stderr:\n{}", env.stderr());
+    assert!(env.stderr().contains("the built-in default policy is in force"), "{}", env.stderr());
+    let mut keys = env.keys().await;
+    keys.create_key(pb::CreateKeyRequest { name: "k".into(), algorithm: 0, pcr_binding: None, auth: vec![] })
+        .await
+        .expect("root may create under the built-in policy");
+}

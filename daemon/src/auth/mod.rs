@@ -21,7 +21,9 @@ use crate::model::KeyName;
 /// The access-control state shared by every handler.
 #[derive(Debug)]
 pub struct Access {
-    dir: Option<PathBuf>,
+    /// The policy directory, and whether it was configured (else the default, which may be
+    /// missing: then the built-in policy is in force).
+    dir: Option<(PathBuf, bool)>,
     policy: RwLock<Arc<Policy>>,
     audit: audit::AuditLog,
     limits: limits::ClientLimits,
@@ -43,16 +45,27 @@ pub struct Grant {
 }
 
 impl Access {
-    /// Loads every policy file in `dir`.
+    /// Loads every policy file in `dir` ([`Policy::load`]: the built-in default policy when
+    /// `dir` is the default directory, not `configured`, and does not exist).
     ///
     /// # Errors
     /// [`PolicyError`] naming the file, line and reason.
-    pub fn load(dir: &Path, audit: audit::AuditLog) -> Result<Self, PolicyError> {
-        let policy = Policy::load_dir(dir)?;
-        if policy.is_empty() {
+    pub fn load(dir: &Path, configured: bool, audit: audit::AuditLog) -> Result<Self, PolicyError> {
+        let policy = Policy::load(dir, configured)?;
+        if policy.is_builtin() {
+            tracing::warn!(
+                dir = %dir.display(),
+                "no policy directory: the built-in default policy is in force (root and group tpm-vault may do everything)"
+            );
+        } else if policy.is_empty() {
             tracing::warn!(dir = %dir.display(), "no access rules: every request will be denied");
         }
-        Ok(Self { dir: Some(dir.to_owned()), policy: RwLock::new(Arc::new(policy)), audit, limits: Default::default() })
+        Ok(Self {
+            dir: Some((dir.to_owned(), configured)),
+            policy: RwLock::new(Arc::new(policy)),
+            audit,
+            limits: Default::default(),
+        })
     }
 
     /// A fixed policy (tests, embedding).
@@ -81,8 +94,8 @@ impl Access {
     /// # Errors
     /// [`PolicyError`] when the new files do not load (the old policy stays).
     pub fn reload(&self) -> Result<usize, PolicyError> {
-        let Some(dir) = &self.dir else { return Ok(self.current().len()) };
-        let fresh = Policy::load_dir(dir)?;
+        let Some((dir, configured)) = &self.dir else { return Ok(self.current().len()) };
+        let fresh = Policy::load(dir, *configured)?;
         let n = fresh.len();
         if let Ok(mut p) = self.policy.write() {
             *p = Arc::new(fresh);

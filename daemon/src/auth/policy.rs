@@ -179,15 +179,44 @@ pub enum Decision {
     Deny,
 }
 
+/// The shipped `policies/default.toml`: in force when the default policy directory does not
+/// exist (a machine where only the binary was installed), so the daemon still starts.
+pub const BUILTIN_DEFAULT: &str = include_str!("../../../policies/default.toml");
+
+/// Where the built-in default policy says its rules came from.
+pub const BUILTIN_NAME: &str = "built-in default policy";
+
 /// A loaded set of rules.
 #[derive(Debug, Clone, Default)]
 pub struct Policy {
     rules: Vec<Rule>,
     files: Vec<PathBuf>,
     warnings: Vec<String>,
+    builtin: bool,
 }
 
 impl Policy {
+    /// Loads the policy directory `dir`; when it is the default one (`configured` false) and
+    /// does not exist, the built-in default policy ([`BUILTIN_DEFAULT`]). A directory that was
+    /// configured must exist.
+    ///
+    /// # Errors
+    /// [`PolicyError`] as [`Policy::load_dir`].
+    pub fn load(dir: &Path, configured: bool) -> Result<Self, PolicyError> {
+        if !configured && matches!(std::fs::metadata(dir), Err(e) if e.kind() == std::io::ErrorKind::NotFound) {
+            let mut policy = Policy::default();
+            policy.add_file(Path::new(BUILTIN_NAME), BUILTIN_DEFAULT)?;
+            policy.builtin = true;
+            return Ok(policy);
+        }
+        Self::load_dir(dir)
+    }
+
+    /// True when this is the built-in default policy (no policy directory).
+    pub fn is_builtin(&self) -> bool {
+        self.builtin
+    }
+
     /// Loads every `*.toml` file in `dir` (name order).
     ///
     /// # Errors
@@ -463,5 +492,27 @@ mod tests {
         assert!(policy("[[rule]]\nclients = [\"user:root\", \"group:root\"]\noperations = [\"sign\"]\n")
             .warnings()
             .is_empty());
+    }
+
+    #[test]
+    fn the_default_directory_missing_means_the_built_in_policy() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let missing = dir.path().join("policies");
+        let p = Policy::load(&missing, false).unwrap_or_else(|e| panic!("{e}"));
+        assert!(p.is_builtin() && p.len() == 1);
+        let root = unix(0, "root", &[(0, "root")]);
+        assert_eq!(
+            p.decide(&root, Operation::Sign, Some(&k("any")), Some(0)),
+            Decision::Allow("administrators".into())
+        );
+        let nobody = unix(65534, "nobody", &[(65534, "nogroup")]);
+        assert_eq!(p.decide(&nobody, Operation::Public, Some(&k("any")), Some(0)), Decision::Deny);
+        // Configured explicitly, a missing directory stays an error.
+        let err = Policy::load(&missing, true).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("cannot read policy directory"), "{err}");
+        // An existing default directory is read as usual.
+        std::fs::create_dir(&missing).unwrap_or_else(|e| panic!("{e}"));
+        let p = Policy::load(&missing, false).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!p.is_builtin() && p.is_empty());
     }
 }
