@@ -79,6 +79,15 @@ pub struct Args {
     /// Also append every access decision as a JSON line to this file (mode 0600).
     #[arg(long, env = "TPM_VAULT_AUDIT_LOG")]
     pub audit_log: Option<PathBuf>,
+    /// Connections the daemon takes on the Unix socket (and, separately, on the TLS listener).
+    #[arg(long, env = "TPM_VAULT_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
+    /// Connections one client uid may have open on the Unix socket.
+    #[arg(long, env = "TPM_VAULT_MAX_CONNECTIONS_PER_CLIENT")]
+    pub max_connections_per_client: Option<usize>,
+    /// Requests (HTTP/2 streams) one connection may have open at once.
+    #[arg(long, env = "TPM_VAULT_MAX_STREAMS_PER_CONNECTION")]
+    pub max_streams_per_connection: Option<u32>,
     /// Validate the configuration and the policy directory, then exit (0 when valid, 64 when not).
     #[arg(long)]
     pub check_config: bool,
@@ -132,6 +141,12 @@ pub struct FileConfig {
     pub metrics_listen: Option<SocketAddr>,
     /// See [`Args::audit_log`].
     pub audit_log: Option<PathBuf>,
+    /// See [`Args::max_connections`].
+    pub max_connections: Option<usize>,
+    /// See [`Args::max_connections_per_client`].
+    pub max_connections_per_client: Option<usize>,
+    /// See [`Args::max_streams_per_connection`].
+    pub max_streams_per_connection: Option<u32>,
     /// See [`Args::datakey_idle_secs`].
     pub datakey_idle_secs: Option<u64>,
 }
@@ -168,6 +183,8 @@ pub struct Config {
     pub metrics_listen: Option<SocketAddr>,
     /// Optional JSON-lines audit file.
     pub audit_log: Option<PathBuf>,
+    /// Bounds on connections and streams, before authorization.
+    pub limits: ServeLimits,
     /// Idle time after which an unsealed data key is dropped from memory.
     pub datakey_idle: Duration,
     /// The config file that was read, if any (for `--check-config` and the startup log).
@@ -247,6 +264,7 @@ impl Config {
             }
             None => (FileConfig::default(), None),
         };
+        let limits = ServeLimits::resolve(args, &file)?;
         let tcti = args.tcti.clone().or(file.tcti);
         let simulator =
             args.simulator || file.simulator.unwrap_or(false) || (tcti.is_none() && !Path::new(TPM_DEVICE).exists());
@@ -316,9 +334,56 @@ impl Config {
             log_format: args.log_format.or(file.log_format).unwrap_or(LogFormat::Plain),
             metrics_listen,
             audit_log: args.audit_log.clone().or(file.audit_log),
+            limits,
             datakey_idle: Duration::from_secs(args.datakey_idle_secs.or(file.datakey_idle_secs).unwrap_or(300)),
             file: file_path,
         })
+    }
+}
+
+/// Bounds on what a client may hold open, checked before any request is authorized (see
+/// `docs/CONFIG.md` and [`crate::bounds`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServeLimits {
+    /// Connections on the Unix socket in all, and on the TLS listener in all.
+    pub max_connections: usize,
+    /// Connections from one uid on the Unix socket.
+    pub max_connections_per_client: usize,
+    /// HTTP/2 streams (requests in progress) per connection.
+    pub max_streams_per_connection: u32,
+}
+
+impl Default for ServeLimits {
+    fn default() -> Self {
+        Self { max_connections: 512, max_connections_per_client: 128, max_streams_per_connection: 128 }
+    }
+}
+
+impl ServeLimits {
+    fn resolve(args: &Args, file: &FileConfig) -> Result<Self, ConfigError> {
+        let d = Self::default();
+        let limits = Self {
+            max_connections: args.max_connections.or(file.max_connections).unwrap_or(d.max_connections),
+            max_connections_per_client: args
+                .max_connections_per_client
+                .or(file.max_connections_per_client)
+                .unwrap_or(d.max_connections_per_client),
+            max_streams_per_connection: args
+                .max_streams_per_connection
+                .or(file.max_streams_per_connection)
+                .unwrap_or(d.max_streams_per_connection),
+        };
+        let invalid = |field, reason: &str| Err(ConfigError::Invalid { field, reason: reason.into() });
+        if !(1..=65_536).contains(&limits.max_connections) {
+            return invalid("max_connections", "must be 1 to 65536");
+        }
+        if !(1..=limits.max_connections).contains(&limits.max_connections_per_client) {
+            return invalid("max_connections_per_client", "must be 1 to max_connections");
+        }
+        if !(1..=10_000).contains(&limits.max_streams_per_connection) {
+            return invalid("max_streams_per_connection", "must be 1 to 10000");
+        }
+        Ok(limits)
     }
 }
 

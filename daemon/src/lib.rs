@@ -9,6 +9,7 @@
 //! - [`store`]: the state directory (crash-safe key records).
 //! - [`crypto`]: in-core cryptography (verification; bulk crypto later).
 //! - [`model`]: validated domain types; [`error`]: the error type; [`metrics`]: counters.
+//! - [`bounds`]: connection and message bounds that hold before authorization.
 //! - [`config`], [`server`], [`simulator`]: configuration, the listener/lifecycle, and the
 //!   private swtpm used when the machine has no TPM; [`spawn`]: child processes that
 //!   inherit no TPM socket.
@@ -23,6 +24,7 @@
 #![deny(unsafe_code)]
 
 pub mod auth;
+pub mod bounds;
 pub mod config;
 pub mod crypto;
 pub mod error;

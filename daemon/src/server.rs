@@ -25,12 +25,14 @@ use std::task::{Context, Poll};
 
 use tokio::net::UnixListener;
 use tokio_stream::wrappers::UnixListenerStream;
+use tokio_stream::StreamExt as _;
 use tonic::codegen::{http, Service};
 use tonic::service::{AxumBody, AxumRouter, Routes};
 
 use crate::auth::audit::AuditLog;
 use crate::auth::{Access, PolicyError};
-use crate::config::Config;
+use crate::bounds::{ConnectionLimits, FrameLimit};
+use crate::config::{Config, ServeLimits};
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::rpc::{self, Ctx};
@@ -237,7 +239,7 @@ async fn serve_vault(
         .map_err(|source| ServerError::Socket { path: config.socket.clone(), source })?;
     let _watchdog = crate::systemd::spawn_watchdog(vault.tpm().clone()).map(AbortOnDrop);
     let ctx = Ctx::new(vault, metrics, access);
-    let result = serve_ctx_with_tls(ctx, listener, tls, shutdown, config.shutdown_grace).await;
+    let result = serve_ctx_with_tls(ctx, listener, tls, shutdown, config.shutdown_grace, &config.limits).await;
     drop(metrics_task);
     if let Some(path) = owned_socket {
         let _ = std::fs::remove_file(path);
@@ -262,6 +264,22 @@ pub async fn serve(
     serve_ctx(ctx, listener, shutdown, grace).await
 }
 
+/// [`serve`] with the given connection and stream bounds.
+///
+/// # Errors
+/// [`ServerError::Transport`] if the server fails.
+pub async fn serve_with_limits(
+    vault: Vault,
+    access: Arc<Access>,
+    listener: UnixListener,
+    shutdown: impl Future<Output = ()>,
+    grace: std::time::Duration,
+    limits: &ServeLimits,
+) -> Result<(), ServerError> {
+    let ctx = Ctx::new(vault, Arc::new(Metrics::default()), access);
+    serve_ctx_with_tls(ctx, listener, None, shutdown, grace, limits).await
+}
+
 /// [`serve`] with the handlers' context given by the caller (so the caller can share the
 /// metrics registry with the Prometheus endpoint). Sends `READY=1` once accepting and
 /// `STOPPING=1` as soon as `shutdown` resolves.
@@ -274,7 +292,7 @@ pub async fn serve_ctx(
     shutdown: impl Future<Output = ()>,
     grace: std::time::Duration,
 ) -> Result<(), ServerError> {
-    serve_ctx_with_tls(ctx, listener, None, shutdown, grace).await
+    serve_ctx_with_tls(ctx, listener, None, shutdown, grace, &ServeLimits::default()).await
 }
 
 /// [`serve_ctx`] plus, when given, the TLS listener ([`crate::tls::TlsListener`]): both serve
@@ -288,21 +306,30 @@ pub async fn serve_ctx_with_tls(
     tls: Option<crate::tls::TlsListener>,
     shutdown: impl Future<Output = ()>,
     grace: std::time::Duration,
+    limits: &ServeLimits,
 ) -> Result<(), ServerError> {
     let (expire_tx, expire_rx) = tokio::sync::watch::channel(false);
     let routes =
         Routes::from(AxumRouter::new().fallback_service(Draining { inner: rpc::routes(ctx)?, expired: expire_rx }));
+    let connections = ConnectionLimits::new(limits.max_connections, limits.max_connections_per_client);
+    let incoming = UnixListenerStream::new(listener).filter_map(move |accepted| match accepted {
+        Ok(stream) => connections.admit(stream).map(Ok),
+        Err(e) => Some(Err(e)),
+    });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
     };
-    let unix = http2_server()
+    let unix = http2_server(limits)
         .add_routes(routes.clone())
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), stopped(stop_rx.clone()));
+        .serve_with_incoming_shutdown(incoming, stopped(stop_rx.clone()));
     let tls = async {
         match tls {
             Some(tls) => {
-                http2_server().add_routes(routes).serve_with_incoming_shutdown(tls.incoming(), stopped(stop_rx)).await
+                http2_server(limits)
+                    .add_routes(routes)
+                    .serve_with_incoming_shutdown(tls.incoming(limits.max_connections), stopped(stop_rx))
+                    .await
             }
             None => Ok(()),
         }
@@ -343,9 +370,29 @@ pub async fn serve_ctx_with_tls(
 /// raise the data a connection may buffer.
 pub const HTTP2_MAX_FRAME: u32 = 1024 * 1024;
 
-/// The gRPC server with the daemon's HTTP/2 settings ([`HTTP2_MAX_FRAME`]).
-fn http2_server() -> tonic::transport::Server {
-    tonic::transport::Server::builder().max_frame_size(HTTP2_MAX_FRAME)
+/// How often an idle connection is pinged, and how long its peer has to answer before the
+/// connection is closed (a client that vanished without closing, or one that stopped reading).
+const KEEPALIVE: (std::time::Duration, std::time::Duration) =
+    (std::time::Duration::from_secs(30), std::time::Duration::from_secs(10));
+
+/// Streams a client may reset before the server has seen them, per connection (the HTTP/2
+/// rapid-reset attack, CVE-2023-44487).
+const MAX_PENDING_RESETS: usize = 32;
+
+/// The largest header block a request may send: gRPC requests carry a path, a content type and
+/// a timeout.
+const MAX_HEADER_LIST: u32 = 16 * 1024;
+
+/// The gRPC server with the daemon's HTTP/2 settings ([`HTTP2_MAX_FRAME`], streams per
+/// connection, keepalive, reset and header bounds).
+fn http2_server(limits: &ServeLimits) -> tonic::transport::Server {
+    tonic::transport::Server::builder()
+        .max_frame_size(HTTP2_MAX_FRAME)
+        .max_concurrent_streams(limits.max_streams_per_connection)
+        .http2_keepalive_interval(Some(KEEPALIVE.0))
+        .http2_keepalive_timeout(Some(KEEPALIVE.1))
+        .http2_max_pending_accept_reset_streams(Some(MAX_PENDING_RESETS))
+        .http2_max_header_list_size(MAX_HEADER_LIST)
 }
 
 /// After the grace period: how long answered connections get to close before they are dropped.
@@ -354,6 +401,7 @@ const CLOSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 /// Wraps every route so that, once the grace period is over, requests still running are
 /// answered `UNAVAILABLE` (retryable) instead of having their connection cut, which clients see
 /// as an opaque transport error. Their TPM jobs, if any, still finish or fail inside the actor.
+/// It also bounds each request's messages ([`crate::bounds::max_message`]).
 #[derive(Debug, Clone)]
 struct Draining {
     inner: Routes,
@@ -371,6 +419,9 @@ impl Service<http::Request<AxumBody>> for Draining {
     }
 
     fn call(&mut self, req: http::Request<AxumBody>) -> Self::Future {
+        // Each method's message bound, checked on the message prefixes as they arrive.
+        let limit = crate::bounds::max_message(req.uri().path());
+        let req = req.map(|body| AxumBody::new(FrameLimit::new(body, limit)));
         let response = self.inner.call(req);
         let mut expired = self.expired.clone();
         Box::pin(async move {

@@ -33,6 +33,7 @@ use rustls::sign::{CertifiedKey, Signer, SigningKey};
 use rustls::{RootCertStore, ServerConfig, SignatureAlgorithm, SignatureScheme};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::Connected;
@@ -47,6 +48,9 @@ use crate::vault::{SignRequest, Vault};
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Handshaken connections waiting for the gRPC server to take them.
 const ACCEPT_QUEUE: usize = 64;
+/// Handshakes in progress at once; past it a new TCP connection is closed at once, so peers that
+/// never finish a handshake hold at most this many descriptors for [`HANDSHAKE_TIMEOUT`].
+pub const MAX_HANDSHAKES: usize = 64;
 
 /// Why the TLS listener cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -360,10 +364,13 @@ impl TlsListener {
 
     /// Starts accepting: each connection's handshake runs in its own task (bounded by a
     /// timeout); finished ones come out of the stream, ready for `serve_with_incoming`.
+    /// At most `max_connections` connections are open at once (handshakes included) and
+    /// [`MAX_HANDSHAKES`] handshakes; a connection past either bound is closed at once.
     /// Accepting stops when the stream is dropped.
-    pub fn incoming(self) -> ReceiverStream<io::Result<TlsConn>> {
+    pub fn incoming(self, max_connections: usize) -> ReceiverStream<io::Result<TlsConn>> {
         let (tx, rx) = tokio::sync::mpsc::channel(ACCEPT_QUEUE);
-        tokio::spawn(accept_loop(self, tx));
+        let bounds = (Arc::new(Semaphore::new(max_connections)), Arc::new(Semaphore::new(MAX_HANDSHAKES)));
+        tokio::spawn(accept_loop(self, tx, bounds));
         ReceiverStream::new(rx)
     }
 }
@@ -400,7 +407,11 @@ pub async fn server_config(
     Ok((TlsAcceptor::from(Arc::new(config)), resolver))
 }
 
-async fn accept_loop(listener: TlsListener, tx: tokio::sync::mpsc::Sender<io::Result<TlsConn>>) {
+async fn accept_loop(
+    listener: TlsListener,
+    tx: tokio::sync::mpsc::Sender<io::Result<TlsConn>>,
+    (connections, handshakes): (Arc<Semaphore>, Arc<Semaphore>),
+) {
     loop {
         let (tcp, peer) = tokio::select! {
             () = tx.closed() => return,
@@ -414,10 +425,17 @@ async fn accept_loop(listener: TlsListener, tx: tokio::sync::mpsc::Sender<io::Re
                 }
             },
         };
+        let (Ok(slot), Ok(handshake)) =
+            (connections.clone().try_acquire_owned(), handshakes.clone().try_acquire_owned())
+        else {
+            tracing::debug!(%peer, "TLS connection refused: too many connections or handshakes in progress");
+            continue;
+        };
         let acceptor = listener.acceptor.clone();
         let resolver = listener.resolver.clone();
         let tx = tx.clone();
         tokio::spawn(async move {
+            let _handshake = handshake;
             if let Err(e) = resolver.refresh().await {
                 tracing::warn!(error = %e, "TLS certificate refresh failed; serving the previous one");
             }
@@ -432,7 +450,8 @@ async fn accept_loop(listener: TlsListener, tx: tokio::sync::mpsc::Sender<io::Re
                         .and_then(|c| client_identity(c.as_ref()))
                         .map_or(Identity::Unknown, |subject| Identity::Cert { subject });
                     tracing::debug!(%peer, client = %identity, "TLS client connected");
-                    let _ = tx.send(Ok(TlsConn { stream, identity })).await;
+                    drop(_handshake);
+                    let _ = tx.send(Ok(TlsConn { stream, identity, _slot: slot })).await;
                 }
                 Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
                 Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
@@ -466,6 +485,8 @@ pub fn client_identity(cert_der: &[u8]) -> Option<String> {
 pub struct TlsConn {
     stream: tokio_rustls::server::TlsStream<TcpStream>,
     identity: Identity,
+    /// This connection's place under the listener's connection bound, until it is dropped.
+    _slot: tokio::sync::OwnedSemaphorePermit,
 }
 
 impl std::fmt::Debug for TlsConn {

@@ -182,9 +182,16 @@ impl TlsDaemon {
             let shutdown = async {
                 let _ = stop_rx.await;
             };
-            tpm_vault_daemon::server::serve_ctx_with_tls(ctx, unix, Some(tls), shutdown, Duration::from_secs(5))
-                .await
-                .unwrap();
+            tpm_vault_daemon::server::serve_ctx_with_tls(
+                ctx,
+                unix,
+                Some(tls),
+                shutdown,
+                Duration::from_secs(5),
+                &Default::default(),
+            )
+            .await
+            .unwrap();
         });
         TlsDaemon { env, vault, addr, server_ca, client_ca, listener_key, stop, task }
     }

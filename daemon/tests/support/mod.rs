@@ -71,6 +71,15 @@ impl DaemonEnv {
 
     /// A daemon over `tpm` with the given access policy.
     pub async fn start_with(tpm: TpmEnv, access: std::sync::Arc<tpm_vault_daemon::auth::Access>) -> Self {
+        Self::start_limited(tpm, access, tpm_vault_daemon::config::ServeLimits::default()).await
+    }
+
+    /// A daemon over `tpm` with the given access policy and connection bounds.
+    pub async fn start_limited(
+        tpm: TpmEnv,
+        access: std::sync::Arc<tpm_vault_daemon::auth::Access>,
+        limits: tpm_vault_daemon::config::ServeLimits,
+    ) -> Self {
         let vault = tpm.vault().await;
         let socket = tpm.path().join("vault.sock");
         let listener = tpm_vault_daemon::server::bind_unix(&socket).expect("bind");
@@ -78,7 +87,7 @@ impl DaemonEnv {
         let (stop, rx) = tokio::sync::oneshot::channel::<()>();
         let v = vault.clone();
         let task = tokio::spawn(async move {
-            tpm_vault_daemon::server::serve(
+            tpm_vault_daemon::server::serve_with_limits(
                 v,
                 access,
                 listener,
@@ -86,6 +95,7 @@ impl DaemonEnv {
                     let _ = rx.await;
                 },
                 Duration::from_secs(5),
+                &limits,
             )
             .await
             .expect("serve");

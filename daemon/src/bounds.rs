@@ -1,0 +1,279 @@
+//! Bounds that hold before any request is authorized, so that a process that may only connect
+//! (and has no right in the policy) cannot make the daemon stop serving others.
+//!
+//! - [`ConnectionLimits`]: connections on the Unix socket, in all and per client uid; one past a
+//!   bound is closed at once (its client sees the connection reset) and logged at debug level.
+//! - [`max_message`] and [`FrameLimit`]: the largest gRPC message each method may receive,
+//!   checked on each message's 5-byte length prefix as it arrives, before the server reserves
+//!   memory for it. tonic's own limit is per service, and `SealService` must take Seal's 64 MiB
+//!   secrets, so without this an Unseal could make the daemon reserve 64 MiB per stream.
+//!
+//! The HTTP/2 bounds that hyper enforces itself (streams per connection, keepalive, reset
+//! floods, header size) are set where the server is built (`server::http2_server`); all the
+//! figures are in `docs/CONFIG.md` (`max_connections`, `max_connections_per_client`,
+//! `max_streams_per_connection`) and `docs/RELIABILITY.md`.
+
+use std::collections::HashMap;
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::UnixStream;
+use tonic::transport::server::Connected;
+
+/// How many connections the Unix socket takes, in all and per client uid.
+#[derive(Debug, Clone)]
+pub struct ConnectionLimits {
+    shared: Arc<Counts>,
+}
+
+#[derive(Debug)]
+struct Counts {
+    max_total: usize,
+    max_per_uid: usize,
+    open: Mutex<(usize, HashMap<u32, usize>)>,
+}
+
+impl ConnectionLimits {
+    /// At most `max_total` connections, and `max_per_uid` from one uid.
+    pub fn new(max_total: usize, max_per_uid: usize) -> Self {
+        let open = Mutex::new((0, HashMap::new()));
+        Self { shared: Arc::new(Counts { max_total, max_per_uid, open }) }
+    }
+
+    /// Admits `stream` if its uid (from `SO_PEERCRED`; unknown counts as one uid) and the
+    /// daemon are under their bounds; otherwise drops it, which closes it.
+    pub fn admit(&self, stream: UnixStream) -> Option<Counted> {
+        let uid = stream.peer_cred().map_or(u32::MAX, |c| c.uid());
+        let mut open = self.shared.open.lock().unwrap_or_else(PoisonError::into_inner);
+        let (total, per_uid) = &mut *open;
+        let mine = per_uid.get(&uid).copied().unwrap_or(0);
+        if *total >= self.shared.max_total || mine >= self.shared.max_per_uid {
+            let (all, max_all, max_mine) = (*total, self.shared.max_total, self.shared.max_per_uid);
+            drop(open);
+            tracing::debug!(uid, open = all, max_all, mine, max_mine, "connection refused: too many open");
+            return None;
+        }
+        *total += 1;
+        per_uid.insert(uid, mine + 1);
+        Some(Counted { stream, _slot: Slot { counts: self.shared.clone(), uid } })
+    }
+
+    /// Connections open now (for tests and status).
+    pub fn open(&self) -> usize {
+        self.shared.open.lock().unwrap_or_else(PoisonError::into_inner).0
+    }
+}
+
+/// One admitted connection's place in the counts, given back when the connection is dropped.
+#[derive(Debug)]
+struct Slot {
+    counts: Arc<Counts>,
+    uid: u32,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut open = self.counts.open.lock().unwrap_or_else(PoisonError::into_inner);
+        let (total, per_uid) = &mut *open;
+        *total = total.saturating_sub(1);
+        if let Some(n) = per_uid.get_mut(&self.uid) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                per_uid.remove(&self.uid);
+            }
+        }
+    }
+}
+
+/// An admitted Unix connection: the stream itself, counted until dropped.
+#[derive(Debug)]
+pub struct Counted {
+    stream: UnixStream,
+    _slot: Slot,
+}
+
+impl Connected for Counted {
+    type ConnectInfo = <UnixStream as Connected>::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.stream.connect_info()
+    }
+}
+
+impl AsyncRead for Counted {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Counted {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+}
+
+/// The largest message most methods take: their requests are names, digests, nonces, small
+/// blobs (an ML-KEM-1024 ciphertext is 1,568 bytes; a signed approval a few hundred).
+pub const DEFAULT_MAX_MESSAGE: usize = 64 * 1024;
+
+/// The largest gRPC message the method at `path` (`/tpmvault.v1.Service/Method`) may receive:
+/// what its largest valid request needs, [`DEFAULT_MAX_MESSAGE`] for the rest.
+pub fn max_message(path: &str) -> usize {
+    use crate::rpc::MAX_MESSAGE_SIZE;
+    match path.strip_prefix("/tpmvault.v1.") {
+        // A message to sign or verify, and stream chunks, up to the service limit.
+        Some("KeyService/Sign" | "KeyService/Verify" | "CryptoService/Encrypt" | "CryptoService/Decrypt") => {
+            MAX_MESSAGE_SIZE
+        }
+        // A certificate chain.
+        Some("KeyService/SetCertificate") => 1024 * 1024,
+        // The secret to seal.
+        Some("SealService/Seal") => crate::rpc::seal::MAX_SECRET + 4096,
+        _ => DEFAULT_MAX_MESSAGE,
+    }
+}
+
+/// A request body that fails, with `OUT_OF_RANGE` as tonic does for an oversized message, as
+/// soon as a gRPC message prefix declares more than the method's limit: before anything
+/// reserves room for the message.
+#[derive(Debug)]
+pub struct FrameLimit<B> {
+    inner: B,
+    limit: usize,
+    /// The prefix read so far (flag byte and 4-byte big-endian length).
+    prefix: [u8; 5],
+    have: usize,
+    /// Bytes of the current message still to come.
+    remaining: usize,
+}
+
+impl<B> FrameLimit<B> {
+    /// `inner` limited to messages of at most `limit` bytes.
+    pub fn new(inner: B, limit: usize) -> Self {
+        Self { inner, limit, prefix: [0; 5], have: 0, remaining: 0 }
+    }
+
+    /// Follows the message boundaries through `data`; fails on a prefix over the limit.
+    fn check(&mut self, data: &[u8]) -> Result<(), tonic::Status> {
+        let mut at = 0;
+        while at < data.len() {
+            if self.remaining > 0 {
+                let take = self.remaining.min(data.len() - at);
+                self.remaining -= take;
+                at += take;
+                continue;
+            }
+            self.prefix[self.have] = data[at];
+            self.have += 1;
+            at += 1;
+            if self.have == self.prefix.len() {
+                self.have = 0;
+                let len = u32::from_be_bytes([self.prefix[1], self.prefix[2], self.prefix[3], self.prefix[4]]);
+                let len = usize::try_from(len).unwrap_or(usize::MAX);
+                if len > self.limit {
+                    return Err(tonic::Status::out_of_range(format!(
+                        "message of {len} bytes declared; this method takes at most {}",
+                        self.limit
+                    )));
+                }
+                self.remaining = len;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<B> Body for FrameLimit<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    type Data = Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let frame = match Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => frame,
+            Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e.into()))),
+            Poll::Ready(None) => return Poll::Ready(None),
+            Poll::Pending => return Poll::Pending,
+        };
+        if let Some(data) = frame.data_ref() {
+            if let Err(status) = self.check(data) {
+                return Poll::Ready(Some(Err(Box::new(status))));
+            }
+        }
+        Poll::Ready(Some(Ok(frame)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(len: u32) -> Vec<u8> {
+        let mut m = vec![0u8];
+        m.extend_from_slice(&len.to_be_bytes());
+        m.extend(std::iter::repeat_n(7u8, len as usize));
+        m
+    }
+
+    /// Messages at the limit pass whatever the chunking; one prefix over it fails, even when
+    /// the prefix arrives split across chunks.
+    #[test]
+    fn prefixes_are_followed_across_chunks() {
+        let stream: Vec<u8> = [message(10), message(0), message(100)].concat();
+        for chunk in [1, 2, 3, 5, 7, 64, 1000] {
+            let mut limit = FrameLimit::new((), 100);
+            for part in stream.chunks(chunk) {
+                assert!(limit.check(part).is_ok(), "chunk {chunk}");
+            }
+            let mut over = FrameLimit::new((), 100);
+            let bad: Vec<u8> = [message(10), vec![0, 0, 0, 0, 101]].concat();
+            let failed = bad.chunks(chunk).map(|part| over.check(part)).find_map(Result::err);
+            let status = failed.unwrap_or_else(|| panic!("chunk {chunk}: 101 bytes passed a 100-byte limit"));
+            assert_eq!(status.code(), tonic::Code::OutOfRange);
+        }
+    }
+
+    #[test]
+    fn per_method_limits() {
+        assert_eq!(max_message("/tpmvault.v1.SealService/Unseal"), DEFAULT_MAX_MESSAGE);
+        assert_eq!(max_message("/tpmvault.v1.SealService/Seal"), crate::rpc::seal::MAX_SECRET + 4096);
+        assert_eq!(max_message("/tpmvault.v1.KeyService/Sign"), crate::rpc::MAX_MESSAGE_SIZE);
+        assert_eq!(max_message("/grpc.health.v1.Health/Check"), DEFAULT_MAX_MESSAGE);
+    }
+}
