@@ -39,6 +39,11 @@ impl Pebble {
     /// Pebble issuing certificates valid for `validity_secs`, with `env` set (e.g.
     /// `PEBBLE_WFE_NONCEREJECT`); names under `blocked.test` are refused.
     fn start(env: &[(&str, &str)], validity_secs: u64) -> Pebble {
+        Pebble::start_with(env, validity_secs, serde_json::json!({}))
+    }
+
+    /// As [`Pebble::start`], with more settings of Pebble's config (`extra`'s members).
+    fn start_with(env: &[(&str, &str)], validity_secs: u64, extra: serde_json::Value) -> Pebble {
         let dir = tempfile::tempdir().expect("tempdir");
         // Pebble's own HTTPS certificate, from a CA of the test's.
         let ca_key = KeyPair::generate().unwrap();
@@ -58,7 +63,7 @@ impl Pebble {
         std::fs::write(dir.path().join("key.pem"), leaf_key.serialize_pem()).unwrap();
         let (listen, management, http_port, tls_port) = (free_port(), free_port(), free_port(), free_port());
         let (dns_port, dns_management) = (free_port(), free_port());
-        let config = serde_json::json!({ "pebble": {
+        let mut config = serde_json::json!({ "pebble": {
             "listenAddress": format!("127.0.0.1:{listen}"),
             "managementListenAddress": format!("127.0.0.1:{management}"),
             "certificate": dir.path().join("cert.pem"),
@@ -70,6 +75,9 @@ impl Pebble {
             "domainBlocklist": ["blocked.test"],
             "certificateValidityPeriod": validity_secs,
         }});
+        for (key, value) in extra.as_object().into_iter().flatten() {
+            config["pebble"][key] = value.clone();
+        }
         let config_path = dir.path().join("pebble.json");
         std::fs::write(&config_path, config.to_string()).unwrap();
         let dns = Command::new("pebble-challtestsrv")
@@ -346,4 +354,41 @@ fn tls_alpn_01_and_dns_01_are_validated_by_pebble() {
     std::fs::write(&path, leaf).unwrap();
     let text = ok(&run(Command::new("openssl").args(["x509", "-noout", "-ext", "subjectAltName", "-in"]).arg(&path)));
     assert!(text.contains("DNS:dns.test"), "{text}");
+}
+
+#[test]
+fn external_account_binding_and_ip_identifiers() {
+    let daemon = Daemon::start();
+    // Base64url, as CAs hand EAB keys out.
+    let hmac = "zWNDZM6eQGHWpSRTPal5eIUYFTu7EajVIoguysqZ9wG44nMEtx3MUAsUDkMTQ12W";
+    let pebble = Pebble::start_with(
+        &[],
+        3600,
+        serde_json::json!({ "externalAccountBindingRequired": true, "externalAccountMACKeys": { "kid-1": hmac } }),
+    );
+    // Without a binding the CA refuses the account.
+    let stderr = support::fails(&cli(&daemon, &pebble.enroll_args("web", "web.test")), 9);
+    assert!(stderr.contains("externalAccountRequired"), "{stderr}");
+    // A wrong key is refused by the CA, which checks the binding's HMAC over the vault key's JWK.
+    let wrong = daemon.dir.path().join("wrong.key");
+    std::fs::write(&wrong, "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\n").unwrap();
+    let mut args = pebble.enroll_args("web", "web.test");
+    args.extend(["--eab-kid".into(), "kid-1".into(), "--eab-hmac-file".into()]);
+    args.push(wrong.to_string_lossy().into_owned());
+    let stderr = support::fails(&cli(&daemon, &args), 9);
+    assert!(stderr.contains("the CA refused"), "{stderr}");
+    // The right one, and an IP address beside the name (validated by http-01 on 127.0.0.1).
+    let key = daemon.dir.path().join("eab.key");
+    std::fs::write(&key, format!("{hmac}\n")).unwrap();
+    let mut args = pebble.enroll_args("web", "web.test");
+    args.extend(["--eab-kid".into(), "kid-1".into(), "--eab-hmac-file".into()]);
+    args.push(key.to_string_lossy().into_owned());
+    args.extend(["--ip".into(), "127.0.0.1".into()]);
+    let out = ok(&cli(&daemon, &args));
+    assert!(out.starts_with("web: enrolled"), "{out}");
+    let leaf = first_cert(&ok(&daemon.cli(&["cert", "show", "web", "--pem"])));
+    let path = daemon.dir.path().join("leaf.pem");
+    std::fs::write(&path, leaf).unwrap();
+    let text = ok(&run(Command::new("openssl").args(["x509", "-noout", "-ext", "subjectAltName", "-in"]).arg(&path)));
+    assert!(text.contains("DNS:web.test") && text.contains("IP Address:127.0.0.1"), "{text}");
 }

@@ -49,11 +49,32 @@ pub(crate) struct StateArgs {
 }
 
 impl StateArgs {
+    /// Takes the state's lock (`FILE.lock`, waiting for another enroll or renew to finish),
+    /// held until the returned guard drops, so two runs never overwrite each other's records.
+    fn lock(&self) -> Result<nix::fcntl::Flock<std::fs::File>, CliError> {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let mut name = self.acme_state.clone().into_os_string();
+        name.push(".lock");
+        let path = PathBuf::from(name);
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(CliError::write(dir))?;
+        }
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(CliError::write(&path))?;
+        nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, errno)| CliError::write(&path)(io::Error::from(errno)))
+    }
+
     fn load(&self) -> Result<State, CliError> {
-        let text = match std::fs::read(&self.acme_state) {
-            Ok(_) => files::read_limited(&self.acme_state, MAX_STATE, "an ACME state file")?,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(CliError::read(&self.acme_state)(e)),
+        let text = match files::read_limited(&self.acme_state, MAX_STATE, "an ACME state file") {
+            Ok(text) => text,
+            Err(CliError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e),
         };
         State::parse(&String::from_utf8_lossy(&text)).map_err(|reason| {
             Error::InvalidInput(format!("ACME state file {}: {reason}", self.acme_state.display())).into()
@@ -143,6 +164,7 @@ impl EnrollArgs {
             (Some(kid), Some(file)) => Some(read_eab(kid, file)?),
             _ => None,
         };
+        let _lock = self.state.lock()?;
         let mut state = self.state.load()?;
         let client = ctx.client().await?;
         require_admin(&client, &self.name).await?;
@@ -198,6 +220,7 @@ pub(crate) struct RenewArgs {
 
 impl RenewArgs {
     pub(crate) async fn run(self, ctx: &mut Context) -> Result<(), CliError> {
+        let _lock = self.state.lock()?;
         let mut state = self.state.load()?;
         let names: Vec<String> = match &self.name {
             Some(name) if state.enrollments.contains_key(name) => vec![name.clone()],
