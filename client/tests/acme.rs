@@ -16,7 +16,7 @@ use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use tempfile::TempDir;
 use tpm_vault_daemon::spawn::CloseInheritedFds as _;
 
-use support::{free_port, Daemon, ExampleServer};
+use support::{free_port, ok_text as ok, run_tool as run, Daemon, ExampleServer};
 
 /// Pebble and its DNS server, killed on drop.
 struct Pebble {
@@ -144,12 +144,19 @@ impl Pebble {
     }
 }
 
-impl Drop for Pebble {
-    fn drop(&mut self) {
+impl Pebble {
+    /// Stops Pebble and its DNS server (the temp dir, with the state file, stays).
+    fn stop(&mut self) {
         for child in [&mut self.pebble, &mut self.dns] {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+}
+
+impl Drop for Pebble {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 
@@ -159,22 +166,6 @@ fn wait_for_port(port: u16) {
         assert!(Instant::now() < deadline, "nothing listens on port {port}");
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-fn run(cmd: &mut Command) -> Output {
-    cmd.close_inherited_fds().stdin(Stdio::null()).output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
-}
-
-#[track_caller]
-fn ok(output: &Output) -> String {
-    assert!(
-        output.status.success(),
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 fn cli(daemon: &Daemon, args: &[String]) -> Output {
@@ -187,6 +178,14 @@ fn first_cert(text: &str) -> String {
     let start = text.find("-----BEGIN CERTIFICATE-----").expect("a certificate");
     let end = text[start..].find("-----END CERTIFICATE-----").expect("its end") + start + 25;
     format!("{}\n", &text[start..end])
+}
+
+/// The subject alternative names of the leaf stored with `key`, as `openssl x509` prints them.
+fn leaf_sans(daemon: &Daemon, key: &str) -> String {
+    let leaf = first_cert(&ok(&daemon.cli(&["cert", "show", key, "--pem"])));
+    let path = daemon.dir.path().join(format!("{key}-leaf.pem"));
+    std::fs::write(&path, leaf).unwrap();
+    ok(&run(Command::new("openssl").args(["x509", "-noout", "-ext", "subjectAltName", "-in"]).arg(&path)))
 }
 
 /// `openssl x509 -pubkey` of a PEM certificate.
@@ -210,7 +209,7 @@ fn served_leaf(addr: std::net::SocketAddr, name: &str, root: &Path) -> String {
 #[test]
 fn enroll_serves_a_verified_chain_and_renew_replaces_it_live_then_rotates_the_key() {
     let daemon = Daemon::start();
-    let pebble = Pebble::start(&[], 3600);
+    let mut pebble = Pebble::start(&[], 3600);
     let dir = daemon.dir.path();
     let out = ok(&cli(&daemon, &pebble.enroll_args("web", "web.test")));
     assert!(out.starts_with("web: enrolled, key web, chain version 1"), "{out}");
@@ -279,6 +278,14 @@ fn enroll_serves_a_verified_chain_and_renew_replaces_it_live_then_rotates_the_ke
     let json: serde_json::Value = serde_json::from_str(&ok(&cli(&daemon, &all))).unwrap();
     assert_eq!(json["certificates"][0]["key"], "web.2");
     assert_eq!(json["certificates"][0]["result"], "not due");
+
+    // The CA gone: a certificate that is not due is no failure; one that is due fails, kept.
+    pebble.stop();
+    let out = ok(&cli(&daemon, &renew));
+    assert!(out.contains("web: not due") && out.contains("not reached"), "{out}");
+    let stderr = support::fails(&cli(&daemon, &renew_now), 9);
+    assert!(stderr.contains("cannot connect"), "{stderr}");
+    assert_eq!(first_cert(&ok(&daemon.cli(&["cert", "show", "web.2", "--pem"]))), rotated);
 }
 
 #[test]
@@ -349,11 +356,8 @@ fn tls_alpn_01_and_dns_01_are_validated_by_pebble() {
     args.extend(["--challenge".into(), "dns-01".into(), "--dns-hook".into(), hook]);
     let out = ok(&cli(&daemon, &args));
     assert!(out.starts_with("dns: enrolled"), "{out}");
-    let leaf = first_cert(&ok(&daemon.cli(&["cert", "show", "dns", "--pem"])));
-    let path = daemon.dir.path().join("dns-leaf.pem");
-    std::fs::write(&path, leaf).unwrap();
-    let text = ok(&run(Command::new("openssl").args(["x509", "-noout", "-ext", "subjectAltName", "-in"]).arg(&path)));
-    assert!(text.contains("DNS:dns.test"), "{text}");
+    let sans = leaf_sans(&daemon, "dns");
+    assert!(sans.contains("DNS:dns.test"), "{sans}");
 }
 
 #[test]
@@ -370,25 +374,21 @@ fn external_account_binding_and_ip_identifiers() {
     let stderr = support::fails(&cli(&daemon, &pebble.enroll_args("web", "web.test")), 9);
     assert!(stderr.contains("externalAccountRequired"), "{stderr}");
     // A wrong key is refused by the CA, which checks the binding's HMAC over the vault key's JWK.
-    let wrong = daemon.dir.path().join("wrong.key");
-    std::fs::write(&wrong, "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\n").unwrap();
-    let mut args = pebble.enroll_args("web", "web.test");
-    args.extend(["--eab-kid".into(), "kid-1".into(), "--eab-hmac-file".into()]);
-    args.push(wrong.to_string_lossy().into_owned());
-    let stderr = support::fails(&cli(&daemon, &args), 9);
+    let with_eab = |text: &str| {
+        let file = daemon.dir.path().join("eab.key");
+        std::fs::write(&file, text).unwrap();
+        let mut args = pebble.enroll_args("web", "web.test");
+        args.extend(["--eab-kid".into(), "kid-1".into(), "--eab-hmac-file".into()]);
+        args.push(file.to_string_lossy().into_owned());
+        args
+    };
+    let stderr = support::fails(&cli(&daemon, &with_eab("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\n")), 9);
     assert!(stderr.contains("the CA refused"), "{stderr}");
     // The right one, and an IP address beside the name (validated by http-01 on 127.0.0.1).
-    let key = daemon.dir.path().join("eab.key");
-    std::fs::write(&key, format!("{hmac}\n")).unwrap();
-    let mut args = pebble.enroll_args("web", "web.test");
-    args.extend(["--eab-kid".into(), "kid-1".into(), "--eab-hmac-file".into()]);
-    args.push(key.to_string_lossy().into_owned());
+    let mut args = with_eab(&format!("{hmac}\n"));
     args.extend(["--ip".into(), "127.0.0.1".into()]);
     let out = ok(&cli(&daemon, &args));
     assert!(out.starts_with("web: enrolled"), "{out}");
-    let leaf = first_cert(&ok(&daemon.cli(&["cert", "show", "web", "--pem"])));
-    let path = daemon.dir.path().join("leaf.pem");
-    std::fs::write(&path, leaf).unwrap();
-    let text = ok(&run(Command::new("openssl").args(["x509", "-noout", "-ext", "subjectAltName", "-in"]).arg(&path)));
-    assert!(text.contains("DNS:web.test") && text.contains("IP Address:127.0.0.1"), "{text}");
+    let sans = leaf_sans(&daemon, "web");
+    assert!(sans.contains("DNS:web.test") && sans.contains("IP Address:127.0.0.1"), "{sans}");
 }

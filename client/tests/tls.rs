@@ -6,7 +6,7 @@
 mod support;
 
 use std::net::SocketAddr;
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tpm_vault_daemon::spawn::CloseInheritedFds as _;
@@ -18,22 +18,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tpm_vault_client::tls::{self, SigningClient, VaultCertResolver, VaultSigningKey};
 use tpm_vault_client::{CertSubject, ClientBuilder, KeyAlgorithm};
 
-use support::{Daemon, ExampleServer};
-
-fn ok(output: &Output) -> String {
-    assert!(
-        output.status.success(),
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn run(cmd: &mut Command) -> Output {
-    cmd.stdin(Stdio::null()).output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
-}
+use support::{ok_text as ok, run_tool as run, Daemon, ExampleServer};
 
 /// A CA with a software P-256 key.
 struct TestCa {

@@ -258,13 +258,31 @@ impl RenewArgs {
         };
         require_admin(client, &enrollment.key).await?;
         let current = client.certificate(&enrollment.key).await?;
-        let ca = open_account(client, state, &enrollment, None, &self.state).await?;
         let (not_before, not_after) = acme::validity(&current.chain_pem).ok_or_else(|| {
             CliError::from(AcmeError::Local(format!("the certificate of key {} does not parse", enrollment.key)))
         })?;
         let before = self.before.map(|d| Duration::from_secs(u64::from(d) * 86400));
+        let now = SystemTime::now();
+        // Decided without the CA where it has no say: --before, or a CA that cannot be reached
+        // while the certificate is not due by its lifetime (that is no failure).
+        let local = acme::renewal_due(not_before, not_after, now, before, None);
+        if before.is_some() && !local.now {
+            return Ok(Outcome::not_due(name, &enrollment.key, not_after, &local));
+        }
+        let ca = match open_account(client, state, &enrollment, None, &self.state).await {
+            Ok(ca) => ca,
+            Err(e) if !local.now => {
+                let mut outcome = Outcome::not_due(name, &enrollment.key, not_after, &local);
+                outcome.detail = Some(format!(
+                    "{}; the CA was not reached for its renewal window: {e}",
+                    outcome.detail.unwrap_or_default()
+                ));
+                return Ok(outcome);
+            }
+            Err(e) => return Err(e),
+        };
         let window = if before.is_none() { ca.renewal_window(&current.chain_pem).await } else { None };
-        let due = acme::renewal_due(not_before, not_after, SystemTime::now(), before, window.as_ref().map(|w| w.0));
+        let due = acme::renewal_due(not_before, not_after, now, before, window.as_ref().map(|w| w.0));
         if !due.now {
             return Ok(Outcome::not_due(name, &enrollment.key, not_after, &due));
         }

@@ -343,3 +343,21 @@ pub fn example_binary() -> PathBuf {
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
 }
+
+/// Runs a tool (openssl, curl...) with empty stdin and returns its output.
+pub fn run_tool(cmd: &mut Command) -> Output {
+    cmd.close_inherited_fds().stdin(Stdio::null()).output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
+}
+
+/// Asserts success (showing both streams otherwise) and returns stdout as text.
+#[track_caller]
+pub fn ok_text(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
