@@ -394,6 +394,30 @@ mod tests {
     }
 
     #[test]
+    fn ari_identifier_is_the_leafs_authority_key_id_and_serial() {
+        use base64::prelude::{Engine as _, BASE64_URL_SAFE_NO_PAD};
+        use x509_cert::der::oid::AssociatedOid as _;
+        use x509_cert::ext::pkix::SubjectKeyIdentifier;
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca_cert = ca.self_signed(&ca_key).unwrap();
+        let issuer = rcgen::Issuer::new(ca, ca_key);
+        let mut params = rcgen::CertificateParams::new(vec!["a.test".to_owned()]).unwrap();
+        params.serial_number = Some(rcgen::SerialNumber::from_slice(&[0x00, 0x9a, 0x01]));
+        params.use_authority_key_identifier_extension = true;
+        let issued = params.signed_by(&rcgen::KeyPair::generate().unwrap(), &issuer).unwrap();
+        let id = certificate_id(&format!("{}{}", issued.pem(), ca_cert.pem())).unwrap();
+        assert_eq!(id.serial, BASE64_URL_SAFE_NO_PAD.encode([0x00, 0x9a, 0x01]));
+        // RFC 9773: the keyIdentifier's bytes, which are the issuer's subject key identifier.
+        let extensions = leaf(&ca_cert.pem()).unwrap().tbs_certificate.extensions.unwrap();
+        let ski = extensions.into_iter().find(|e| e.extn_id == SubjectKeyIdentifier::OID).unwrap();
+        let ski = SubjectKeyIdentifier::from_der(ski.extn_value.as_bytes()).unwrap();
+        assert_eq!(id.authority_key_identifier, BASE64_URL_SAFE_NO_PAD.encode(ski.0.as_bytes()));
+        assert!(certificate_id("no pem").is_none());
+    }
+
+    #[test]
     fn problem_lines_keep_the_ca_words() {
         let problem: Problem = serde_json::from_value(serde_json::json!({
             "type": "urn:ietf:params:acme:error:rateLimited",
