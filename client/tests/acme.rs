@@ -3,7 +3,8 @@
 //! certificate (from a test CA) and `pebble-challtestsrv` as its DNS server (every name
 //! resolves to 127.0.0.1, TXT records are set through its management API). Pebble validates
 //! for real: http-01 on the port the test passes as `httpPort`, tls-alpn-01 on `tlsPort`,
-//! dns-01 through challtestsrv. No test uses `PEBBLE_VA_ALWAYS_VALID`.
+//! dns-01 through challtestsrv. No test uses `PEBBLE_VA_ALWAYS_VALID`. Pebble never answers
+//! `rateLimited`, so that one answer comes from a stand-in CA (the last test).
 
 mod support;
 
@@ -45,22 +46,7 @@ impl Pebble {
     /// As [`Pebble::start`], with more settings of Pebble's config (`extra`'s members).
     fn start_with(env: &[(&str, &str)], validity_secs: u64, extra: serde_json::Value) -> Pebble {
         let dir = tempfile::tempdir().expect("tempdir");
-        // Pebble's own HTTPS certificate, from a CA of the test's.
-        let ca_key = KeyPair::generate().unwrap();
-        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca_params.distinguished_name.push(DnType::CommonName, "pebble listener test CA");
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-        let issuer = Issuer::new(ca_params, ca_key);
-        let leaf_key = KeyPair::generate().unwrap();
-        let leaf = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
-            .unwrap()
-            .signed_by(&leaf_key, &issuer)
-            .unwrap();
-        let ca_bundle = dir.path().join("listener-ca.pem");
-        std::fs::write(&ca_bundle, ca_cert.pem()).unwrap();
-        std::fs::write(dir.path().join("cert.pem"), leaf.pem()).unwrap();
-        std::fs::write(dir.path().join("key.pem"), leaf_key.serialize_pem()).unwrap();
+        let ca_bundle = listener_tls(dir.path());
         let (listen, management, http_port, tls_port) = (free_port(), free_port(), free_port(), free_port());
         let (dns_port, dns_management) = (free_port(), free_port());
         let mut config = serde_json::json!({ "pebble": {
@@ -158,6 +144,27 @@ impl Drop for Pebble {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// An HTTPS certificate for localhost and 127.0.0.1 (`DIR/cert.pem`, `DIR/key.pem`) from a
+/// fresh test CA, whose certificate (`DIR/listener-ca.pem`, returned) is the `--ca-bundle`.
+fn listener_tls(dir: &Path) -> PathBuf {
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.distinguished_name.push(DnType::CommonName, "ACME listener test CA");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+        .unwrap()
+        .signed_by(&leaf_key, &issuer)
+        .unwrap();
+    let ca_bundle = dir.join("listener-ca.pem");
+    std::fs::write(&ca_bundle, ca_cert.pem()).unwrap();
+    std::fs::write(dir.join("cert.pem"), leaf.pem()).unwrap();
+    std::fs::write(dir.join("key.pem"), leaf_key.serialize_pem()).unwrap();
+    ca_bundle
 }
 
 fn wait_for_port(port: u16) {
@@ -303,6 +310,27 @@ fn ca_faults_are_reported_in_the_cas_words_and_leave_the_chain_alone() {
     assert!(stderr.contains("www.blocked.test"), "the CA's own detail: {stderr}");
     assert_eq!(ok(&daemon.cli(&["cert", "show", "web", "--pem"])), before);
 
+    // Validation failing: another web server holds the port Pebble checks and answers 404.
+    let mut squatter = Command::new("python3")
+        .close_inherited_fds()
+        .args(["-m", "http.server", &pebble.http_port.to_string(), "--bind", "127.0.0.1", "--directory"])
+        .arg(pebble.dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python3 -m http.server");
+    wait_for_port(pebble.http_port);
+    let mut args = pebble.enroll_args("web", "web.test");
+    let at = args.iter().position(|a| a == "--http-listen").unwrap() + 1;
+    args[at] = format!("127.0.0.1:{}", free_port());
+    let out = cli(&daemon, &args);
+    let _ = squatter.kill();
+    let _ = squatter.wait();
+    let stderr = support::fails(&out, 9);
+    assert!(stderr.contains("the CA refused: unauthorized") && stderr.contains("404"), "{stderr}");
+    assert_eq!(ok(&daemon.cli(&["cert", "show", "web", "--pem"])), before);
+
     // A directory nobody serves.
     let mut args = pebble.enroll_args("web", "web.test");
     let at = args.iter().position(|a| a == "--acme").unwrap() + 1;
@@ -391,4 +419,103 @@ fn external_account_binding_and_ip_identifiers() {
     assert!(out.starts_with("web: enrolled"), "{out}");
     let sans = leaf_sans(&daemon, "web");
     assert!(sans.contains("DNS:web.test") && sans.contains("IP Address:127.0.0.1"), "{sans}");
+}
+
+/// Pebble never rate-limits, so a stand-in CA on loopback answers `newAccount` with what
+/// Let's Encrypt sends when it does: 429, a `rateLimited` problem document and `Retry-After`.
+/// What is checked is this client's handling of that answer, not a CA's behaviour.
+#[test]
+fn rate_limited_is_reported_with_the_cas_detail_and_retry_after() {
+    use http_body_util::Full;
+    use hyper::body::{Bytes, Incoming};
+    use rustls::pki_types::pem::PemObject as _;
+
+    let daemon = Daemon::start();
+    let dir = tempfile::tempdir().unwrap();
+    let ca_bundle = listener_tls(dir.path());
+    let certs = rustls::pki_types::CertificateDer::pem_file_iter(dir.path().join("cert.pem"))
+        .unwrap()
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_file(dir.path().join("key.pem")).unwrap();
+    let config =
+        rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(tpm_vault_client::tls::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let base = format!("https://{}", listener.local_addr().unwrap());
+    let directory = format!("{base}/dir");
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let served = base.clone();
+    runtime.spawn(async move {
+        let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else { continue };
+            let (acceptor, base) = (acceptor.clone(), served.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else { return };
+                let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+                    let base = base.clone();
+                    async move {
+                        let response = hyper::Response::builder();
+                        let response = match req.uri().path() {
+                            "/dir" => response.body(Full::new(Bytes::from(
+                                serde_json::json!({
+                                    "newNonce": format!("{base}/nonce"),
+                                    "newAccount": format!("{base}/acct"),
+                                    "newOrder": format!("{base}/order"),
+                                })
+                                .to_string(),
+                            ))),
+                            "/nonce" => response.header("replay-nonce", "bm9uY2U").body(Full::default()),
+                            _ => response
+                                .status(429)
+                                .header("content-type", "application/problem+json")
+                                .header("retry-after", "120")
+                                .header("replay-nonce", "bm9uY2UtMg")
+                                .body(Full::new(Bytes::from(
+                                    serde_json::json!({
+                                        "type": "urn:ietf:params:acme:error:rateLimited",
+                                        "detail": "too many new registrations (10) from this IP address in the last 3h0m0s",
+                                        "status": 429,
+                                    })
+                                    .to_string(),
+                                ))),
+                        };
+                        Ok::<_, std::convert::Infallible>(response.unwrap())
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                    .await;
+            });
+        }
+    });
+    let state = dir.path().join("state.json");
+    let out = daemon.cli(&[
+        "cert",
+        "enroll",
+        "web",
+        "--acme",
+        &directory,
+        "--domain",
+        "web.test",
+        "--ca-bundle",
+        ca_bundle.to_str().unwrap(),
+        "--acme-state",
+        state.to_str().unwrap(),
+    ]);
+    let stderr = support::fails(&out, 9);
+    assert_eq!(
+        stderr,
+        "tpm-vault: the CA refused: rateLimited: too many new registrations (10) from this IP address in the last \
+         3h0m0s (retry after 120)"
+    );
+    let missing = daemon.cli(&["cert", "show", "web"]);
+    assert_eq!(missing.status.code(), Some(3), "no chain was stored");
 }
