@@ -17,14 +17,14 @@ use tonic::Code;
 pub enum Error {
     /// The daemon's socket could not be connected to: the daemon is not running, the path is
     /// wrong, or the caller may not open the socket.
-    #[error("cannot connect to {}: {reason}{}", .socket.display(), connect_hint(*.daemon_down))]
+    #[error("cannot connect to {}: {reason}{}", .socket.display(), .cause.hint())]
     Transport {
         /// The socket path that was tried.
         socket: PathBuf,
         /// The operating system's reason, without the `(os error N)` suffix.
         reason: String,
-        /// True when the failure means nobody listens on the socket (missing file, refused).
-        daemon_down: bool,
+        /// What the failure means for the caller: nobody listens, or no permission.
+        cause: ConnectFailure,
         /// The underlying transport error.
         #[source]
         source: tonic::transport::Error,
@@ -71,20 +71,69 @@ impl Error {
 
     /// True when the error says the daemon does not seem to be running at the socket path.
     pub fn is_daemon_down(&self) -> bool {
-        matches!(self, Error::Transport { daemon_down: true, .. })
+        matches!(self, Error::Transport { cause: ConnectFailure::DaemonDown, .. })
+    }
+
+    /// True when the caller may not open the daemon's socket: a permanent error until the
+    /// caller joins the socket's group, not one to retry.
+    pub fn is_socket_permission(&self) -> bool {
+        matches!(self, Error::Transport { cause: ConnectFailure::PermissionDenied { .. }, .. })
     }
 
     /// Builds [`Error::Transport`] from a failed connection to `socket`.
     pub(crate) fn transport(socket: PathBuf, source: tonic::transport::Error) -> Error {
         let io = find_io_error(&source);
-        let daemon_down =
-            io.is_some_and(|e| matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused));
+        let cause = match io.map(io::Error::kind) {
+            Some(io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused) => ConnectFailure::DaemonDown,
+            Some(io::ErrorKind::PermissionDenied) => ConnectFailure::PermissionDenied { group: socket_group(&socket) },
+            _ => ConnectFailure::Other,
+        };
         let reason = match io {
             Some(e) => io_reason(e),
             None => one_line(&source.to_string()),
         };
-        Error::Transport { socket, reason, daemon_down, source }
+        Error::Transport { socket, reason, cause, source }
     }
+}
+
+/// What a failed connection to the daemon's socket means for the caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConnectFailure {
+    /// Nobody listens at the path (no such file, connection refused): the daemon is not running.
+    DaemonDown,
+    /// The caller may not open the socket (or a directory above it).
+    PermissionDenied {
+        /// The group that owns the socket, when it could be read: members may connect.
+        group: Option<String>,
+    },
+    /// Anything else (a timeout, a protocol failure).
+    Other,
+}
+
+impl ConnectFailure {
+    /// The hint printed after the operating system's reason.
+    fn hint(&self) -> String {
+        match self {
+            ConnectFailure::DaemonDown => " (is tpm-vaultd running?)".to_owned(),
+            ConnectFailure::PermissionDenied { group: Some(group) } => {
+                format!(" (only root and members of group '{group}' may use the vault: ask to be added to it)")
+            }
+            ConnectFailure::PermissionDenied { group: None } => {
+                " (the socket or a directory above it is not open to you: ask to be added to the vault's group)"
+                    .to_owned()
+            }
+            ConnectFailure::Other => String::new(),
+        }
+    }
+}
+
+/// The name of the group that owns `socket`, if its metadata and the group database say.
+fn socket_group(socket: &std::path::Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let gid = std::fs::metadata(socket).ok()?.gid();
+    let group = nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(gid)).ok()??;
+    Some(group.name)
 }
 
 impl From<tonic::Status> for Error {
@@ -123,14 +172,6 @@ pub(crate) fn one_line(text: &str) -> String {
         }
     }
     out
-}
-
-fn connect_hint(daemon_down: bool) -> &'static str {
-    if daemon_down {
-        " (is tpm-vaultd running?)"
-    } else {
-        ""
-    }
 }
 
 fn status_line(status: &tonic::Status) -> String {

@@ -83,7 +83,7 @@ pub use client::{Client, ClientBuilder, DEFAULT_SOCKET};
 pub use crypto::{
     stream_key_name, CryptoReader, DataKey, IN_FLIGHT, MAX_RANDOM_REQUEST, MAX_STREAM_HEADER, MESSAGE_SIZE,
 };
-pub use error::Error;
+pub use error::{ConnectFailure, Error};
 pub use key::{KeyInfo, PublicKey};
 pub use key_auth::{KeyAuth, MAX_KEY_AUTH};
 pub use names::Named;

@@ -290,7 +290,7 @@ fn enroll_serves_a_verified_chain_and_renew_replaces_it_live_then_rotates_the_ke
     pebble.stop();
     let out = ok(&cli(&daemon, &renew));
     assert!(out.contains("web: not due") && out.contains("not reached"), "{out}");
-    let stderr = support::fails(&cli(&daemon, &renew_now), 9);
+    let stderr = support::fails(&cli(&daemon, &renew_now), 11);
     assert!(stderr.contains("cannot connect"), "{stderr}");
     assert_eq!(first_cert(&ok(&daemon.cli(&["cert", "show", "web.2", "--pem"]))), rotated);
 }
@@ -305,7 +305,7 @@ fn ca_faults_are_reported_in_the_cas_words_and_leave_the_chain_alone() {
 
     // An identifier the CA refuses.
     let out = cli(&daemon, &pebble.enroll_args("web", "www.blocked.test"));
-    let stderr = support::fails(&out, 9);
+    let stderr = support::fails(&out, 11);
     assert!(stderr.contains("rejectedIdentifier"), "{stderr}");
     assert!(stderr.contains("www.blocked.test"), "the CA's own detail: {stderr}");
     assert_eq!(ok(&daemon.cli(&["cert", "show", "web", "--pem"])), before);
@@ -327,7 +327,7 @@ fn ca_faults_are_reported_in_the_cas_words_and_leave_the_chain_alone() {
     let out = cli(&daemon, &args);
     let _ = squatter.kill();
     let _ = squatter.wait();
-    let stderr = support::fails(&out, 9);
+    let stderr = support::fails(&out, 11);
     assert!(stderr.contains("the CA refused: unauthorized") && stderr.contains("404"), "{stderr}");
     assert_eq!(ok(&daemon.cli(&["cert", "show", "web", "--pem"])), before);
 
@@ -335,7 +335,7 @@ fn ca_faults_are_reported_in_the_cas_words_and_leave_the_chain_alone() {
     let mut args = pebble.enroll_args("web", "web.test");
     let at = args.iter().position(|a| a == "--acme").unwrap() + 1;
     args[at] = format!("https://127.0.0.1:{}/dir", free_port());
-    let stderr = support::fails(&cli(&daemon, &args), 9);
+    let stderr = support::fails(&cli(&daemon, &args), 11);
     assert!(stderr.contains("cannot connect") && stderr.contains("refused"), "{stderr}");
     assert_eq!(ok(&daemon.cli(&["cert", "show", "web", "--pem"])), before);
 
@@ -360,7 +360,7 @@ fn bad_nonces_are_retried_and_a_ca_rejecting_all_is_a_clear_error() {
 
     // Every nonce rejected: a clear error, the chain kept.
     let hostile = Pebble::start(&[("PEBBLE_WFE_NONCEREJECT", "100")], 3600);
-    let stderr = support::fails(&cli(&daemon, &hostile.enroll_args("web", "web.test")), 9);
+    let stderr = support::fails(&cli(&daemon, &hostile.enroll_args("web", "web.test")), 11);
     assert!(stderr.contains("badNonce"), "{stderr}");
     assert_eq!(ok(&daemon.cli(&["cert", "show", "web", "--pem"])), chain);
 }
@@ -399,7 +399,7 @@ fn external_account_binding_and_ip_identifiers() {
         serde_json::json!({ "externalAccountBindingRequired": true, "externalAccountMACKeys": { "kid-1": hmac } }),
     );
     // Without a binding the CA refuses the account.
-    let stderr = support::fails(&cli(&daemon, &pebble.enroll_args("web", "web.test")), 9);
+    let stderr = support::fails(&cli(&daemon, &pebble.enroll_args("web", "web.test")), 11);
     assert!(stderr.contains("externalAccountRequired"), "{stderr}");
     // A wrong key is refused by the CA, which checks the binding's HMAC over the vault key's JWK.
     let with_eab = |text: &str| {
@@ -410,7 +410,7 @@ fn external_account_binding_and_ip_identifiers() {
         args.push(file.to_string_lossy().into_owned());
         args
     };
-    let stderr = support::fails(&cli(&daemon, &with_eab("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\n")), 9);
+    let stderr = support::fails(&cli(&daemon, &with_eab("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\n")), 11);
     assert!(stderr.contains("the CA refused"), "{stderr}");
     // The right one, and an IP address beside the name (validated by http-01 on 127.0.0.1).
     let mut args = with_eab(&format!("{hmac}\n"));
@@ -510,7 +510,7 @@ fn rate_limited_is_reported_with_the_cas_detail_and_retry_after() {
         "--acme-state",
         state.to_str().unwrap(),
     ]);
-    let stderr = support::fails(&out, 9);
+    let stderr = support::fails(&out, 11);
     assert_eq!(
         stderr,
         "tpm-vault: the CA refused: rateLimited: too many new registrations (10) from this IP address in the last \

@@ -91,7 +91,7 @@ fn key_passwords_from_env_and_file() {
     assert_eq!(show("guarded")["has_auth"], true);
     let line = fails(&d.cli(&["sign", "guarded", "--in", "f", "--out", "s"]), 5);
     assert_eq!(line, "tpm-vault: key guarded needs its password");
-    let line = fails(&d.cli(&["sign", "guarded", "--in", "f", "--out", "s", "--auth-file", "wrong"]), 5);
+    let line = fails(&d.cli(&["sign", "guarded", "--in", "f", "--out", "s", "--auth-file", "wrong"]), 10);
     assert_eq!(line, "tpm-vault: wrong key password");
     ok(d.cli(&["sign", "guarded", "--in", "f", "--out", "s", "--auth-file", "pw"]));
     std::fs::write(dir.join("guarded.pem"), ok(d.cli(&["key", "public", "guarded"]))).unwrap();
@@ -113,7 +113,7 @@ fn key_passwords_from_env_and_file() {
     assert_eq!(show("env-key")["has_auth"], true);
     ok(with_env(&["sign", "env-key", "--in", "f", "--out", "s3", "--auth"], "from-env"));
     assert_eq!(
-        fails(&with_env(&["sign", "env-key", "--in", "f", "--out", "s3", "--auth"], "nope"), 5),
+        fails(&with_env(&["sign", "env-key", "--in", "f", "--out", "s3", "--auth"], "nope"), 10),
         "tpm-vault: wrong key password"
     );
     // Set but not asked for: a key without password is created.
@@ -205,4 +205,38 @@ fn access_policy_denials_are_permission_denied() {
         assert!(line.starts_with("tpm-vault: "), "{args:?}: {line}");
     }
     ok(d.cli(&["key", "show", "web"]));
+}
+
+/// A caller who may not open the daemon's socket gets its own exit status (9, not 7's "retry
+/// later") and a message naming the group that may connect.
+#[test]
+fn a_socket_the_caller_may_not_open_is_exit_9_naming_the_group() {
+    use std::os::unix::fs::PermissionsExt as _;
+    use std::os::unix::process::CommandExt as _;
+    assert_eq!(nix::unistd::getuid().as_raw(), 0, "this test runs the CLI as uid 65534: run as root");
+    let d = Daemon::start();
+    // The directory is open to all, the socket to root and its group (root) only.
+    std::fs::set_permissions(d.dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod dir");
+    std::fs::set_permissions(&d.socket, std::fs::Permissions::from_mode(0o660)).expect("chmod socket");
+    let out = Command::new(env!("CARGO_BIN_EXE_tpm-vault"))
+        .close_inherited_fds()
+        .arg("--socket")
+        .arg(&d.socket)
+        .args(["key", "list"])
+        .current_dir("/")
+        .env_remove("TPM_VAULT_SOCKET")
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .expect("run tpm-vault as uid 65534");
+    assert_eq!(
+        fails(&out, 9),
+        format!(
+            "tpm-vault: cannot connect to {}: Permission denied (only root and members of group 'root' may use \
+             the vault: ask to be added to it)",
+            d.socket.display()
+        )
+    );
+    // Root still connects.
+    ok(d.cli(&["key", "list"]));
 }

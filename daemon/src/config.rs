@@ -82,6 +82,10 @@ pub struct Args {
     /// Validate the configuration and the policy directory, then exit (0 when valid, 64 when not).
     #[arg(long)]
     pub check_config: bool,
+    /// With --check-config: check as this user (the one the service runs as, e.g. tpm-vault),
+    /// so files only root may read are caught before the daemon fails on them. Needs root.
+    #[arg(long, value_name = "NAME", requires = "check_config")]
+    pub user: Option<String>,
 }
 
 /// Log output format.
@@ -209,6 +213,14 @@ pub enum ConfigError {
         /// Why (with the line when a file does not parse).
         reason: String,
     },
+    /// The audit log file cannot be opened for appending (or its directory is missing).
+    #[error("audit log {}: {reason}", path.display())]
+    AuditLog {
+        /// The configured file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
     /// A value is out of range.
     #[error("invalid setting {field}: {reason}")]
     Invalid {
@@ -322,12 +334,14 @@ pub fn default_worker_threads() -> usize {
 }
 
 /// What [`check_policies`] found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PolicyCheck {
     /// Policy files read.
     pub files: usize,
     /// Rules they hold (0: every request will be denied).
     pub rules: usize,
+    /// What loaded but is probably a mistake (users or groups the system does not know).
+    pub warnings: Vec<String>,
 }
 
 /// Checks the policy directory for `--check-config` with the same loader the daemon uses at
@@ -339,7 +353,31 @@ pub struct PolicyCheck {
 pub fn check_policies(dir: &Path) -> Result<PolicyCheck, ConfigError> {
     let policy =
         crate::auth::Policy::load_dir(dir).map_err(|e| ConfigError::Policy { path: e.path, reason: e.reason })?;
-    Ok(PolicyCheck { files: policy.files().len(), rules: policy.len() })
+    Ok(PolicyCheck { files: policy.files().len(), rules: policy.len(), warnings: policy.warnings().to_vec() })
+}
+
+/// Checks, for `--check-config`, that the daemon will be able to open `path` as its audit log:
+/// an existing file opens for appending (nothing is written), else its directory exists and
+/// the file could be made there.
+///
+/// # Errors
+/// [`ConfigError::AuditLog`] with the reason.
+pub fn check_audit_log(path: &Path) -> Result<(), ConfigError> {
+    let fail = |reason: String| ConfigError::AuditLog { path: path.to_owned(), reason };
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() => Err(fail("is a directory".into())),
+        Ok(_) => std::fs::OpenOptions::new().append(true).open(path).map(drop).map_err(|e| fail(e.to_string())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            match std::fs::metadata(dir) {
+                Ok(meta) if meta.is_dir() => nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK)
+                    .map_err(|e| fail(format!("cannot create the file in {}: {e}", dir.display()))),
+                Ok(_) => Err(fail(format!("{} is not a directory", dir.display()))),
+                Err(e) => Err(fail(format!("directory {}: {e}", dir.display()))),
+            }
+        }
+        Err(e) => Err(fail(e.to_string())),
+    }
 }
 
 fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
@@ -457,7 +495,7 @@ mod tests {
         )
         .ok();
         std::fs::write(dir.path().join("README.md"), "not a policy").ok();
-        assert_eq!(check_policies(dir.path()).ok(), Some(PolicyCheck { files: 1, rules: 1 }));
+        assert_eq!(check_policies(dir.path()).ok(), Some(PolicyCheck { files: 1, rules: 1, warnings: vec![] }));
         std::fs::write(dir.path().join("b.toml"), "# nothing yet\n\n[[rule]\n").ok();
         let err = check_policies(dir.path()).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains("b.toml") && err.contains("line 3"), "{err}");

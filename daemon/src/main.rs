@@ -34,6 +34,11 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
+    if let (true, Some(user)) = (args.check_config, &args.user) {
+        if let Some(code) = check_config_as(user) {
+            return code;
+        }
+    }
     let config = match Config::load(&args) {
         Ok(c) => c,
         Err(e) => {
@@ -91,8 +96,9 @@ fn main() -> ExitCode {
     });
     match served {
         Ok(()) => ExitCode::SUCCESS,
-        // A policy that does not load is a configuration error, as with --check-config.
-        Err(e @ ServerError::Policy(_)) => {
+        // A policy or audit log that does not load is a configuration error, as with
+        // --check-config.
+        Err(e @ (ServerError::Policy(_) | ServerError::AuditLog { .. })) => {
             tracing::error!(error = %e, "tpm-vaultd cannot start");
             eprintln!("tpm-vaultd: {e}");
             ExitCode::from(EXIT_CONFIG)
@@ -105,19 +111,28 @@ fn main() -> ExitCode {
     }
 }
 
-/// `--check-config`: the config already parsed; load the policy directory as the daemon would,
-/// report, exit.
+/// `--check-config`: the config already parsed; check the audit log can be opened and load the
+/// policy directory as the daemon would, report, exit.
 fn check_config(config: &Config) -> ExitCode {
     let file = config.file.as_ref().map_or_else(|| "defaults (no config file)".into(), |f| f.display().to_string());
+    if let Some(Err(e)) = config.audit_log.as_deref().map(config::check_audit_log) {
+        eprintln!("tpm-vaultd: {e}");
+        return ExitCode::from(EXIT_CONFIG);
+    }
     match config::check_policies(&config.policies) {
-        Ok(PolicyCheck { files, rules }) => {
+        Ok(PolicyCheck { files, rules, warnings }) => {
+            for warning in warnings {
+                eprintln!("tpm-vaultd: warning: policy {warning} (a typo? the rule cannot match it)");
+            }
             let dir = config.policies.display();
             let policies = if rules == 0 {
                 format!("no rules in {dir} ({files} file(s)): every request will be denied")
             } else {
                 format!("{rules} rule(s) in {files} file(s) in {dir}")
             };
-            println!("configuration OK: {file}; policies: {policies}");
+            let who = nix::unistd::User::from_uid(nix::unistd::geteuid()).ok().flatten().map(|u| u.name);
+            let who = who.map(|name| format!(" (checked as user {name})")).unwrap_or_default();
+            println!("configuration OK: {file}; policies: {policies}{who}");
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -125,6 +140,46 @@ fn check_config(config: &Config) -> ExitCode {
             ExitCode::from(EXIT_CONFIG)
         }
     }
+}
+
+/// `--check-config --user NAME`: unless this process already runs as NAME, runs the same
+/// command again as NAME (its uid and primary group; supplementary groups are not applied) and
+/// returns its exit status. `None`: already NAME, check here.
+fn check_config_as(name: &str) -> Option<ExitCode> {
+    use std::os::unix::process::CommandExt;
+    let user = match nix::unistd::User::from_name(name) {
+        Ok(Some(user)) => user,
+        Ok(None) => {
+            eprintln!("tpm-vaultd: --user {name}: no such user");
+            return Some(ExitCode::from(EXIT_CONFIG));
+        }
+        Err(e) => {
+            eprintln!("tpm-vaultd: --user {name}: {e}");
+            return Some(ExitCode::from(EXIT_CONFIG));
+        }
+    };
+    if nix::unistd::geteuid() == user.uid {
+        return None;
+    }
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => {
+            eprintln!("tpm-vaultd: cannot find my own executable to check as {name}: {e}");
+            return Some(ExitCode::FAILURE);
+        }
+    };
+    let status = std::process::Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .uid(user.uid.as_raw())
+        .gid(user.gid.as_raw())
+        .status();
+    Some(match status {
+        Ok(status) => status.code().and_then(|c| u8::try_from(c).ok()).map_or(ExitCode::FAILURE, ExitCode::from),
+        Err(e) => {
+            eprintln!("tpm-vaultd: cannot check as user {name} (needs root): {e}");
+            ExitCode::FAILURE
+        }
+    })
 }
 
 /// Logs go to stderr (journald picks them up under systemd). `RUST_LOG` filters them

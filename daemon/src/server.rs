@@ -61,6 +61,15 @@ pub enum ServerError {
         #[source]
         source: std::io::Error,
     },
+    /// The audit log file cannot be opened (a configuration error: exit 64).
+    #[error("audit log {path}: {source}")]
+    AuditLog {
+        /// Configured path.
+        path: PathBuf,
+        /// Open error.
+        #[source]
+        source: std::io::Error,
+    },
     /// The access policy does not load (file, line and reason).
     #[error(transparent)]
     Policy(#[from] PolicyError),
@@ -91,7 +100,8 @@ pub enum ServerError {
 }
 
 /// Binds the Unix socket: replaces a stale file left by a crashed run, refuses to steal a live
-/// one, and sets mode 0660.
+/// one, and creates it with mode 0660 (under a umask that allows no more, so the socket is
+/// never connectable by others, even for a moment, whatever umask the daemon was started with).
 ///
 /// # Errors
 /// [`ServerError::SocketInUse`] if a daemon answers on it; [`ServerError::Socket`] otherwise.
@@ -107,7 +117,13 @@ pub fn bind_unix(path: &Path) -> Result<StdUnixListener, ServerError> {
         tracing::info!(socket = %path.display(), "removing stale socket from an earlier run");
         std::fs::remove_file(path).map_err(err)?;
     }
-    let listener = StdUnixListener::bind(path).map_err(err)?;
+    // The umask is the process's: while it is set, files other threads create get a mode that
+    // is at most as wide as they asked (never wider), and the store creates its files 0600.
+    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o777 & !SOCKET_MODE));
+    let bound = StdUnixListener::bind(path);
+    nix::sys::stat::umask(old);
+    let listener = bound.map_err(err)?;
+    // Exactly 0660 also where the umask was tighter.
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(SOCKET_MODE)).map_err(err)?;
     listener.set_nonblocking(true).map_err(err)?;
     Ok(listener)
@@ -149,7 +165,9 @@ pub async fn run(
     let mut config = config;
     // Policies first: a policy that does not load stops the daemon before it touches anything.
     let audit = match &config.audit_log {
-        Some(path) => AuditLog::with_file(path).map_err(|source| ServerError::Socket { path: path.clone(), source })?,
+        Some(path) => {
+            AuditLog::with_file(path).map_err(|source| ServerError::AuditLog { path: path.clone(), source })?
+        }
         None => AuditLog::tracing_only(),
     };
     let access = Arc::new(Access::load(&config.policies, audit)?);
@@ -397,8 +415,9 @@ async fn start_simulator(state_dir: &Path) -> Result<Swtpm, ServerError> {
     Ok(sim)
 }
 
-/// Reloads the access policy on SIGHUP. A policy that does not load is logged and the old one
-/// stays in force.
+/// On SIGHUP: reopens the audit log file (log rotation) and reloads the access policy. A policy
+/// that does not load is logged and the old one stays in force; one without rules is a loud
+/// warning, since it denies every request.
 fn spawn_policy_reload(access: Arc<Access>) {
     tokio::spawn(async move {
         let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
@@ -406,7 +425,12 @@ fn spawn_policy_reload(access: Arc<Access>) {
             return;
         };
         while hup.recv().await.is_some() {
+            access.reopen_audit_log();
             match access.reload() {
+                Ok(0) => tracing::warn!(
+                    rules = 0,
+                    "access policy reloaded with NO rules: every request will be denied until rules are added"
+                ),
                 Ok(rules) => tracing::info!(rules, "access policy reloaded"),
                 Err(e) => tracing::error!(error = %e, "access policy NOT reloaded; the previous policy stays in force"),
             }

@@ -75,6 +75,7 @@ fn allowed(code: Code) -> bool {
             | Code::NotFound
             | Code::AlreadyExists
             | Code::PermissionDenied
+            | Code::Unauthenticated
             | Code::FailedPrecondition
             | Code::OutOfRange
             | Code::ResourceExhausted

@@ -103,7 +103,8 @@ async fn error_codes_are_exact() {
     let huge = sign_req("k", pb::sign_request::Input::Message(vec![0; 9 * 1024 * 1024]));
     let e = unlimited.sign(huge).await.expect_err("huge");
     assert_eq!(e.code(), Code::OutOfRange, "{e:?}");
-    // PERMISSION_DENIED: a password-protected key used without its password; wrong password.
+    // PERMISSION_DENIED: a password-protected key used without its password; UNAUTHENTICATED: a
+    // wrong password (scripts tell it apart from a policy denial).
     let mut p = create("locked", 0);
     p.auth = b"s3cret".to_vec();
     c.create_key(p).await.expect("create with auth");
@@ -114,7 +115,7 @@ async fn error_codes_are_exact() {
     c.sign(r).await.expect("right password signs");
     let mut r = sign_req("locked", pb::sign_request::Input::Message(vec![1]));
     r.auth = b"wrong".to_vec();
-    assert_eq!(c.sign(r).await.expect_err("wrong pw").code(), Code::PermissionDenied);
+    assert_eq!(c.sign(r).await.expect_err("wrong pw").code(), Code::Unauthenticated);
     env.stop().await;
 }
 

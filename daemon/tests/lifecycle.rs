@@ -309,7 +309,16 @@ fn every_config_key_is_documented_and_in_the_example() {
         .map(|l| format!("{l}\n"))
         .collect();
     let policies = format!("{root}/policies");
-    let (code, stdout, stderr) = check_config(Some(&uncommented), &["--policies", &policies]);
+    // The example's audit log is in /var/log/tpm-vault, which the package creates (tmpfiles.d)
+    // and --check-config now checks: without it the check fails naming that directory.
+    let (code, _, stderr) = check_config(Some(&uncommented), &["--policies", &policies]);
+    if !std::path::Path::new("/var/log/tpm-vault").is_dir() {
+        assert_eq!(code, Some(64), "{stderr}");
+        assert!(stderr.contains("audit log /var/log/tpm-vault/audit.jsonl: directory /var/log/tpm-vault"), "{stderr}");
+    }
+    let logs = tempfile::tempdir().expect("tempdir");
+    let audit = logs.path().join("audit.jsonl").display().to_string();
+    let (code, stdout, stderr) = check_config(Some(&uncommented), &["--policies", &policies, "--audit-log", &audit]);
     assert_eq!(code, Some(0), "uncommented example: {stderr}\n{uncommented}");
     assert!(stdout.contains("rule(s)"), "{stdout}");
 }
@@ -327,4 +336,144 @@ fn a_bad_policy_stops_the_daemon_at_start() {
     assert_eq!(status.code(), Some(64), "{stderr}");
     assert!(stderr.contains("zz-broken.toml") && stderr.contains("line"), "{stderr}");
     assert!(!env.socket.exists(), "nothing may be bound");
+}
+
+/// An audit log whose directory is missing stops the daemon at start with exit 64 (a
+/// configuration error) and a message about the audit log, not "socket ...".
+#[test]
+fn a_missing_audit_log_directory_stops_the_daemon_with_exit_64() {
+    let env = ProcEnv::new();
+    let audit = env.tpm.path().join("no-such-dir/audit.log");
+    let mut child = KillOnDrop(env.command().arg("--audit-log").arg(&audit).spawn().expect("spawn tpm-vaultd"));
+    let status = wait_exit(&mut child.0, Duration::from_secs(30));
+    let stderr = env.stderr();
+    assert_eq!(status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains(&format!("audit log {}", audit.display())), "{stderr}");
+    assert!(!stderr.contains("socket"), "{stderr}");
+    assert!(!env.socket.exists(), "nothing may be bound");
+}
+
+/// Log rotation as logrotate does it: the audit file is renamed, then SIGHUP; the records that
+/// follow go to a new file at the configured path, none into the renamed one. The same SIGHUP
+/// loads a policy without rules: a loud warning, since every request is now denied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reopens_the_audit_log_and_warns_when_no_rule_is_left() {
+    let mut env = ProcEnv::new();
+    let audit = env.tpm.path().join("audit.log");
+    let rotated = env.tpm.path().join("audit.log.1");
+    let mut child = KillOnDrop(env.command().arg("--audit-log").arg(&audit).spawn().expect("spawn tpm-vaultd"));
+    assert!(env.wait_note("READY=1", Duration::from_secs(60)), "no READY=1; stderr:\n{}", env.stderr());
+    let mut keys = env.keys().await;
+    let create = |name: &str| pb::CreateKeyRequest { name: name.into(), algorithm: 0, pcr_binding: None, auth: vec![] };
+    keys.create_key(create("before")).await.expect("create before the rotation");
+    let audit_keys = |path: &std::path::Path| -> Vec<String> {
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter_map(|v| v["key"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !audit_keys(&audit).contains(&"before".to_owned()) {
+        assert!(std::time::Instant::now() < deadline, "the first record never reached the audit file");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    std::fs::rename(&audit, &rotated).expect("rotate");
+    for entry in std::fs::read_dir(env.tpm.path().join("policies")).expect("policies") {
+        std::fs::write(entry.expect("entry").path(), "# no rules\n").expect("empty the policy");
+    }
+    send_signal(&child.0, Signal::SIGHUP);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !env.stderr().contains("NO rules") {
+        assert!(std::time::Instant::now() < deadline, "no warning after the reload; stderr:\n{}", env.stderr());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        env.stderr().lines().any(|l| l.contains("WARN") && l.contains("every request will be denied")),
+        "{}",
+        env.stderr()
+    );
+    let denied = keys.create_key(create("after")).await.expect_err("no rule allows it");
+    assert_eq!(denied.code(), Code::PermissionDenied);
+    send_signal(&child.0, Signal::SIGTERM);
+    let status = wait_exit(&mut child.0, Duration::from_secs(30));
+    assert_eq!(status.code(), Some(0), "{}", env.stderr());
+    assert_eq!(audit_keys(&rotated), ["before"], "the renamed file keeps only what came before");
+    assert_eq!(audit_keys(&audit), ["after"], "the record after SIGHUP is in the new file");
+}
+
+/// `--check-config` catches what start-up would hit without the TPM: an audit log whose
+/// directory is missing (exit 64, naming it); a policy rule's semantic error names its line;
+/// a user the system does not know passes with a warning naming file and line.
+#[test]
+fn check_config_checks_the_audit_log_and_names_policy_lines() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).expect("policies");
+    std::fs::write(
+        policies.join("a.toml"),
+        "[[rule]]\nname = \"ok\"\nclients = [\"uid:0\"]\noperations = [\"sign\"]\n",
+    )
+    .expect("policy");
+    let p = policies.display().to_string();
+    let missing = dir.path().join("no-such-dir/audit.log").display().to_string();
+    let (code, _, stderr) = check_config(None, &["--policies", &p, "--audit-log", &missing]);
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(stderr.contains(&format!("audit log {missing}: directory")), "{stderr}");
+    let fine = dir.path().join("audit.log").display().to_string();
+    let (code, stdout, stderr) = check_config(None, &["--policies", &p, "--audit-log", &fine]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("configuration OK") && !std::path::Path::new(&fine).exists(), "{stdout}");
+
+    std::fs::write(
+        policies.join("b.toml"),
+        "[[rule]]\nname = \"typo\"\nclients = [\"uid:0\",\n  \"user:doesnotexist-4711\"]\noperations = [\"sign\"]\n",
+    )
+    .expect("policy");
+    let (code, stdout, stderr) = check_config(None, &["--policies", &p]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("2 rule(s)"), "{stdout}");
+    assert!(
+        stderr.contains("warning: policy")
+            && stderr.contains("b.toml: line 4: rule \"typo\": no user \"doesnotexist-4711\""),
+        "{stderr}"
+    );
+    std::fs::write(
+        policies.join("c.toml"),
+        "[[rule]]\nname = \"bad\"\nclients = [\"uid:0\"]\n\noperations = [\"fly\"]\n",
+    )
+    .expect("policy");
+    let (code, _, stderr) = check_config(None, &["--policies", &p]);
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(stderr.contains("c.toml: line 5: rule \"bad\": unknown operation \"fly\""), "{stderr}");
+}
+
+/// `--check-config --user NAME` checks as the user the service runs as: a policy file only root
+/// may read passes a check as root but fails as that user, as start-up under it would.
+#[test]
+fn check_config_as_the_service_user_catches_an_unreadable_policy() {
+    use std::os::unix::fs::PermissionsExt as _;
+    assert_eq!(nix::unistd::getuid().as_raw(), 0, "this test checks as uid 65534: run as root");
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).expect("policies");
+    std::fs::set_permissions(&policies, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let file = policies.join("a.toml");
+    std::fs::write(&file, "[[rule]]\nname = \"ok\"\nclients = [\"uid:0\"]\noperations = [\"sign\"]\n").expect("policy");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let p = policies.display().to_string();
+    let (code, _, stderr) = check_config(None, &["--policies", &p]);
+    assert_eq!(code, Some(0), "as root it passes: {stderr}");
+    let (code, _, stderr) = check_config(None, &["--policies", &p, "--user", "nobody"]);
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(stderr.contains("a.toml") && stderr.contains("Permission denied"), "{stderr}");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let (code, stdout, stderr) = check_config(None, &["--policies", &p, "--user", "nobody"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("(checked as user nobody)"), "{stdout}");
+    let (code, _, stderr) = check_config(None, &["--policies", &p, "--user", "no-such-user-4711"]);
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(stderr.contains("no such user"), "{stderr}");
 }

@@ -177,7 +177,12 @@ fn sysusers_and_tmpfiles_apply_to_a_scratch_root() {
         .output()
         .expect("systemd-tmpfiles");
     assert!(out.status.success(), "{out:?}");
-    for (dir, mode) in [("var/lib/tpm-vault", 0o700), ("run/tpm-vault", 0o750), ("etc/tpm-vault/policies", 0o755)] {
+    for (dir, mode) in [
+        ("var/lib/tpm-vault", 0o700),
+        ("run/tpm-vault", 0o750),
+        ("var/log/tpm-vault", 0o750),
+        ("etc/tpm-vault/policies", 0o755),
+    ] {
         let meta = std::fs::metadata(root.path().join(dir)).expect(dir);
         assert_eq!(meta.permissions().mode() & 0o7777, mode, "{dir}");
     }

@@ -5,7 +5,7 @@
 //! |---|---|
 //! | socket cannot be opened, `UNAVAILABLE`, `DEADLINE_EXCEEDED`, `RESOURCE_EXHAUSTED` (TPM busy) | `CKR_DEVICE_ERROR` (the next call reconnects) |
 //! | `PERMISSION_DENIED` by the access policy | `CKR_FUNCTION_REJECTED` |
-//! | `PERMISSION_DENIED` "wrong key password" | `CKR_PIN_INCORRECT` |
+//! | `UNAUTHENTICATED` (wrong key password; older daemons: `PERMISSION_DENIED` "wrong key password") | `CKR_PIN_INCORRECT` |
 //! | `PERMISSION_DENIED` "needs its password" | `CKR_USER_NOT_LOGGED_IN` |
 //! | `RESOURCE_EXHAUSTED` dictionary-attack lockout | `CKR_PIN_LOCKED` |
 //! | `FAILED_PRECONDITION` (PCR values differ from the key's binding) | `CKR_KEY_FUNCTION_NOT_PERMITTED` |
@@ -42,6 +42,8 @@ pub(crate) fn from_client(e: &ClientError, doing: Doing) -> Rv {
         Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown => CKR_DEVICE_ERROR,
         Code::ResourceExhausted if message.contains("lockout") || message.contains("dictionary") => CKR_PIN_LOCKED,
         Code::ResourceExhausted => CKR_DEVICE_ERROR,
+        Code::Unauthenticated => CKR_PIN_INCORRECT,
+        // A daemon before 0.2 said PERMISSION_DENIED for a wrong password.
         Code::PermissionDenied if message.contains("wrong key password") => CKR_PIN_INCORRECT,
         Code::PermissionDenied if message.contains("needs its password") => CKR_USER_NOT_LOGGED_IN,
         Code::PermissionDenied => CKR_FUNCTION_REJECTED,
@@ -67,6 +69,7 @@ mod tests {
         let cases = [
             (Code::Unavailable, "TPM unavailable; retry later", Doing::Sign, CKR_DEVICE_ERROR),
             (Code::PermissionDenied, "access denied by policy", Doing::Sign, CKR_FUNCTION_REJECTED),
+            (Code::Unauthenticated, "wrong key password", Doing::Sign, CKR_PIN_INCORRECT),
             (Code::PermissionDenied, "wrong key password", Doing::Sign, CKR_PIN_INCORRECT),
             (Code::PermissionDenied, "key k needs its password", Doing::Sign, CKR_USER_NOT_LOGGED_IN),
             (Code::ResourceExhausted, "TPM in dictionary-attack lockout", Doing::Sign, CKR_PIN_LOCKED),

@@ -73,20 +73,22 @@ impl CliError {
     /// The exit status (see `EXIT_STATUS_HELP`).
     pub(crate) fn exit_code(&self) -> u8 {
         match self {
+            CliError::Client(err) if err.is_socket_permission() => 9,
             CliError::Client(err) => match err.code() {
                 Code::InvalidArgument | Code::OutOfRange => 2,
                 Code::NotFound => 3,
                 Code::AlreadyExists => 4,
-                Code::PermissionDenied | Code::Unauthenticated => 5,
+                Code::PermissionDenied => 5,
                 Code::FailedPrecondition => 6,
                 Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => 7,
                 Code::ResourceExhausted => 8,
+                Code::Unauthenticated => 10,
                 _ => 1,
             },
             CliError::Io { .. } | CliError::VerificationFailed | CliError::QuoteRejected(_) => 1,
             CliError::AccessDenied => 5,
             CliError::Acme(AcmeError::Local(_)) => 1,
-            CliError::Acme(_) => 9,
+            CliError::Acme(_) => 11,
         }
     }
 

@@ -118,14 +118,26 @@ pub(crate) fn write(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
 /// into a new file next to it that only its owner can read (mode 0600), synced, then renamed
 /// over `path` and the directory synced. So the secret is never readable by other users, even
 /// when `path` existed with a wider mode, and a crash leaves the old file or the whole new one.
-/// A `path` that exists and is not a regular file (a FIFO, `/dev/fd/N`) is written in place.
+/// A `path` that exists and is not a regular file (a FIFO, `/dev/fd/N`) is written in place,
+/// a FIFO only when the caller owns it: one made by another user (in `/tmp`, say) would hand
+/// them the secret.
 pub(crate) fn write_secret(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
-    use std::os::unix::fs::OpenOptionsExt as _;
+    use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _, OpenOptionsExt as _};
     if is_std(path) {
         return write_stdout(bytes);
     }
     if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
         let mut f = std::fs::OpenOptions::new().write(true).open(path).map_err(CliError::write(path))?;
+        // Checked on what was opened, so a FIFO swapped in after the look above is caught too.
+        let meta = f.metadata().map_err(CliError::write(path))?;
+        let me = nix::unistd::geteuid().as_raw();
+        if meta.file_type().is_fifo() && meta.uid() != me {
+            let why = format!(
+                "a FIFO owned by uid {}, not by you (uid {me}): another user could read the secret",
+                meta.uid()
+            );
+            return Err(CliError::write(path)(io::Error::new(io::ErrorKind::PermissionDenied, why)));
+        }
         return f.write_all(bytes).and_then(|()| f.flush()).map_err(CliError::write(path));
     }
     let dir = match path.parent() {
@@ -183,5 +195,36 @@ mod tests {
         assert_eq!(left.len(), 1, "no temporary file is left: {left:?}");
         // A directory that does not exist is a clear error, not a panic.
         assert!(write_secret(&dir.path().join("no/such/dir/x"), b"x").is_err());
+    }
+
+    /// A FIFO the caller made gets the secret; one another user made does not (run as root:
+    /// the FIFO is given to uid 65534, and the reader never sees a byte).
+    #[test]
+    fn secrets_go_only_into_fifos_the_caller_owns() {
+        use nix::sys::stat::Mode;
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let mine = dir.path().join("mine.fifo");
+        nix::unistd::mkfifo(&mine, Mode::S_IRUSR | Mode::S_IWUSR).unwrap_or_else(|e| panic!("{e}"));
+        let reader = {
+            let mine = mine.clone();
+            std::thread::spawn(move || std::fs::read(mine).unwrap_or_default())
+        };
+        write_secret(&mine, b"for me").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(reader.join().unwrap_or_default(), b"for me");
+
+        if !nix::unistd::geteuid().is_root() {
+            return; // cannot make a FIFO owned by someone else
+        }
+        let theirs = dir.path().join("theirs.fifo");
+        nix::unistd::mkfifo(&theirs, Mode::from_bits_truncate(0o666)).unwrap_or_else(|e| panic!("{e}"));
+        nix::unistd::chown(&theirs, Some(65534.into()), None).unwrap_or_else(|e| panic!("{e}"));
+        let reader = {
+            let theirs = theirs.clone();
+            std::thread::spawn(move || std::fs::read(theirs).unwrap_or_default())
+        };
+        let err =
+            write_secret(&theirs, b"not for them").map(|()| "written".to_owned()).unwrap_or_else(|e| e.to_string());
+        assert!(err.contains("a FIFO owned by uid 65534, not by you"), "{err}");
+        assert_eq!(reader.join().unwrap_or_default(), b"", "the other user's reader got nothing");
     }
 }

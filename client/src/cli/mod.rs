@@ -46,7 +46,9 @@ Exit status:
   6  PCR values do not match the key's or the sealed secret's binding
   7  daemon not running, TPM unreachable, or no answer in time (retry later)
   8  TPM busy or in dictionary-attack lockout (retry later)
-  9  the ACME CA refused (its problem is quoted) or could not be reached";
+  9  not allowed to open the daemon's socket (join the group the message names; do not retry)
+ 10  wrong key password
+ 11  the ACME CA refused (its problem is quoted) or could not be reached";
 
 /// `tpm-vault`: use the keys of a TPM 2.0 through the tpm-vaultd daemon.
 #[derive(Debug, Parser)]

@@ -90,6 +90,11 @@ impl Access {
         Ok(n)
     }
 
+    /// Reopens the audit log file at its path (log rotation; see [`audit::AuditLog::reopen`]).
+    pub fn reopen_audit_log(&self) {
+        self.audit.reopen();
+    }
+
     /// The policy in force.
     pub fn current(&self) -> Arc<Policy> {
         self.policy.read().map(|p| p.clone()).unwrap_or_default()

@@ -11,13 +11,16 @@
 //! ```
 //! A request is allowed when at least one rule matches its client, key and operation; the
 //! first matching rule (files in name order, rules in file order) is reported. Files that do
-//! not parse, or name an unknown operation or client kind, are rejected with file, line and
-//! reason: at start the daemon refuses to run, on reload the old policy stays in force.
+//! not parse, or name an unknown operation or client kind, a bad glob or an empty list, are
+//! rejected with file, line and reason: at start the daemon refuses to run, on reload the old
+//! policy stays in force. A `user:` or `group:` that the system does not know is loaded (it may
+//! be created later) but warned about, at load and by `--check-config`: it is usually a typo.
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use serde::Deserialize;
+use toml::Spanned;
 
 use super::Identity;
 use crate::model::KeyName;
@@ -61,6 +64,20 @@ impl FromStr for ClientMatch {
 }
 
 impl ClientMatch {
+    /// For `user:NAME` and `group:NAME` that the system's user and group databases do not
+    /// know, what is missing; `None` otherwise (and when the lookup itself fails).
+    fn unknown_to_the_system(&self) -> Option<String> {
+        match self {
+            Self::User(n) => {
+                matches!(nix::unistd::User::from_name(n), Ok(None)).then(|| format!("no user {n:?} on this system"))
+            }
+            Self::Group(n) => {
+                matches!(nix::unistd::Group::from_name(n), Ok(None)).then(|| format!("no group {n:?} on this system"))
+            }
+            _ => None,
+        }
+    }
+
     fn matches(&self, who: &Identity) -> bool {
         match (self, who) {
             (Self::Any, _) => true,
@@ -130,14 +147,15 @@ struct FileRules {
     rule: Vec<RawRule>,
 }
 
+/// A rule as written, each value with its place in the file (for the line in errors).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawRule {
     name: Option<String>,
-    clients: Vec<String>,
+    clients: Spanned<Vec<Spanned<String>>>,
     #[serde(default)]
-    keys: Vec<String>,
-    operations: Vec<String>,
+    keys: Vec<Spanned<String>>,
+    operations: Spanned<Vec<Spanned<String>>>,
     #[serde(default)]
     owner_only: bool,
 }
@@ -166,6 +184,7 @@ pub enum Decision {
 pub struct Policy {
     rules: Vec<Rule>,
     files: Vec<PathBuf>,
+    warnings: Vec<String>,
 }
 
 impl Policy {
@@ -188,6 +207,9 @@ impl Policy {
                 .map_err(|e| PolicyError { path: file.clone(), reason: e.to_string() })?;
             policy.add_file(&file, &text)?;
         }
+        for warning in policy.warnings() {
+            tracing::warn!("policy {warning} (a typo? the rule cannot match it)");
+        }
         Ok(policy)
     }
 
@@ -199,39 +221,54 @@ impl Policy {
         let err = |reason: String| PolicyError { path: path.to_owned(), reason };
         let raw: FileRules = toml::from_str(text).map_err(|e| err(one_line(&e.to_string())))?;
         let stem = path.file_name().map(|f| f.to_string_lossy().to_string()).unwrap_or_default();
+        let line = |span: std::ops::Range<usize>| text.get(..span.start).map_or(0, |t| t.matches('\n').count()) + 1;
         let mut rules = Vec::with_capacity(raw.rule.len());
+        let mut warnings = Vec::new();
         for (i, r) in raw.rule.into_iter().enumerate() {
             let name = r.name.unwrap_or_else(|| format!("{stem}#{}", i + 1));
-            let at = |what: String| err(format!("rule {name:?}: {what}"));
-            let clients = r.clients.iter().map(|c| c.parse()).collect::<Result<Vec<_>, _>>().map_err(at)?;
+            let at =
+                |span: std::ops::Range<usize>, what: String| err(format!("line {}: rule {name:?}: {what}", line(span)));
+            let mut clients = Vec::with_capacity(r.clients.get_ref().len());
+            for c in r.clients.get_ref() {
+                let client: ClientMatch = c.get_ref().parse().map_err(|e| at(c.span(), e))?;
+                if let Some(missing) = client.unknown_to_the_system() {
+                    warnings.push(format!("{}: line {}: rule {name:?}: {missing}", path.display(), line(c.span())));
+                }
+                clients.push(client);
+            }
             let mut operations = Vec::new();
-            for o in &r.operations {
-                if o == "*" {
+            for o in r.operations.get_ref() {
+                if o.get_ref() == "*" {
                     operations.extend(Operation::ALL);
                 } else {
-                    operations.push(o.parse::<Operation>().map_err(|e| at(e.to_string()))?);
+                    operations.push(o.get_ref().parse::<Operation>().map_err(|e| at(o.span(), e.to_string()))?);
                 }
             }
             for k in &r.keys {
-                let ok = !k.is_empty()
-                    && k.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-*?".contains(&b));
+                let glob = k.get_ref();
+                let ok = !glob.is_empty()
+                    && glob.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-*?".contains(&b));
                 if !ok {
-                    return Err(at(format!("key glob {k:?} may only use a-z 0-9 . _ - * ?")));
+                    return Err(at(k.span(), format!("key glob {glob:?} may only use a-z 0-9 . _ - * ?")));
                 }
             }
-            if clients.is_empty() || operations.is_empty() {
-                return Err(at("clients and operations must not be empty".into()));
+            if clients.is_empty() {
+                return Err(at(r.clients.span(), "clients must not be empty".into()));
+            }
+            if operations.is_empty() {
+                return Err(at(r.operations.span(), "operations must not be empty".into()));
             }
             rules.push(Rule {
                 name,
                 clients,
-                keys: r.keys.into_iter().map(Glob).collect(),
+                keys: r.keys.into_iter().map(|k| Glob(k.into_inner())).collect(),
                 operations,
                 owner_only: r.owner_only,
             });
         }
         self.rules.extend(rules);
         self.files.push(path.to_owned());
+        self.warnings.extend(warnings);
         Ok(())
     }
 
@@ -284,6 +321,12 @@ impl Policy {
     /// Files the rules came from.
     pub fn files(&self) -> &[PathBuf] {
         &self.files
+    }
+
+    /// What loaded but is probably a mistake (a user or group the system does not know), one
+    /// line each naming file, line and rule.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
     }
 }
 
@@ -372,17 +415,22 @@ mod tests {
         let mut p = Policy::default();
         let e = p.add_file(Path::new("x.toml"), "[[rule]]\nclients = [\"any\"]\noperations = [\"fly\"]\n");
         let msg = e.err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(msg.contains("x.toml") && msg.contains("unknown operation \"fly\""), "{msg}");
+        assert!(msg.contains("x.toml: line 3: ") && msg.contains("unknown operation \"fly\""), "{msg}");
         let e = p.add_file(Path::new("y.toml"), "[[rule]]\nclients = [\"any\"\n");
         let msg = e.err().map(|e| e.to_string()).unwrap_or_default();
         assert!(msg.contains("y.toml") && msg.contains("line"), "{msg}");
         let e = p.add_file(Path::new("z.toml"), "[[rule]]\nclients = [\"root\"]\noperations = [\"sign\"]\n");
-        assert!(e.is_err());
+        let msg = e.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(msg.starts_with("policy z.toml: line 2: rule \"z.toml#1\": unknown client \"root\""), "{msg}");
         let e = p.add_file(
             Path::new("w.toml"),
             "[[rule]]\nclients = [\"any\"]\nkeys = [\"../*\"]\noperations = [\"sign\"]\n",
         );
-        assert!(e.is_err());
+        let msg = e.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(msg.contains("w.toml: line 3: ") && msg.contains("key glob \"../*\""), "{msg}");
+        let e = p.add_file(Path::new("v.toml"), "\n[[rule]]\nname = \"r\"\nclients = []\noperations = [\"sign\"]\n");
+        let msg = e.err().map(|e| e.to_string()).unwrap_or_default();
+        assert_eq!(msg, "policy v.toml: line 4: rule \"r\": clients must not be empty");
         assert!(p.is_empty(), "nothing from failed files is kept");
     }
 
@@ -396,5 +444,24 @@ mod tests {
         assert!(!g("a?c", "abbc"));
         assert!(g("*-prod-*", "db-prod-1"));
         assert!(!g("web", "web-1"));
+    }
+
+    #[test]
+    fn users_and_groups_the_system_lacks_load_with_a_warning() {
+        let p = policy(
+            "[[rule]]\nname = \"typo\"\nclients = [\"user:root\",\n  \"user:doesnotexist-4711\", \"group:nogroup-4711\"]\n\
+             operations = [\"sign\"]\n",
+        );
+        assert_eq!(p.len(), 1);
+        assert_eq!(
+            p.warnings(),
+            [
+                "t.toml: line 4: rule \"typo\": no user \"doesnotexist-4711\" on this system",
+                "t.toml: line 4: rule \"typo\": no group \"nogroup-4711\" on this system",
+            ]
+        );
+        assert!(policy("[[rule]]\nclients = [\"user:root\", \"group:root\"]\noperations = [\"sign\"]\n")
+            .warnings()
+            .is_empty());
     }
 }

@@ -57,7 +57,7 @@ fn tpm_status(t: &TpmError) -> Status {
             tracing::error!(error = %t, "TPM refused");
             Status::failed_precondition("this TPM is not the one the vault's keys belong to (cleared or replaced)")
         }
-        TpmError::AuthFailed => Status::permission_denied("wrong key password"),
+        TpmError::AuthFailed => Status::unauthenticated("wrong key password"),
         TpmError::PolicyFailed => Status::failed_precondition("the key's PCR policy is not satisfied"),
         TpmError::PssSaltUnsupported => Status::failed_precondition(t.to_string()),
         TpmError::Malformed(_) | TpmError::Command { .. } => {
@@ -98,7 +98,7 @@ mod tests {
         assert_eq!(code(Error::Tpm(TpmError::Busy("x".into()))), Code::ResourceExhausted);
         assert_eq!(code(Error::Tpm(TpmError::Lockout(String::new()))), Code::ResourceExhausted);
         assert_eq!(code(Error::Tpm(TpmError::ObjectMemory)), Code::ResourceExhausted);
-        assert_eq!(code(Error::Tpm(TpmError::AuthFailed)), Code::PermissionDenied);
+        assert_eq!(code(Error::Tpm(TpmError::AuthFailed)), Code::Unauthenticated);
         assert_eq!(code(Error::Tpm(TpmError::PolicyFailed)), Code::FailedPrecondition);
         assert_eq!(code(Error::Tpm(TpmError::PssSaltUnsupported)), Code::FailedPrecondition);
         let mismatch = TpmError::SrkMismatch { expected: "a".into(), found: "b".into() };
