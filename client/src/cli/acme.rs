@@ -160,6 +160,13 @@ impl EnrollArgs {
         if self.domains.is_empty() && self.ips.is_empty() {
             return Err(Error::InvalidInput("give at least one --domain or --ip".into()).into());
         }
+        if self.account_key == self.name {
+            return Err(Error::InvalidInput(format!(
+                "the ACME account key must not be the key being certified ({}); pick another --account-key",
+                self.name
+            ))
+            .into());
+        }
         let eab = match (&self.eab_kid, &self.eab_hmac_file) {
             (Some(kid), Some(file)) => Some(read_eab(kid, file)?),
             _ => None,
@@ -490,4 +497,52 @@ impl Report for Outcomes {
 
 fn unix(t: SystemTime) -> Option<i64> {
     t.duration_since(SystemTime::UNIX_EPOCH).ok().and_then(|d| i64::try_from(d.as_secs()).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::super::cert::CertCommand;
+    use super::super::{Cli, Command};
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Command, clap::Error> {
+        let mut argv = vec!["tpm-vault"];
+        argv.extend_from_slice(args);
+        Cli::try_parse_from(argv).map(|cli| cli.command)
+    }
+
+    #[test]
+    fn enroll_and_renew_options() {
+        let Ok(Command::Cert(CertCommand::Enroll(args))) =
+            parse(&["cert", "enroll", "web", "--acme", "https://ca/dir", "--domain", "a.test", "--ip", "10.0.0.1"])
+        else {
+            panic!("not enroll")
+        };
+        assert_eq!(args.challenge, ChallengeKind::Http01);
+        assert_eq!(args.http_listen, "0.0.0.0:80".parse::<SocketAddr>().unwrap());
+        assert_eq!(args.account_key, "acme-account");
+        // dns-01 needs its hook; EAB needs both halves; renew needs a name or --all, not both.
+        assert!(parse(&["cert", "enroll", "web", "--acme", "u", "--domain", "a", "--challenge", "dns-01"]).is_err());
+        assert!(parse(&["cert", "enroll", "web", "--acme", "u", "--domain", "a", "--eab-kid", "k"]).is_err());
+        assert!(parse(&["cert", "renew"]).is_err());
+        assert!(parse(&["cert", "renew", "web", "--all"]).is_err());
+        let Ok(Command::Cert(CertCommand::Renew(args))) =
+            parse(&["cert", "renew", "--all", "--before", "30", "--new-key"])
+        else {
+            panic!("not renew")
+        };
+        assert!(args.all && args.new_key && args.before == Some(30));
+    }
+
+    #[test]
+    fn eab_keys_are_base64url_with_or_without_padding() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("eab");
+        std::fs::write(&file, "AQID-_8=\n").unwrap();
+        assert_eq!(read_eab("kid", &file).unwrap().hmac.as_slice(), [1, 2, 3, 0xfb, 0xff]);
+        std::fs::write(&file, "not base64 !").unwrap();
+        assert!(read_eab("kid", &file).is_err());
+    }
 }
