@@ -38,6 +38,8 @@
 //!   ([`PolicyAuthority`]) or by a vault key ([`Client::sign_policy`]);
 //! - `cert`: certificate requests, self-signed certificates and stored chains
 //!   ([`Client::create_csr`], [`CertSubject`], [`CertificateChain`]);
+//! - `acme`: certificates from an ACME CA (RFC 8555) for vault keys, the account key a vault
+//!   key too (`tpm-vault cert enroll` / `cert renew`);
 //! - [`tls`]: TLS with vault keys: [`tls::VaultSigningKey`] (a rustls signing key), certificate
 //!   resolvers that follow rotation, and the TLS 1.3 defaults;
 //! - `access`: access-policy checks ([`Client::check_access`], [`Operation`]);
@@ -52,6 +54,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod access;
+mod acme;
 pub mod attest;
 mod blocking;
 mod bulk;

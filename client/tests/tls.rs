@@ -5,10 +5,8 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tpm_vault_daemon::spawn::CloseInheritedFds as _;
@@ -20,22 +18,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tpm_vault_client::tls::{self, SigningClient, VaultCertResolver, VaultSigningKey};
 use tpm_vault_client::{CertSubject, ClientBuilder, KeyAlgorithm};
 
-use support::Daemon;
-
-fn ok(output: &Output) -> String {
-    assert!(
-        output.status.success(),
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn run(cmd: &mut Command) -> Output {
-    cmd.stdin(Stdio::null()).output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
-}
+use support::{ok_text as ok, run_tool as run, Daemon, ExampleServer};
 
 /// A CA with a software P-256 key.
 struct TestCa {
@@ -169,74 +152,6 @@ fn csr_verifies_and_ca_issued_chain_is_checked_on_import() {
     assert_eq!(serde_json::from_str::<serde_json::Value>(&json).unwrap()["version"], 2);
     let bad = daemon.cli(&["csr", "device", "--subject", "XX=nope"]);
     assert_eq!(bad.status.code(), Some(2), "{bad:?}");
-}
-
-/// The example server as a child process; killed on drop.
-struct ExampleServer {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl ExampleServer {
-    fn start(daemon: &Daemon, key: &str, current_thread: bool) -> ExampleServer {
-        let mut cmd = Command::new(example_binary());
-        cmd.close_inherited_fds();
-        cmd.args(["--key", key, "--listen", "127.0.0.1:0", "--refresh-secs", "1", "--socket"])
-            .arg(&daemon.socket)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        if current_thread {
-            cmd.arg("--current-thread");
-        }
-        let mut child = cmd.spawn().expect("spawn tls_server");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).expect("read address");
-        let Some(addr) = line.trim().strip_prefix("listening on https://") else {
-            let _ = child.kill();
-            let out = child.wait_with_output().map(|o| String::from_utf8_lossy(&o.stderr).into_owned());
-            panic!("tls_server did not start: {line:?} {out:?}")
-        };
-        let addr = addr.parse().expect("address");
-        ExampleServer { child, addr }
-    }
-
-    /// Fails the test if the server died (a panic, for instance).
-    fn assert_alive(&mut self) {
-        if let Some(status) = self.child.try_wait().expect("try_wait") {
-            let mut stderr = String::new();
-            if let Some(mut e) = self.child.stderr.take() {
-                let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
-            }
-            panic!("tls_server exited with {status}: {stderr}");
-        }
-    }
-}
-
-impl Drop for ExampleServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// `target/<profile>/examples/tls_server`, built if `cargo test` was asked for this test only.
-fn example_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable");
-    let profile_dir = exe.parent().and_then(Path::parent).expect("target dir");
-    let path = profile_dir.join("examples").join("tls_server");
-    if !path.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .close_inherited_fds()
-            .args(["build", "-p", "tpm-vault-client", "--example", "tls_server"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("cargo build --example tls_server");
-        assert!(status.success());
-    }
-    path
 }
 
 fn roots(ca_pem: &str) -> rustls::RootCertStore {

@@ -32,7 +32,7 @@ fn unit_files() -> Vec<PathBuf> {
     let mut units: Vec<PathBuf> = std::fs::read_dir(units_dir())
         .expect("systemd/")
         .map(|e| e.expect("entry").path())
-        .filter(|p| p.extension().is_some_and(|x| x == "service" || x == "socket"))
+        .filter(|p| p.extension().is_some_and(|x| x == "service" || x == "socket" || x == "timer"))
         .collect();
     units.sort();
     units
@@ -380,6 +380,8 @@ fn deb_package_assets_exist_and_cover_the_units() {
     for (src, dest) in [
         ("systemd/tpm-vaultd.service", "usr/lib/systemd/system/"),
         ("systemd/tpm-vaultd.socket", "usr/lib/systemd/system/"),
+        ("systemd/tpm-vault-acme-renew.service", "usr/lib/systemd/system/"),
+        ("systemd/tpm-vault-acme-renew.timer", "usr/lib/systemd/system/"),
         ("systemd/sysusers.d/tpm-vault.conf", "usr/lib/sysusers.d/"),
         ("systemd/tmpfiles.d/tpm-vault.conf", "usr/lib/tmpfiles.d/"),
         ("systemd/config.toml", "etc/tpm-vault/config.toml"),

@@ -1,5 +1,6 @@
 //! `tpm-vault csr` and `tpm-vault cert ...`: certificate requests, self-signed certificates,
-//! importing a chain issued by a CA, and showing the stored chain.
+//! importing a chain issued by a CA, and showing the stored chain (ACME enrollment and renewal:
+//! `acme`).
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -70,6 +71,10 @@ pub(crate) enum CertCommand {
     Import(ImportArgs),
     /// Show the certificate chain stored with a key
     Show(ShowArgs),
+    /// Get a certificate for a key from an ACME CA (RFC 8555); the account key is a vault key too
+    Enroll(Box<super::acme::EnrollArgs>),
+    /// Renew ACME certificates that are due (same key, or a new one with --new-key)
+    Renew(super::acme::RenewArgs),
 }
 
 impl CertCommand {
@@ -78,6 +83,8 @@ impl CertCommand {
             CertCommand::SelfSign(args) => args.run(ctx).await,
             CertCommand::Import(args) => args.run(ctx).await,
             CertCommand::Show(args) => args.run(ctx).await,
+            CertCommand::Enroll(args) => args.run(ctx).await,
+            CertCommand::Renew(args) => args.run(ctx).await,
         }
     }
 }

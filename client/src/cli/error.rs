@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use tonic::Code;
 
+use crate::acme::AcmeError;
 use crate::error::io_reason;
 use crate::{Error, QuoteError};
 
@@ -38,6 +39,19 @@ pub(crate) enum CliError {
     /// `access check` found the operation denied: a result, already printed on stdout.
     #[error("denied by the access policy")]
     AccessDenied,
+    /// ACME enrollment or renewal failed at the CA (or before reaching it).
+    #[error("{0}")]
+    Acme(AcmeError),
+}
+
+impl From<AcmeError> for CliError {
+    /// Vault errors keep their own exit statuses.
+    fn from(e: AcmeError) -> CliError {
+        match e {
+            AcmeError::Vault(e) => CliError::Client(e),
+            other => CliError::Acme(other),
+        }
+    }
 }
 
 impl CliError {
@@ -73,6 +87,8 @@ impl CliError {
             },
             CliError::Io { .. } | CliError::VerificationFailed | CliError::QuoteRejected(_) => 1,
             CliError::AccessDenied => 5,
+            CliError::Acme(AcmeError::Local(_)) => 1,
+            CliError::Acme(_) => 11,
         }
     }
 

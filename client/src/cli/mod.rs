@@ -14,6 +14,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::{Client, DEFAULT_SOCKET};
 
 mod access;
+mod acme;
 mod attest;
 mod cert;
 mod completions;
@@ -46,7 +47,8 @@ Exit status:
   7  daemon not running, TPM unreachable, or no answer in time (retry later)
   8  TPM busy or in dictionary-attack lockout (retry later)
   9  not allowed to open the daemon's socket (join the group the message names; do not retry)
- 10  wrong key password";
+ 10  wrong key password
+ 11  the ACME CA refused (its problem is quoted) or could not be reached";
 
 /// `tpm-vault`: use the keys of a TPM 2.0 through the tpm-vaultd daemon.
 #[derive(Debug, Parser)]
@@ -110,7 +112,7 @@ enum Command {
     Kem(kem::KemCommand),
     /// Print a certificate signing request (PKCS#10, PEM) for a key, signed in the TPM
     Csr(cert::CsrArgs),
-    /// Self-sign, import and show the certificate chain stored with a key
+    /// Self-sign, import, show, and enroll or renew with an ACME CA, the certificate chain of a key
     #[command(subcommand)]
     Cert(cert::CertCommand),
     /// Create and delete data keys (TPM-sealed AES-256 keys for encrypt/decrypt)

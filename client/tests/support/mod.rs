@@ -3,9 +3,10 @@
 //! the `tpm-vault` binary with blocking calls or use the async client, alike.
 #![allow(dead_code, missing_docs)]
 
-use std::io::Write;
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 use tpm_vault_daemon::spawn::CloseInheritedFds as _;
@@ -268,4 +269,95 @@ fn policy(rules: &str) -> Access {
 /// Deterministic test data of `len` bytes (not all zero, not periodic at chunk size).
 pub fn data(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i.wrapping_mul(31) % 253) as u8).collect()
+}
+
+/// The example server as a child process; killed on drop.
+pub struct ExampleServer {
+    pub child: Child,
+    pub addr: SocketAddr,
+}
+
+impl ExampleServer {
+    pub fn start(daemon: &Daemon, key: &str, current_thread: bool) -> ExampleServer {
+        let mut cmd = Command::new(example_binary());
+        cmd.close_inherited_fds();
+        cmd.args(["--key", key, "--listen", "127.0.0.1:0", "--refresh-secs", "1", "--socket"])
+            .arg(&daemon.socket)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if current_thread {
+            cmd.arg("--current-thread");
+        }
+        let mut child = cmd.spawn().expect("spawn tls_server");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).expect("read address");
+        let Some(addr) = line.trim().strip_prefix("listening on https://") else {
+            let _ = child.kill();
+            let out = child.wait_with_output().map(|o| String::from_utf8_lossy(&o.stderr).into_owned());
+            panic!("tls_server did not start: {line:?} {out:?}")
+        };
+        let addr = addr.parse().expect("address");
+        ExampleServer { child, addr }
+    }
+
+    /// Fails the test if the server died (a panic, for instance).
+    pub fn assert_alive(&mut self) {
+        if let Some(status) = self.child.try_wait().expect("try_wait") {
+            let mut stderr = String::new();
+            if let Some(mut e) = self.child.stderr.take() {
+                let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
+            }
+            panic!("tls_server exited with {status}: {stderr}");
+        }
+    }
+}
+
+impl Drop for ExampleServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `target/<profile>/examples/tls_server`, built if `cargo test` was asked for this test only.
+pub fn example_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable");
+    let profile_dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let path = profile_dir.join("examples").join("tls_server");
+    if !path.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .close_inherited_fds()
+            .args(["build", "-p", "tpm-vault-client", "--example", "tls_server"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("cargo build --example tls_server");
+        assert!(status.success());
+    }
+    path
+}
+
+/// A free TCP port on loopback (bound and released: another process may take it first).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+}
+
+/// Runs a tool (openssl, curl...) with empty stdin and returns its output.
+pub fn run_tool(cmd: &mut Command) -> Output {
+    cmd.close_inherited_fds().stdin(Stdio::null()).output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
+}
+
+/// Asserts success (showing both streams otherwise) and returns stdout as text.
+#[track_caller]
+pub fn ok_text(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
 }
