@@ -49,7 +49,7 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Handshaken connections waiting for the gRPC server to take them.
 const ACCEPT_QUEUE: usize = 64;
 /// Handshakes in progress at once; past it a new TCP connection is closed at once, so peers that
-/// never finish a handshake hold at most this many descriptors for [`HANDSHAKE_TIMEOUT`].
+/// never finish a handshake hold at most this many descriptors, each for the 10 s handshake timeout.
 pub const MAX_HANDSHAKES: usize = 64;
 
 /// Why the TLS listener cannot start.
