@@ -17,6 +17,8 @@ use serde::Deserialize;
 pub const DEFAULT_CONFIG: &str = "/etc/tpm-vault/config.toml";
 /// Default TCTI.
 pub const DEFAULT_TCTI: &str = "device:/dev/tpmrm0";
+/// Where Linux exposes the firmware's measured-boot event log.
+pub const DEFAULT_EVENT_LOG: &str = "/sys/kernel/security/tpm0/binary_bios_measurements";
 /// The kernel resource manager device whose absence selects the embedded simulator.
 pub const TPM_DEVICE: &str = "/dev/tpmrm0";
 
@@ -79,6 +81,11 @@ pub struct Args {
     /// Also append every access decision as a JSON line to this file (mode 0600).
     #[arg(long, env = "TPM_VAULT_AUDIT_LOG")]
     pub audit_log: Option<PathBuf>,
+    /// The measured-boot event log served by GetEventLog. Default:
+    /// /sys/kernel/security/tpm0/binary_bios_measurements, none with the simulator; an empty
+    /// value serves none.
+    #[arg(long, env = "TPM_VAULT_EVENT_LOG")]
+    pub event_log: Option<PathBuf>,
     /// Validate the configuration and the policy directory, then exit (0 when valid, 64 when not).
     #[arg(long)]
     pub check_config: bool,
@@ -130,6 +137,8 @@ pub struct FileConfig {
     pub audit_log: Option<PathBuf>,
     /// See [`Args::datakey_idle_secs`].
     pub datakey_idle_secs: Option<u64>,
+    /// See [`Args::event_log`].
+    pub event_log: Option<PathBuf>,
 }
 
 /// Validated configuration.
@@ -163,6 +172,8 @@ pub struct Config {
     pub audit_log: Option<PathBuf>,
     /// Idle time after which an unsealed data key is dropped from memory.
     pub datakey_idle: Duration,
+    /// The event log GetEventLog serves, if any.
+    pub event_log: Option<PathBuf>,
     /// The config file that was read, if any (for `--check-config` and the startup log).
     pub file: Option<PathBuf>,
 }
@@ -301,6 +312,12 @@ impl Config {
             metrics_listen,
             audit_log: args.audit_log.clone().or(file.audit_log),
             datakey_idle: Duration::from_secs(args.datakey_idle_secs.or(file.datakey_idle_secs).unwrap_or(300)),
+            event_log: match args.event_log.clone().or(file.event_log) {
+                Some(path) if path.as_os_str().is_empty() => None,
+                Some(path) => Some(path),
+                None if simulator => None,
+                None => Some(DEFAULT_EVENT_LOG.into()),
+            },
             file: file_path,
         })
     }
@@ -384,6 +401,23 @@ mod tests {
         assert!(err.contains("bogus") && err.contains("line 2"), "{err}");
         let missing = Config::load(&args(&["--config", "/nonexistent/c.toml"]));
         assert!(matches!(missing, Err(ConfigError::Read { .. })));
+    }
+
+    #[test]
+    fn event_log_default_file_and_off() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("c.toml");
+        let p = path.to_string_lossy().to_string();
+        std::fs::write(&path, "tcti = \"swtpm:host=127.0.0.1,port=1\"\n").ok();
+        let c = Config::load(&args(&["--config", &p])).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.event_log, Some(PathBuf::from(DEFAULT_EVENT_LOG)));
+        let c = Config::load(&args(&["--config", &p, "--simulator"])).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.event_log, None, "the simulator has no firmware log");
+        std::fs::write(&path, "tcti = \"x\"\nevent_log = \"/var/lib/log.bin\"\n").ok();
+        let c = Config::load(&args(&["--config", &p])).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.event_log, Some(PathBuf::from("/var/lib/log.bin")));
+        let c = Config::load(&args(&["--config", &p, "--event-log", ""])).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.event_log, None);
     }
 
     #[test]
