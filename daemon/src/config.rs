@@ -83,7 +83,7 @@ pub struct Args {
     pub audit_log: Option<PathBuf>,
     /// The measured-boot event log served by GetEventLog. Default:
     /// /sys/kernel/security/tpm0/binary_bios_measurements, none with the simulator; an empty
-    /// value serves none.
+    /// value in the config file serves none.
     #[arg(long, env = "TPM_VAULT_EVENT_LOG")]
     pub event_log: Option<PathBuf>,
     /// Validate the configuration and the policy directory, then exit (0 when valid, 64 when not).
@@ -416,8 +416,11 @@ mod tests {
         std::fs::write(&path, "tcti = \"x\"\nevent_log = \"/var/lib/log.bin\"\n").ok();
         let c = Config::load(&args(&["--config", &p])).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(c.event_log, Some(PathBuf::from("/var/lib/log.bin")));
-        let c = Config::load(&args(&["--config", &p, "--event-log", ""])).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(c.event_log, None);
+        let c = Config::load(&args(&["--config", &p, "--event-log", "/tmp/x"])).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.event_log, Some(PathBuf::from("/tmp/x")), "the flag wins");
+        std::fs::write(&path, "tcti = \"x\"\nevent_log = \"\"\n").ok();
+        let c = Config::load(&args(&["--config", &p])).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.event_log, None, "empty: off");
     }
 
     #[test]

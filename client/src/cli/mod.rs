@@ -19,6 +19,7 @@ mod cert;
 mod completions;
 mod crypto;
 mod error;
+mod eventlog;
 mod files;
 mod kem;
 mod key;
@@ -124,9 +125,12 @@ enum Command {
     Quote(attest::QuoteArgs),
     /// Check a quote (signature, nonce, PCR values) in-core
     VerifyQuote(attest::VerifyQuoteArgs),
-    /// Read PCR values
+    /// Read PCR values; predict the value of a PCR after extends
     #[command(subcommand)]
     Pcr(attest::PcrCommand),
+    /// Show and replay the measured-boot event log (from the daemon, or a file)
+    #[command(subcommand)]
+    Eventlog(eventlog::EventlogCommand),
     /// Show the attestation key; activate credentials made for it
     #[command(subcommand)]
     Attest(attest::AttestCommand),
@@ -175,6 +179,7 @@ impl Command {
             Command::Quote(args) => args.run(ctx).await,
             Command::VerifyQuote(args) => args.run(ctx).await,
             Command::Pcr(command) => command.run(ctx).await,
+            Command::Eventlog(command) => command.run(ctx).await,
             Command::Attest(command) => command.run(ctx).await,
             Command::Seal(args) => args.run(ctx).await,
             Command::Unseal(args) => args.run(ctx).await,
