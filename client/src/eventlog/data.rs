@@ -219,8 +219,10 @@ fn image_load(data: &[u8]) -> Option<EventData> {
 
 /// `UEFI_PLATFORM_FIRMWARE_BLOB`: BlobBase, BlobLength.
 fn firmware_blob(data: &[u8]) -> Option<EventData> {
-    (data.len() == 16)
-        .then(|| EventData::FirmwareBlob { base: u64_at(data, 0).unwrap_or(0), length: u64_at(data, 8).unwrap_or(0) })
+    if data.len() != 16 {
+        return None;
+    }
+    Some(EventData::FirmwareBlob { base: u64_at(data, 0)?, length: u64_at(data, 8)? })
 }
 
 /// The nodes of a device path (each: type, sub-type, u16 length including this header, data),
