@@ -190,6 +190,14 @@ impl BlockingClient {
         self.runtime.block_on(self.inner.activate_credential(credential_blob, encrypted_secret))
     }
 
+    /// The device's event log and its path on the device. See [`Client::event_log`].
+    ///
+    /// # Errors
+    /// As [`Client::event_log`].
+    pub fn event_log(&self) -> Result<(Vec<u8>, String), Error> {
+        self.runtime.block_on(self.inner.event_log())
+    }
+
     /// Seals a secret. See [`Client::seal`].
     ///
     /// # Errors

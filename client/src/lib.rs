@@ -33,6 +33,8 @@
 //!   [`Client::encrypt_reader`], ...) and random bytes;
 //! - [`attest`]: the attestation key, quotes and PCR reads, the in-core quote verifier
 //!   ([`Quote::verify`]) and the tpm2-tools file formats (`quote.pcrs`, credential files);
+//! - [`eventlog`]: the TPM's measured-boot event log: parsing (both TCG formats), decoding,
+//!   replay per bank and the check against the TPM's or a quote's PCR values;
 //! - `seal`: sealed secrets ([`Client::seal`], [`SealOptions`]);
 //! - `policy`: signed PCR approvals for authorized secrets ([`SignedPolicy`]), signed offline
 //!   ([`PolicyAuthority`]) or by a vault key ([`Client::sign_policy`]);
@@ -63,6 +65,7 @@ pub mod cli;
 mod client;
 mod crypto;
 mod error;
+pub mod eventlog;
 mod key;
 mod key_auth;
 mod names;

@@ -17,6 +17,8 @@ use serde::Deserialize;
 pub const DEFAULT_CONFIG: &str = "/etc/tpm-vault/config.toml";
 /// Default TCTI.
 pub const DEFAULT_TCTI: &str = "device:/dev/tpmrm0";
+/// Where Linux exposes the firmware's measured-boot event log.
+pub const DEFAULT_EVENT_LOG: &str = "/sys/kernel/security/tpm0/binary_bios_measurements";
 /// The kernel resource manager device whose absence selects the embedded simulator.
 pub const TPM_DEVICE: &str = "/dev/tpmrm0";
 
@@ -88,6 +90,11 @@ pub struct Args {
     /// Requests (HTTP/2 streams) one connection may have open at once.
     #[arg(long, env = "TPM_VAULT_MAX_STREAMS_PER_CONNECTION")]
     pub max_streams_per_connection: Option<u32>,
+    /// The measured-boot event log served by GetEventLog. Default:
+    /// /sys/kernel/security/tpm0/binary_bios_measurements, none with the simulator; an empty
+    /// value in the config file serves none.
+    #[arg(long, env = "TPM_VAULT_EVENT_LOG")]
+    pub event_log: Option<PathBuf>,
     /// Validate the configuration and the policy directory, then exit (0 when valid, 64 when not).
     #[arg(long)]
     pub check_config: bool,
@@ -149,6 +156,8 @@ pub struct FileConfig {
     pub max_streams_per_connection: Option<u32>,
     /// See [`Args::datakey_idle_secs`].
     pub datakey_idle_secs: Option<u64>,
+    /// See [`Args::event_log`].
+    pub event_log: Option<PathBuf>,
 }
 
 /// Validated configuration.
@@ -187,6 +196,8 @@ pub struct Config {
     pub limits: ServeLimits,
     /// Idle time after which an unsealed data key is dropped from memory.
     pub datakey_idle: Duration,
+    /// The event log GetEventLog serves, if any.
+    pub event_log: Option<PathBuf>,
     /// The config file that was read, if any (for `--check-config` and the startup log).
     pub file: Option<PathBuf>,
 }
@@ -336,6 +347,12 @@ impl Config {
             audit_log: args.audit_log.clone().or(file.audit_log),
             limits,
             datakey_idle: Duration::from_secs(args.datakey_idle_secs.or(file.datakey_idle_secs).unwrap_or(300)),
+            event_log: match args.event_log.clone().or(file.event_log) {
+                Some(path) if path.as_os_str().is_empty() => None,
+                Some(path) => Some(path),
+                None if simulator => None,
+                None => Some(DEFAULT_EVENT_LOG.into()),
+            },
             file: file_path,
         })
     }
@@ -498,6 +515,26 @@ mod tests {
         assert!(err.contains("bogus") && err.contains("line 2"), "{err}");
         let missing = Config::load(&args(&["--config", "/nonexistent/c.toml"]));
         assert!(matches!(missing, Err(ConfigError::Read { .. })));
+    }
+
+    #[test]
+    fn event_log_default_file_and_off() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("c.toml");
+        let p = path.to_string_lossy().to_string();
+        std::fs::write(&path, "tcti = \"swtpm:host=127.0.0.1,port=1\"\n").ok();
+        let c = Config::load(&args(&["--config", &p])).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.event_log, Some(PathBuf::from(DEFAULT_EVENT_LOG)));
+        let c = Config::load(&args(&["--config", &p, "--simulator"])).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.event_log, None, "the simulator has no firmware log");
+        std::fs::write(&path, "tcti = \"x\"\nevent_log = \"/var/lib/log.bin\"\n").ok();
+        let c = Config::load(&args(&["--config", &p])).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.event_log, Some(PathBuf::from("/var/lib/log.bin")));
+        let c = Config::load(&args(&["--config", &p, "--event-log", "/tmp/x"])).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.event_log, Some(PathBuf::from("/tmp/x")), "the flag wins");
+        std::fs::write(&path, "tcti = \"x\"\nevent_log = \"\"\n").ok();
+        let c = Config::load(&args(&["--config", &p])).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.event_log, None, "empty: off");
     }
 
     #[test]

@@ -24,6 +24,12 @@ pub enum Error {
     /// The access policy denies the operation.
     #[error("{0}")]
     PermissionDenied(String),
+    /// The device has no measured-boot event log (none configured, or no file at its path).
+    #[error("{0}")]
+    NoEventLog(String),
+    /// The event log exists but cannot be read (permissions, I/O, too large).
+    #[error("{0}")]
+    EventLogUnreadable(String),
     /// The key's PCR policy is not satisfied (PCR values differ from the bound ones).
     #[error("{0}")]
     PcrMismatch(String),

@@ -238,7 +238,7 @@ async fn serve_vault(
     let listener = UnixListener::from_std(listener)
         .map_err(|source| ServerError::Socket { path: config.socket.clone(), source })?;
     let _watchdog = crate::systemd::spawn_watchdog(vault.tpm().clone()).map(AbortOnDrop);
-    let ctx = Ctx::new(vault, metrics, access);
+    let ctx = Ctx::new(vault, metrics, access).with_event_log(config.event_log.as_deref());
     let result = serve_ctx_with_tls(ctx, listener, tls, shutdown, config.shutdown_grace, &config.limits).await;
     drop(metrics_task);
     if let Some(path) = owned_socket {

@@ -8,7 +8,10 @@
 //!   real PCR policy digests, valid, revoked, expired and for other banks;
 //! - `aead_stream`: streams made by `crypto::stream::Encryptor` under the fuzz data key;
 //! - `certificate`: a self-signed certificate and a CSR of a vault key, and subjects;
-//! - `quote`: a real quote of the vault's AK, a tpm2-tools `quote.pcrs` and a credential file.
+//! - `quote`: a real quote of the vault's AK, a tpm2-tools `quote.pcrs` and a credential file;
+//! - `eventlog`: measured-boot logs as firmware writes them: crypto-agile with SHA-1, SHA-256,
+//!   SHA-384 (and one with SHA-512 and SM3-256 too), StartupLocality, UEFI variable, image-load
+//!   and text events; and a SHA-1-only log. Each parses and replays (checked here).
 //!
 //! Run with `./scripts/fuzz --seeds` (needs swtpm). The files are small: keep the corpora well
 //! under 1 MiB in all.
@@ -282,4 +285,107 @@ async fn tpm_seeds() {
     write(&quotes, "credential.bin", &cred.to_bytes());
 
     vault.shutdown(Duration::from_secs(5)).await;
+}
+
+/// An event log in the firmware's format: `banks` (TPM_ALG_ID, digest size) declared in a
+/// Spec ID header, or the SHA-1-only format when `banks` is empty. Digests are the hash of the
+/// data for the declared algorithms the parser knows (`HashAlg`).
+fn event_log(banks: &[(u16, u16)], events: &[(u32, u32, &[u8])]) -> Vec<u8> {
+    use tpm_vault_client::eventlog::HashAlg;
+    let sha1_event = |out: &mut Vec<u8>, pcr: u32, kind: u32, digest: &[u8], data: &[u8]| {
+        out.extend_from_slice(&pcr.to_le_bytes());
+        out.extend_from_slice(&kind.to_le_bytes());
+        out.extend_from_slice(digest);
+        out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        out.extend_from_slice(data);
+    };
+    let mut out = Vec::new();
+    if banks.is_empty() {
+        for (pcr, kind, data) in events {
+            sha1_event(&mut out, *pcr, *kind, &HashAlg::Sha1.digest(data), data);
+        }
+        return out;
+    }
+    let mut spec = b"Spec ID Event03\0".to_vec();
+    spec.extend_from_slice(&[0, 0, 0, 0, 0, 2, 2, 2]);
+    spec.extend_from_slice(&(banks.len() as u32).to_le_bytes());
+    for (id, size) in banks {
+        spec.extend_from_slice(&id.to_le_bytes());
+        spec.extend_from_slice(&size.to_le_bytes());
+    }
+    spec.push(0);
+    sha1_event(&mut out, 0, 3, &[0; 20], &spec);
+    for (pcr, kind, data) in events {
+        out.extend_from_slice(&pcr.to_le_bytes());
+        out.extend_from_slice(&kind.to_le_bytes());
+        out.extend_from_slice(&(banks.len() as u32).to_le_bytes());
+        for (id, size) in banks {
+            out.extend_from_slice(&id.to_le_bytes());
+            let digest = HashAlg::from_id(*id).map(|alg| alg.digest(data)).unwrap_or_default();
+            let digest = if *kind == 3 { vec![0; usize::from(*size)] } else { digest };
+            out.extend_from_slice(&digest);
+        }
+        out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        out.extend_from_slice(data);
+    }
+    out
+}
+
+#[test]
+#[ignore = "rewrites fuzz/corpus; run by ./scripts/fuzz --seeds"]
+fn eventlog_seeds() {
+    let dir = corpus("eventlog");
+    let utf16 = |text: &str| -> Vec<u8> { text.encode_utf16().flat_map(u16::to_le_bytes).collect() };
+    let guid = [0x61, 0xdf, 0xe4, 0x8b, 0xca, 0x93, 0xd2, 0x11, 0xaa, 0x0d, 0x00, 0xe0, 0x98, 0x03, 0x2b, 0x8c];
+    let variable = [&guid[..], &10u64.to_le_bytes(), &1u64.to_le_bytes(), &utf16("SecureBoot"), &[1]].concat();
+    let file = utf16("\\EFI\\BOOT\\BOOTX64.EFI\0");
+    let mut path = vec![2, 1, 12, 0, 0xd0, 0x41, 0x03, 0x0a, 0, 0, 0, 0, 1, 1, 6, 0, 2, 0x1f, 4, 4];
+    path.extend_from_slice(&((file.len() + 4) as u16).to_le_bytes());
+    path.extend_from_slice(&file);
+    path.extend_from_slice(&[0x7f, 0xff, 4, 0]);
+    let image = [
+        &0x7e00_0000u64.to_le_bytes()[..],
+        &0x2_0000u64.to_le_bytes(),
+        &0u64.to_le_bytes(),
+        &(path.len() as u64).to_le_bytes(),
+        &path,
+    ]
+    .concat();
+    let blob = [0x80_0000u64.to_le_bytes(), 0x2_0000u64.to_le_bytes()].concat();
+    let crtm = utf16("1.00\0");
+    let events: Vec<(u32, u32, &[u8])> = vec![
+        (0, 3, b"StartupLocality\0\x03"),
+        (0, 8, &crtm),
+        (0, 0x8000_0008, &blob),
+        (7, 0x8000_0001, &variable),
+        (0, 4, &[0; 4]),
+        (7, 4, &[0; 4]),
+        (4, 0x8000_0003, &image),
+        (4, 0x8000_0007, b"Calling EFI Application from Boot Option"),
+        (8, 0xd, b"grub_cmd: linux /vmlinuz root=/dev/vda1\0"),
+        (9, 0xd, b"/boot/vmlinuz\0"),
+    ];
+    let logs = [
+        ("agile-sha1-sha256-sha384.bin", event_log(&[(0x0004, 20), (0x000b, 32), (0x000c, 48)], &events)),
+        (
+            "agile-all-banks.bin",
+            event_log(&[(0x0004, 20), (0x000b, 32), (0x000c, 48), (0x000d, 64), (0x0012, 32)], &events[..5]),
+        ),
+        ("sha1-only.bin", event_log(&[], &events[1..])),
+    ];
+    for (name, log) in logs {
+        let parsed = tpm_vault_client::eventlog::EventLog::parse(&log).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(
+            parsed.events.len(),
+            if name.starts_with("sha1") {
+                9
+            } else if name.contains("all") {
+                6
+            } else {
+                11
+            }
+        );
+        assert!(!parsed.replay().pcrs.is_empty());
+        write(&dir, name, &log);
+    }
 }

@@ -1,6 +1,7 @@
 //! Attestation: the device's attestation key, PCR quotes and PCR values, and checking a quote.
 //!
-//! Owns the [`Client`] methods of `tpmvault.v1.AttestationService`, the plain-data types they
+//! Owns the [`Client`] methods of `tpmvault.v1.AttestationService` (the event log's too; it is
+//! parsed by [`crate::eventlog`]), the plain-data types they
 //! return ([`AttestationKey`], [`Quote`], [`PcrValues`]), the in-core quote verifier (`verify`: TPMS_ATTEST and
 //! TPMT_SIGNATURE parsing, ECDSA P-256 check, nonce, PCR digest and expected values) and the
 //! tpm2-tools file formats (`tpm2_tools`: `quote.pcrs`, credential files). It does not touch
@@ -227,6 +228,30 @@ impl Client {
         });
         let response = self.attestation.clone().activate_credential(request).await?;
         Ok(Zeroizing::new(response.into_inner().secret))
+    }
+
+    /// The device's measured-boot event log, raw, and the path the daemon read it from.
+    /// Parse it with [`EventLog::parse`](crate::eventlog::EventLog::parse).
+    ///
+    /// # Errors
+    /// `NotFound` when the device has no log (swtpm, containers), `FailedPrecondition` when
+    /// the daemon cannot read it, `PermissionDenied` (the `quote` operation), `Unavailable`.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use tpm_vault_client::eventlog::EventLog;
+    /// use tpm_vault_client::Client;
+    ///
+    /// # async fn demo(client: Client) -> Result<(), Box<dyn std::error::Error>> {
+    /// let (bytes, path) = client.event_log().await?;
+    /// let log = EventLog::parse(&bytes)?;
+    /// println!("{path}: {} events", log.events.len());
+    /// # Ok(()) }
+    /// ```
+    pub async fn event_log(&self) -> Result<(Vec<u8>, String), Error> {
+        let request = self.request(proto::GetEventLogRequest {});
+        let log = self.attestation.clone().get_event_log(request).await?.into_inner();
+        Ok((log.log, log.path))
     }
 }
 

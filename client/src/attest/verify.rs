@@ -17,6 +17,7 @@ use p256::pkcs8::DecodePublicKey;
 use sha2::{Digest, Sha256};
 
 use super::Quote;
+use crate::eventlog::{Culprit, EventLog, EventLogError, HashAlg, PcrCheck};
 use crate::PcrBinding;
 
 /// TPM_GENERATED_VALUE: the TPM puts it first in every structure it signs.
@@ -153,6 +154,28 @@ pub enum QuoteError {
         /// Index.
         pcr: u32,
     },
+    /// The event log given with the quote does not parse.
+    #[error("event log: {0}")]
+    EventLogMalformed(#[from] EventLogError),
+    /// The event log has no digests for the quoted bank.
+    #[error("the event log has no {bank} digests (its banks: {banks})")]
+    EventLogBank {
+        /// The quoted bank.
+        bank: String,
+        /// The log's banks.
+        banks: String,
+    },
+    /// A quoted PCR is not what the event log replays to, or an event behind it does not say
+    /// what was measured.
+    #[error("event log does not explain PCR {bank}:{pcr}: {culprit}")]
+    EventLogMismatch {
+        /// Bank.
+        bank: String,
+        /// Index.
+        pcr: u32,
+        /// The first event to blame.
+        culprit: Culprit,
+    },
 }
 
 impl QuoteError {
@@ -168,6 +191,9 @@ impl QuoteError {
             QuoteError::PcrDigestMismatch { .. } => "pcr_digest_mismatch",
             QuoteError::PcrValueMismatch { .. } => "pcr_value_mismatch",
             QuoteError::PcrNotQuoted { .. } => "pcr_not_quoted",
+            QuoteError::EventLogMalformed(_) => "eventlog_malformed",
+            QuoteError::EventLogBank { .. } => "eventlog_bank",
+            QuoteError::EventLogMismatch { .. } => "eventlog_mismatch",
         }
     }
 }
@@ -265,6 +291,41 @@ impl Quote {
             pcr_digest: attest.pcr_digest,
         })
     }
+}
+
+impl Quote {
+    /// Checks that `log` explains the quoted PCR values: each replays to the quoted value and
+    /// no event behind it has a digest that is not the hash of its data. Call it after
+    /// [`Quote::verify`] (which proves the values are the TPM's); it returns every quoted
+    /// PCR's check, for printing the events behind them.
+    ///
+    /// # Errors
+    /// [`QuoteError::EventLogBank`] if the log has no digests of the quoted bank,
+    /// [`QuoteError::EventLogMismatch`] naming the first PCR and event that break.
+    pub fn check_event_log(&self, log: &EventLog) -> Result<Vec<PcrCheck>, QuoteError> {
+        let bank_error = || QuoteError::EventLogBank { bank: self.pcrs.bank.clone(), banks: join_banks(&log.banks()) };
+        let alg = HashAlg::from_name(&self.pcrs.bank).ok_or_else(bank_error)?;
+        if !log.banks().contains(&alg) {
+            return Err(bank_error());
+        }
+        let values: Vec<(u32, Vec<u8>)> = self.pcrs.iter().map(|(pcr, value)| (pcr, value.to_vec())).collect();
+        let checks = log.check(alg, &values);
+        if let Some(bad) = checks.iter().find(|c| !c.ok()) {
+            if let Some(culprit) = &bad.culprit {
+                return Err(QuoteError::EventLogMismatch {
+                    bank: self.pcrs.bank.clone(),
+                    pcr: bad.pcr,
+                    culprit: culprit.clone(),
+                });
+            }
+        }
+        Ok(checks)
+    }
+}
+
+/// `sha1, sha256`.
+fn join_banks(banks: &[HashAlg]) -> String {
+    banks.iter().map(|b| b.name()).collect::<Vec<_>>().join(", ")
 }
 
 /// A parsed TPMS_ATTEST of type quote.

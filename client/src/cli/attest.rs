@@ -12,6 +12,7 @@ use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
 use crate::attest::{decode_pcrs, encode_pcrs, public_key_der, CredentialFile, QuoteInfo};
+use crate::eventlog::{EventLog, PcrCheck};
 use crate::pcr::parse_selection;
 use crate::{AttestationKey, Error, PcrBinding, PcrValues, Quote, QuoteError};
 
@@ -28,6 +29,8 @@ const QUOTE_SIG: &str = "quote.sig";
 const QUOTE_PCRS: &str = "quote.pcrs";
 /// `ak.pub.pem`: the attestation key.
 const AK_PEM: &str = "ak.pub.pem";
+/// `eventlog.bin`: the device's event log, with `quote --with-eventlog`.
+const EVENTLOG: &str = "eventlog.bin";
 /// No quote file is anywhere near this large (a PCR file of 32 digest lists is 17 KiB).
 const MAX_QUOTE_FILE: usize = 64 * 1024;
 /// Largest nonce the TPM takes (TPM2B_DATA).
@@ -49,11 +52,21 @@ pub(crate) struct QuoteArgs {
     /// Directory to write the quote files to (created if missing)
     #[arg(long, value_name = "DIR")]
     pub(crate) out_dir: PathBuf,
+    /// Also write the device's event log (from the daemon) to DIR/eventlog.bin, for
+    /// `verify-quote --eventlog`
+    #[arg(long)]
+    pub(crate) with_eventlog: bool,
 }
 
 impl QuoteArgs {
     pub(crate) async fn run(self, ctx: &mut Context) -> Result<(), CliError> {
-        let quote = ctx.client().await?.quote(&self.pcrs, &self.nonce.0).await?;
+        let client = ctx.client().await?;
+        // The log first: a device without one fails before any file is written.
+        let log = match self.with_eventlog {
+            true => Some(client.event_log().await?.0),
+            false => None,
+        };
+        let quote = client.quote(&self.pcrs, &self.nonce.0).await?;
         let pcrs = encode_pcrs(&quote.pcrs).map_err(|e| Error::InvalidInput(format!("the daemon's quote: {e}")))?;
         let pem = quote.ak_public_pem().map_err(|e| Error::InvalidInput(format!("the daemon's quote: {e}")))?;
         std::fs::create_dir_all(&self.out_dir).map_err(CliError::write(&self.out_dir))?;
@@ -61,7 +74,10 @@ impl QuoteArgs {
         files::write(&self.out_dir.join(QUOTE_SIG), &quote.signature)?;
         files::write(&self.out_dir.join(QUOTE_PCRS), &pcrs)?;
         files::write(&self.out_dir.join(AK_PEM), pem.as_bytes())?;
-        ctx.emit(&QuoteReport { dir: self.out_dir, nonce: self.nonce.0, quote })
+        if let Some(log) = &log {
+            files::write(&self.out_dir.join(EVENTLOG), log)?;
+        }
+        ctx.emit(&QuoteReport { dir: self.out_dir, nonce: self.nonce.0, quote, eventlog: log.is_some() })
     }
 }
 
@@ -85,6 +101,12 @@ pub(crate) struct VerifyQuoteArgs {
     /// The attestation key to check against (PEM or DER) [default: DIR/ak.pub.pem]
     #[arg(long, value_name = "FILE")]
     pub(crate) ak: Option<PathBuf>,
+    /// Also check that this event log replays to the quoted PCR values (e.g. DIR/eventlog.bin)
+    #[arg(long, value_name = "FILE")]
+    pub(crate) eventlog: Option<PathBuf>,
+    /// With --eventlog: print the events behind each quoted PCR
+    #[arg(long, requires = "eventlog")]
+    pub(crate) show_events: bool,
 }
 
 impl VerifyQuoteArgs {
@@ -95,11 +117,17 @@ impl VerifyQuoteArgs {
         let pcrs = read(QUOTE_PCRS)?;
         let ak_path = self.ak.clone().unwrap_or_else(|| self.in_dir.join(AK_PEM));
         let ak = files::read_limited(&ak_path, MAX_QUOTE_FILE, "a public key")?;
+        let log = self.eventlog.as_deref().map(super::eventlog::read_log).transpose()?;
+        let mut log_checks = None;
         let result = check(attest, signature, &pcrs, &ak).and_then(|quote| {
             let info = quote.verify(&self.nonce.0, &self.expect)?;
+            if let Some(bytes) = &log {
+                let log = EventLog::parse(bytes)?;
+                log_checks = Some((quote.check_event_log(&log)?, log));
+            }
             Ok((quote.pcrs, info))
         });
-        let report = VerifyQuoteReport { result };
+        let report = VerifyQuoteReport { result, eventlog: log_checks, show_events: self.show_events };
         match (&report.result, ctx.output) {
             (Ok(_), _) | (Err(_), OutputFormat::Json) => ctx.emit(&report)?,
             _ => {}
@@ -121,12 +149,15 @@ fn check(attest: Vec<u8>, signature: Vec<u8>, pcrs: &[u8], ak: &[u8]) -> Result<
 pub(crate) enum PcrCommand {
     /// Print PCR values
     Read(PcrReadArgs),
+    /// Print the value a PCR reaches after extends (for `seal --pcr` and `policy sign --pcr`)
+    Predict(super::eventlog::PredictArgs),
 }
 
 impl PcrCommand {
     pub(crate) async fn run(self, ctx: &mut Context) -> Result<(), CliError> {
         match self {
             PcrCommand::Read(args) => args.run(ctx).await,
+            PcrCommand::Predict(args) => args.run(ctx).await,
         }
     }
 }
@@ -292,6 +323,8 @@ pub(crate) struct QuoteReport {
     pub(crate) nonce: Vec<u8>,
     /// The quote.
     pub(crate) quote: Quote,
+    /// Whether `eventlog.bin` was written too.
+    pub(crate) eventlog: bool,
 }
 
 impl Report for QuoteReport {
@@ -303,6 +336,9 @@ impl Report for QuoteReport {
             hex::encode(&self.nonce),
             self.dir.display()
         )?;
+        if self.eventlog {
+            writeln!(out, "Event log: {}", self.dir.join(EVENTLOG).display())?;
+        }
         writeln!(out, "Check with: {}", checkquote_command(&self.dir, &self.quote.pcrs.bank, &self.nonce))
     }
 
@@ -318,6 +354,7 @@ impl Report for QuoteReport {
                 "signature": file(QUOTE_SIG),
                 "pcrs": file(QUOTE_PCRS),
                 "ak_public_key": file(AK_PEM),
+                "eventlog": self.eventlog.then(|| file(EVENTLOG)),
             },
             "checkquote": checkquote_command(&self.dir, &self.quote.pcrs.bank, &self.nonce),
         })
@@ -328,6 +365,41 @@ impl Report for QuoteReport {
 pub(crate) struct VerifyQuoteReport {
     /// The verified values and quote details, or the failed check.
     pub(crate) result: Result<(PcrValues, QuoteInfo), QuoteError>,
+    /// With `--eventlog`, when it explains the quote: each quoted PCR's check, and the log.
+    pub(crate) eventlog: Option<(Vec<PcrCheck>, EventLog)>,
+    /// `--show-events`.
+    pub(crate) show_events: bool,
+}
+
+impl VerifyQuoteReport {
+    fn eventlog_text(&self, out: &mut dyn Write) -> io::Result<()> {
+        let Some((checks, log)) = &self.eventlog else { return Ok(()) };
+        writeln!(out, "event log: explains {} quoted PCRs", checks.len())?;
+        if self.show_events {
+            for check in checks {
+                writeln!(out, "PCR {}:{} = {}", check.bank, check.pcr, hex::encode(&check.tpm))?;
+                for event in log.events_for(check.pcr) {
+                    super::eventlog::event_text(event, out, "  ")?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn eventlog_json(&self) -> Value {
+        let Some((checks, log)) = &self.eventlog else { return Value::Null };
+        let pcrs: Vec<Value> = checks
+            .iter()
+            .map(|check| {
+                let mut value = super::eventlog::check_json(check);
+                if self.show_events {
+                    value["events"] = log.events_for(check.pcr).map(super::eventlog::event_json).collect();
+                }
+                value
+            })
+            .collect();
+        json!({ "explains_quote": true, "pcrs": pcrs })
+    }
 }
 
 impl Report for VerifyQuoteReport {
@@ -348,7 +420,8 @@ impl Report for VerifyQuoteReport {
                         ),
                         ("firmware", format!("{:#018x}", info.firmware_version)),
                     ],
-                )
+                )?;
+                self.eventlog_text(out)
             }
             Err(e) => writeln!(out, "quote rejected: {e}"),
         }
@@ -368,6 +441,7 @@ impl Report for VerifyQuoteReport {
                 "restart_count": info.restart_count,
                 "safe": info.safe,
                 "firmware_version": info.firmware_version,
+                "eventlog": self.eventlog_json(),
             }),
             Err(e) => json!({ "valid": false, "reason": e.reason(), "error": e.to_string() }),
         }
@@ -519,7 +593,7 @@ mod tests {
 
     #[test]
     fn failure_json_names_the_reason() {
-        let report = VerifyQuoteReport { result: Err(QuoteError::BadSignature) };
+        let report = VerifyQuoteReport { result: Err(QuoteError::BadSignature), eventlog: None, show_events: false };
         let value = report.json();
         assert_eq!(value["valid"], false);
         assert_eq!(value["reason"], "bad_signature");

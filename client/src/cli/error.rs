@@ -36,6 +36,10 @@ pub(crate) enum CliError {
     /// `verify-quote` rejected the quote, for the reason given.
     #[error("quote rejected: {0}")]
     QuoteRejected(QuoteError),
+    /// `eventlog replay` found a PCR of the TPM that the log does not explain: a result,
+    /// already printed on stdout, named here.
+    #[error("the TPM does not agree with the event log: {0}")]
+    LogDisagrees(String),
     /// `access check` found the operation denied: a result, already printed on stdout.
     #[error("denied by the access policy")]
     AccessDenied,
@@ -85,7 +89,10 @@ impl CliError {
                 Code::Unauthenticated => 10,
                 _ => 1,
             },
-            CliError::Io { .. } | CliError::VerificationFailed | CliError::QuoteRejected(_) => 1,
+            CliError::Io { .. }
+            | CliError::VerificationFailed
+            | CliError::QuoteRejected(_)
+            | CliError::LogDisagrees(_) => 1,
             CliError::AccessDenied => 5,
             CliError::Acme(AcmeError::Local(_)) => 1,
             CliError::Acme(_) => 11,

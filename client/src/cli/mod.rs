@@ -20,6 +20,7 @@ mod cert;
 mod completions;
 mod crypto;
 mod error;
+mod eventlog;
 mod files;
 mod kem;
 mod key;
@@ -38,9 +39,9 @@ use output::Report;
 const EXIT_STATUS_HELP: &str = "\
 Exit status:
   0  success
-  1  failure, including \"Verification failure\" and a rejected quote
+  1  failure, including \"Verification failure\", a rejected quote and a TPM the event log does not explain
   2  usage error or invalid argument (bad key name, digest length, scheme...)
-  3  no such key
+  3  no such key (or, for eventlog and quote --with-eventlog, no event log on the device)
   4  a key with that name already exists
   5  permission denied by the access policy (or `access check` answered deny)
   6  PCR values do not match the key's or the sealed secret's binding
@@ -128,9 +129,12 @@ enum Command {
     Quote(attest::QuoteArgs),
     /// Check a quote (signature, nonce, PCR values) in-core
     VerifyQuote(attest::VerifyQuoteArgs),
-    /// Read PCR values
+    /// Read PCR values; predict the value of a PCR after extends
     #[command(subcommand)]
     Pcr(attest::PcrCommand),
+    /// Show and replay the measured-boot event log (from the daemon, or a file)
+    #[command(subcommand)]
+    Eventlog(eventlog::EventlogCommand),
     /// Show the attestation key; activate credentials made for it
     #[command(subcommand)]
     Attest(attest::AttestCommand),
@@ -179,6 +183,7 @@ impl Command {
             Command::Quote(args) => args.run(ctx).await,
             Command::VerifyQuote(args) => args.run(ctx).await,
             Command::Pcr(command) => command.run(ctx).await,
+            Command::Eventlog(command) => command.run(ctx).await,
             Command::Attest(command) => command.run(ctx).await,
             Command::Seal(args) => args.run(ctx).await,
             Command::Unseal(args) => args.run(ctx).await,

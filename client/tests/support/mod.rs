@@ -15,9 +15,15 @@ use tempfile::TempDir;
 use tokio::sync::oneshot;
 use tpm_vault_client::Client;
 use tpm_vault_daemon::auth::{audit::AuditLog, Access, Policy};
+use tpm_vault_daemon::metrics::Metrics;
+use tpm_vault_daemon::rpc::Ctx;
 use tpm_vault_daemon::simulator::Swtpm;
 use tpm_vault_daemon::tpm::QueueConfig;
 use tpm_vault_daemon::{Vault, VaultConfig};
+
+/// The file (in the daemon's temp dir) the daemon serves as the device's event log; absent
+/// until a test writes it.
+pub const EVENT_LOG: &str = "binary_bios_measurements";
 
 /// A daemon serving the test's own uid on `socket`, over its own swtpm; stopped on drop.
 pub struct Daemon {
@@ -77,6 +83,7 @@ impl Daemon {
             datakey_idle: Duration::from_secs(300),
         };
         let socket = dir.path().join("vault.sock");
+        let event_log = dir.path().join(EVENT_LOG);
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<(Vault, tokio::runtime::Handle)>();
         let (stop, stop_rx) = oneshot::channel::<()>();
         let path = socket.clone();
@@ -96,15 +103,11 @@ impl Daemon {
                     let shutdown = async {
                         let _ = stop_rx.await;
                     };
-                    tpm_vault_daemon::server::serve(
-                        vault.clone(),
-                        Arc::new(access),
-                        listener,
-                        shutdown,
-                        Duration::from_secs(5),
-                    )
-                    .await
-                    .expect("serve");
+                    let ctx = Ctx::new(vault.clone(), Arc::new(Metrics::default()), Arc::new(access))
+                        .with_event_log(Some(&event_log));
+                    tpm_vault_daemon::server::serve_ctx(ctx, listener, shutdown, Duration::from_secs(5))
+                        .await
+                        .expect("serve");
                     vault.shutdown(Duration::from_secs(5)).await;
                 });
             })
@@ -172,6 +175,26 @@ impl Daemon {
         let (vault, handle) = self.vault.as_ref().expect("daemon running");
         let digest = sha2::Sha256::digest(measurement).to_vec();
         handle.block_on(vault.pcr_extend(tpm_vault_daemon::model::PcrBank::Sha256, pcr, digest)).expect("PCR extend");
+    }
+
+    /// Extends PCR `pcr` of `bank` with `digest` as given (one bank: the others are untouched).
+    pub fn extend_pcr_digest(&self, bank: tpm_vault_daemon::model::PcrBank, pcr: u8, digest: &[u8]) {
+        let (vault, handle) = self.vault.as_ref().expect("daemon running");
+        handle.block_on(vault.pcr_extend(bank, pcr, digest.to_vec())).expect("PCR extend");
+    }
+
+    /// Power-cycles the TPM (swtpm restarted with TPM2_Startup(CLEAR): PCRs back to zero,
+    /// persistent state kept), like a reboot, and waits until the daemon uses it again.
+    pub fn reboot_tpm(&mut self) {
+        self.swtpm.as_mut().expect("swtpm").restart().expect("restart swtpm");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if self.cli(&["pcr", "read", "--pcrs", "sha256:0"]).status.success() {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "the daemon did not recover after the TPM restart");
+            std::thread::sleep(Duration::from_millis(200));
+        }
     }
 
     /// Stops the server and re-raises a panic of its thread.

@@ -1,4 +1,5 @@
-//! `tpmvault.v1.AttestationService`: the attestation key, quotes and PCR reads.
+//! `tpmvault.v1.AttestationService`: the attestation key, quotes, PCR reads, credential
+//! activation and the device's measured-boot event log.
 
 use tonic::{Request, Response, Status};
 use tpm_vault_proto::v1 as pb;
@@ -33,6 +34,42 @@ fn selection(b: Option<pb::PcrBinding>, default: &[u32]) -> Result<PcrSelection,
         }
         Some(b) => PcrSelection::new(b.bank.parse()?, default),
         None => PcrSelection::new(PcrBank::Sha256, default),
+    }
+}
+
+/// Largest event log served (real logs are 10-200 KiB), under the 4 MiB a gRPC client
+/// decodes by default.
+pub const MAX_EVENT_LOG: u64 = 3 * 1024 * 1024;
+
+/// Reads the event log at `path` (off the async workers), bounded by [`MAX_EVENT_LOG`].
+/// sysfs reports a size of 0 for the log, so the bound is applied while reading.
+async fn read_event_log(path: Option<&std::path::Path>) -> Result<pb::EventLog, Error> {
+    use std::io::Read as _;
+    let Some(path) = path.map(std::path::Path::to_owned) else {
+        return Err(Error::NoEventLog(
+            "this daemon serves no event log (none configured: `event_log` is off, or it runs the simulator)".into(),
+        ));
+    };
+    let shown = path.display().to_string();
+    let read = tokio::task::spawn_blocking(move || {
+        let file = std::fs::File::open(&path)?;
+        let mut log = Vec::new();
+        file.take(MAX_EVENT_LOG + 1).read_to_end(&mut log)?;
+        Ok::<_, std::io::Error>(log)
+    })
+    .await
+    .map_err(|e| Error::Internal(format!("event log reader: {e}")))?;
+    match read {
+        Ok(log) if log.len() as u64 > MAX_EVENT_LOG => {
+            Err(Error::EventLogUnreadable(format!("event log {shown} is larger than {MAX_EVENT_LOG} bytes")))
+        }
+        Ok(log) if log.is_empty() => Err(Error::NoEventLog(format!("event log {shown} is empty"))),
+        Ok(log) => Ok(pb::EventLog { log, path: shown }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Error::NoEventLog(format!(
+            "no event log at {shown} (no TPM firmware log on this device: swtpm, a container, or firmware \
+             without TCG2 support)"
+        ))),
+        Err(e) => Err(Error::EventLogUnreadable(format!("cannot read event log {shown}: {e}"))),
     }
 }
 
@@ -106,6 +143,14 @@ impl AttestationService for AttestRpc {
             .on_vault("ActivateCredential", req, Operation::Quote, |r| async move {
                 let secret = self.ctx.vault.activate_credential(&r.credential_blob, &r.encrypted_secret).await?;
                 Ok(pb::ActivateCredentialResponse { secret })
+            })
+            .await
+    }
+
+    async fn get_event_log(&self, req: Request<pb::GetEventLogRequest>) -> Result<Response<pb::EventLog>, Status> {
+        self.ctx
+            .on_vault("GetEventLog", req, Operation::Quote, |_| async move {
+                read_event_log(self.ctx.event_log.as_deref()).await
             })
             .await
     }

@@ -10,6 +10,7 @@ pub mod seal;
 pub mod status;
 
 use std::future::Future;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -39,12 +40,20 @@ pub struct Ctx {
     pub metrics: Arc<Metrics>,
     /// Access policy and audit.
     pub access: Arc<Access>,
+    /// The measured-boot event log GetEventLog serves (config `event_log`), if any.
+    pub event_log: Option<Arc<Path>>,
 }
 
 impl Ctx {
     /// A context over `vault` with the given metrics registry and access policy.
     pub fn new(vault: Vault, metrics: Arc<Metrics>, access: Arc<Access>) -> Self {
-        Self { vault, metrics, access }
+        Self { vault, metrics, access, event_log: None }
+    }
+
+    /// This context, serving the event log at `path` (none: GetEventLog answers NOT_FOUND).
+    pub fn with_event_log(mut self, path: Option<&Path>) -> Self {
+        self.event_log = path.map(Arc::from);
+        self
     }
 
     /// Checks the access policy for `op` on the record `key` names (for owner-only rules, its

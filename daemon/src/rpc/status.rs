@@ -12,6 +12,8 @@ impl From<&Error> for Status {
         match e {
             Error::InvalidArgument(m) => Status::invalid_argument(m.clone()),
             Error::KeyNotFound(_) | Error::NoCertificate(_) => Status::not_found(e.to_string()),
+            Error::NoEventLog(m) => Status::not_found(m.clone()),
+            Error::EventLogUnreadable(m) => Status::failed_precondition(m.clone()),
             Error::KeyExists(_) | Error::Store(StoreError::Exists(_)) => Status::already_exists(e.to_string()),
             Error::PermissionDenied(m) => Status::permission_denied(m.clone()),
             Error::PcrMismatch(m) => Status::failed_precondition(m.clone()),
@@ -88,6 +90,8 @@ mod tests {
         assert_eq!(code(Error::InvalidArgument("x".into())), Code::InvalidArgument);
         assert_eq!(code(Error::not_found(&name)), Code::NotFound);
         assert_eq!(code(Error::NoCertificate("k".into())), Code::NotFound);
+        assert_eq!(code(Error::NoEventLog("none".into())), Code::NotFound);
+        assert_eq!(code(Error::EventLogUnreadable("denied".into())), Code::FailedPrecondition);
         assert_eq!(code(Error::KeyExists("k".into())), Code::AlreadyExists);
         assert_eq!(code(Error::Store(StoreError::Exists(name))), Code::AlreadyExists);
         assert_eq!(code(Error::PermissionDenied("no".into())), Code::PermissionDenied);

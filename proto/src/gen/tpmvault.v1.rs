@@ -1745,6 +1745,21 @@ pub struct ActivateCredentialResponse {
     #[prost(bytes = "vec", tag = "1")]
     pub secret: ::prost::alloc::vec::Vec<u8>,
 }
+/// GetEventLog input.
+#[allow(clippy::all)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct GetEventLogRequest {}
+/// The device's event log.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct EventLog {
+    /// The log, raw (TCG_PCR_EVENT header, then TCG_PCR_EVENT2 entries; or SHA-1 entries only).
+    #[prost(bytes = "vec", tag = "1")]
+    pub log: ::prost::alloc::vec::Vec<u8>,
+    /// Where the daemon read it (its `event_log` setting).
+    #[prost(string, tag = "2")]
+    pub path: ::prost::alloc::string::String,
+}
 /// Generated client implementations.
 pub mod attestation_service_client {
     #![allow(
@@ -1942,6 +1957,34 @@ pub mod attestation_service_client {
                 );
             self.inner.unary(req, path, codec).await
         }
+        /// Returns the device's measured-boot event log (TCG PC Client format, as Linux exposes it in
+        /// /sys/kernel/security/tpm0/binary_bios_measurements), so that a remote verifier gets the
+        /// quote and the log that explains its PCR values over the same API. Allowed by the `quote`
+        /// operation. NOT_FOUND when the device has no log (swtpm, containers, a log path that is not
+        /// configured); the bytes are returned as they are, not parsed.
+        pub async fn get_event_log(
+            &mut self,
+            request: impl tonic::IntoRequest<super::GetEventLogRequest>,
+        ) -> std::result::Result<tonic::Response<super::EventLog>, tonic::Status> {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/tpmvault.v1.AttestationService/GetEventLog",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(
+                    GrpcMethod::new("tpmvault.v1.AttestationService", "GetEventLog"),
+                );
+            self.inner.unary(req, path, codec).await
+        }
     }
 }
 /// Generated server implementations.
@@ -1984,6 +2027,15 @@ pub mod attestation_service_server {
             tonic::Response<super::ActivateCredentialResponse>,
             tonic::Status,
         >;
+        /// Returns the device's measured-boot event log (TCG PC Client format, as Linux exposes it in
+        /// /sys/kernel/security/tpm0/binary_bios_measurements), so that a remote verifier gets the
+        /// quote and the log that explains its PCR values over the same API. Allowed by the `quote`
+        /// operation. NOT_FOUND when the device has no log (swtpm, containers, a log path that is not
+        /// configured); the bytes are returned as they are, not parsed.
+        async fn get_event_log(
+            &self,
+            request: tonic::Request<super::GetEventLogRequest>,
+        ) -> std::result::Result<tonic::Response<super::EventLog>, tonic::Status>;
     }
     /// Quotes PCRs with the device's attestation key.
     #[derive(Debug)]
@@ -2234,6 +2286,52 @@ pub mod attestation_service_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = ActivateCredentialSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/tpmvault.v1.AttestationService/GetEventLog" => {
+                    #[allow(non_camel_case_types)]
+                    struct GetEventLogSvc<T: AttestationService>(pub Arc<T>);
+                    impl<
+                        T: AttestationService,
+                    > tonic::server::UnaryService<super::GetEventLogRequest>
+                    for GetEventLogSvc<T> {
+                        type Response = super::EventLog;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::GetEventLogRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as AttestationService>::get_event_log(&inner, request)
+                                    .await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = GetEventLogSvc(inner);
                         let codec = tonic_prost::ProstCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(
