@@ -27,12 +27,12 @@ async fn sealed_bytes_never_cross_the_tpm_interface_in_clear() {
     let policy = pcr::policy_pcr_digest(&sel, &current).expect("digest");
     let template = templates::sealed(Digest::try_from(policy).expect("digest")).expect("template");
     let sensitive = SensitiveData::try_from(secret.clone()).expect("sensitive");
-    let (public, private) = vault
+    let object = vault
         .tpm()
         .call("create", move |tpm| tpm.create(template, None, Some(sensitive)))
         .await
         .expect("create sealed object");
-    let blob = KeyBlob { name: b"wire-test".to_vec(), public, private };
+    let blob = KeyBlob::try_from(&object).expect("stored object loads");
     let auth = PolicyAuth::Pcr(sel.clone());
     let opened = vault.tpm().call("unseal", move |tpm| tpm.unseal(&blob, Some(&auth))).await.expect("unseal");
     assert_eq!(opened.as_slice(), secret.as_slice(), "round trip through the TPM");

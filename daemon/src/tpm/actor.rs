@@ -17,16 +17,19 @@ use tss_esapi::interface_types::algorithm::HashingAlgorithm;
 use tss_esapi::interface_types::resource_handles::Hierarchy;
 use tss_esapi::interface_types::session_handles::AuthSession;
 use tss_esapi::structures::{
-    Auth, CapabilityData, Digest, HashcheckTicket, Private, Public, Signature, SignatureScheme, SymmetricDefinition,
+    Auth, CapabilityData, Digest, HashcheckTicket, Public, SensitiveData, Signature, SignatureScheme,
+    SymmetricDefinition,
 };
 use tss_esapi::tss2_esys::TPMT_TK_HASHCHECK;
 use tss_esapi::{Context, TctiNameConf};
 
 use super::error::{rc, ResponseCode, TpmError};
+use super::object::{self, KeyBlob};
 use super::pcr;
 use super::status::{Shared, TpmState};
 use super::templates;
 use crate::model::PcrSelection;
+use crate::store::TpmObject;
 
 /// First transient handle (TPM_HT_TRANSIENT << 24).
 const TRANSIENT_FIRST: u32 = 0x8000_0000;
@@ -35,24 +38,6 @@ const MAX_RETRIES: u32 = 5;
 /// Reconnect backoff bounds.
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
-
-/// A key as the TPM needs it to load: the wrapped blobs and the object's name (its identity in
-/// the LRU).
-#[derive(Clone)]
-pub struct KeyBlob {
-    /// TPM object name (nameAlg || H(public)); identifies the loaded object.
-    pub name: Vec<u8>,
-    /// Public area.
-    pub public: Public,
-    /// TPM-wrapped private area (only this TPM's SRK can unwrap it).
-    pub private: Private,
-}
-
-impl std::fmt::Debug for KeyBlob {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KeyBlob").field("name", &hex::encode(&self.name)).finish_non_exhaustive()
-    }
-}
 
 /// How to satisfy a policy-protected object's authPolicy in a policy session.
 #[derive(Clone)]
@@ -377,8 +362,8 @@ impl Tpm {
         &mut self,
         template: Public,
         auth: Option<Auth>,
-        sensitive: Option<tss_esapi::structures::SensitiveData>,
-    ) -> Result<(Public, Private), TpmError> {
+        sensitive: Option<SensitiveData>,
+    ) -> Result<TpmObject, TpmError> {
         self.with_conn(|conn| loop {
             // TPM2_Create needs an object slot of its own while it runs: with the key budget
             // full, make room first rather than after a failed command (an fTPM command costs
@@ -395,9 +380,25 @@ impl Tpm {
                 // TPM2_Create needs a free object slot of its own: make room and try again.
                 Err(TpmError::ObjectMemory) if conn.evict_oldest() => continue,
                 Err(e) => return Err(e),
-                Ok(created) => return Ok((created.out_public, created.out_private)),
+                Ok(created) => return object::stored(created.out_public, &created.out_private),
             }
         })
+    }
+
+    /// Seals `key` in a new sealed-data object under the SRK: bound to `auth_policy` (a
+    /// PolicyPCR or PolicyAuthorize digest), or usable without a policy when `None`. Created
+    /// through the encrypted session, so the key never crosses the TPM interface in clear.
+    ///
+    /// # Errors
+    /// TPM errors, classified; [`TpmError::Malformed`] for a digest or key the TPM cannot take.
+    pub fn seal_key(&mut self, auth_policy: Option<&[u8]>, key: &[u8]) -> Result<TpmObject, TpmError> {
+        let template = match auth_policy {
+            Some(digest) => templates::sealed(Digest::try_from(digest.to_vec()).map_err(wrap("policy digest"))?)?,
+            None => templates::sealed_unbound()?,
+        };
+        // The TSS buffer wipes its copy when dropped.
+        let sensitive = SensitiveData::try_from(key.to_vec()).map_err(wrap("sealed data"))?;
+        self.create(template, None, Some(sensitive))
     }
 
     /// Signs `digest` with `key` (loaded on demand). Keys without a password or policy sign

@@ -12,6 +12,7 @@ pub mod actor;
 pub mod attest;
 pub mod convert;
 pub mod error;
+pub mod object;
 pub mod pcr;
 pub mod status;
 pub mod templates;
@@ -23,8 +24,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
-pub use actor::{ActorConfig, KeyBlob, PolicyAuth, Tpm, TpmInfo};
+pub use actor::{ActorConfig, PolicyAuth, Tpm, TpmInfo};
 pub use error::TpmError;
+pub use object::KeyBlob;
 pub use status::{Shared, TpmState};
 
 /// A unit of TPM work: runs on the actor thread with exclusive access to the [`Tpm`].

@@ -3,10 +3,7 @@
 
 use std::sync::Arc;
 
-use tss_esapi::structures::PublicBuffer;
-use tss_esapi::traits::Marshall;
-
-use super::{blocking, marshal_private, object_name, parse_record, unix_now, Loaded, Vault};
+use super::{blocking, parse_record, unix_now, Loaded, Vault};
 use crate::error::Error;
 use crate::model::{KeyAlg, PcrSelection};
 use crate::store::record::RECORD_VERSION;
@@ -45,7 +42,7 @@ impl Vault {
     /// TPM and store errors.
     pub async fn attestation_key(&self) -> Result<AkInfo, Error> {
         let loaded = self.ak().await?;
-        Ok(AkInfo { spki: loaded.spki.clone(), name: loaded.record.tpm_name.clone() })
+        Ok(AkInfo { spki: loaded.spki.clone(), name: loaded.record.object.tpm_name.clone() })
     }
 
     /// The attestation key's parsed record: read (or created) once, then kept in memory, so a
@@ -67,18 +64,14 @@ impl Vault {
             return Ok(r);
         }
         let template = templates::attestation_key()?;
-        let (public, private) = self.tpm().call("create_ak", move |tpm| tpm.create(template, None, None)).await?;
+        let object = self.tpm().call("create_ak", move |tpm| tpm.create(template, None, None)).await?;
         let record = KeyRecord {
             version: RECORD_VERSION,
             name: ak_name(),
             alg: KeyAlg::EccP256,
             created_unix: unix_now(),
             owner_uid: 0,
-            tpm_name: object_name(&public)?,
-            public: PublicBuffer::try_from(public)
-                .and_then(|b| b.marshall())
-                .map_err(|e| TpmError::from_tss("marshal public", e))?,
-            private: marshal_private(&private),
+            object,
             has_auth: false,
             pcr_policy: None,
             cert_chain_pem: None,
@@ -89,7 +82,7 @@ impl Vault {
         let r = record.clone();
         match blocking(move || store.insert_attestation_key(&r)).await {
             Ok(()) => {
-                tracing::info!(name = %hex::encode(&record.tpm_name), "attestation key created");
+                tracing::info!(name = %hex::encode(&record.object.tpm_name), "attestation key created");
                 Ok(record)
             }
             // A concurrent first use created it: use that one.
@@ -116,7 +109,7 @@ impl Vault {
             attest: quote.attest,
             signature: quote.signature,
             values,
-            ak: AkInfo { spki: loaded.spki.clone(), name: loaded.record.tpm_name.clone() },
+            ak: AkInfo { spki: loaded.spki.clone(), name: loaded.record.object.tpm_name.clone() },
         })
     }
 

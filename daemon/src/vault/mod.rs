@@ -10,8 +10,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tss_esapi::structures::{Auth, Digest, Private, Public, PublicBuffer};
-use tss_esapi::traits::{Marshall, UnMarshall};
+use tss_esapi::structures::{Auth, Digest};
 use zeroize::Zeroizing;
 
 pub mod attest;
@@ -91,7 +90,7 @@ impl From<&KeyRecord> for KeyInfo {
         Self {
             name: r.name.clone(),
             alg: r.alg,
-            tpm_name: r.tpm_name.clone(),
+            tpm_name: r.object.tpm_name.clone(),
             created_unix: r.created_unix,
             owner_uid: r.owner_uid,
             has_auth: r.has_auth,
@@ -250,9 +249,9 @@ impl Vault {
         let store = self.inner.store.clone();
         let n = name.clone();
         blocking(move || match kind {
-            Resource::Key => store.get(&n).map(|r| r.map(|r| r.owner_uid)),
-            Resource::Sealed => store.get_sealed(&n).map(|r| r.map(|r| r.owner_uid)),
-            Resource::DataKey => store.get_datakey(&n).map(|r| r.map(|r| r.owner_uid)),
+            Resource::Key => store.keys().get(&n).map(|r| r.map(|r| r.owner_uid)),
+            Resource::Sealed => store.sealed().get(&n).map(|r| r.map(|r| r.owner_uid)),
+            Resource::DataKey => store.datakeys().get(&n).map(|r| r.map(|r| r.owner_uid)),
         })
         .await
     }
@@ -316,18 +315,11 @@ impl Vault {
             }
             Some(_) => {
                 let template = templates::signing_key(alg, auth_policy, has_auth)?;
-                let (public, private) = self
+                let object = self
                     .inner
                     .tpm
                     .call_with_timeout("create", CREATE_TIMEOUT, move |tpm| tpm.create(template, tpm_auth, None))
                     .await?;
-                let object = crate::store::SealedBlob {
-                    tpm_name: object_name(&public)?,
-                    public: PublicBuffer::try_from(public)
-                        .and_then(|b| b.marshall())
-                        .map_err(|e| TpmError::from_tss("marshal public", e))?,
-                    private: marshal_private(&private),
-                };
                 // A hybrid key's ML-DSA-65 half, sealed under the same PCR policy.
                 let pq = if alg.has_pq() {
                     let (mut section, sealed) = self.seal_pq(&name, alg, pcr_policy.as_ref()).await?;
@@ -345,9 +337,7 @@ impl Vault {
             alg,
             created_unix: unix_now(),
             owner_uid,
-            tpm_name: object.tpm_name,
-            public: object.public,
-            private: object.private,
+            object,
             has_auth,
             pcr_policy,
             cert_chain_pem: None,
@@ -356,7 +346,7 @@ impl Vault {
         };
         let info = KeyInfo::from(&record);
         let store = self.inner.store.clone();
-        blocking(move || store.insert_new(&record)).await.map_err(|e| match e {
+        blocking(move || store.keys().insert(&record)).await.map_err(|e| match e {
             Error::Store(StoreError::Exists(n)) => Error::KeyExists(n.to_string()),
             other => other,
         })?;
@@ -378,7 +368,7 @@ impl Vault {
     /// Store errors.
     pub async fn list(&self, after: Option<KeyName>, limit: usize) -> Result<Vec<KeyInfo>, Error> {
         let store = self.inner.store.clone();
-        let names = blocking(move || store.list(after.as_ref(), limit)).await?;
+        let names = blocking(move || store.keys().list(after.as_ref(), limit)).await?;
         let mut out = Vec::with_capacity(names.len());
         for name in names {
             match self.load(&name).await {
@@ -397,7 +387,7 @@ impl Vault {
     /// Store errors.
     pub async fn key_count(&self) -> Result<usize, Error> {
         let store = self.inner.store.clone();
-        blocking(move || store.count()).await
+        blocking(move || store.keys().count()).await
     }
 
     /// Deletes a key for good (the TPM holds no copy once its object is flushed).
@@ -410,7 +400,7 @@ impl Vault {
         self.inner.pqkeys.remove(name);
         let store = self.inner.store.clone();
         let n = name.clone();
-        let existed = blocking(move || store.remove(&n)).await?;
+        let existed = blocking(move || store.keys().remove(&n)).await?;
         // A load that read the record before the removal must not cache it now.
         if let Ok(mut cache) = self.inner.cache.lock() {
             cache.remove_deleted(name);
@@ -625,7 +615,7 @@ impl Vault {
         let seen = self.inner.cache.lock().ok().map(|c| c.deletions());
         let store = self.inner.store.clone();
         let n = name.clone();
-        let record = blocking(move || store.get(&n)).await?.ok_or_else(|| Error::not_found(name))?;
+        let record = blocking(move || store.keys().get(&n)).await?.ok_or_else(|| Error::not_found(name))?;
         let loaded = Arc::new(parse_record(record)?);
         if let (Some(seen), Ok(mut cache)) = (seen, self.inner.cache.lock()) {
             cache.insert_unless_deleted(name.clone(), loaded.clone(), seen);
@@ -637,11 +627,7 @@ impl Vault {
 pub(crate) fn parse_record(record: KeyRecord) -> Result<Loaded, Error> {
     let corrupt =
         |why: String| Error::Store(StoreError::Corrupt { path: PathBuf::from(record.name.as_str()), reason: why });
-    let public = PublicBuffer::unmarshall(&record.public)
-        .and_then(Public::try_from)
-        .map_err(|e| corrupt(format!("public blob: {e}")))?;
-    let private = unmarshal_private(&record.private).ok_or_else(|| corrupt("private blob".into()))?;
-    let blob = KeyBlob { name: record.tpm_name.clone(), public, private };
+    let blob = KeyBlob::try_from(&record.object)?;
     let (spki, wrap, pq_spki) = match (record.alg.tpm_key(), &record.pq) {
         (Some(tpm_alg), None) => (convert::public_key_der(tpm_alg, &blob.public)?, None, None),
         // ML-DSA / ML-KEM: the TPM object is the sealed wrapping key.
@@ -649,13 +635,7 @@ pub(crate) fn parse_record(record: KeyRecord) -> Result<Loaded, Error> {
         // Hybrid: the TPM object is the ECDSA half; the wrapping key is in the section.
         (Some(tpm_alg), Some(pq)) => {
             let w = pq.wrapping_key.as_ref().ok_or_else(|| corrupt("hybrid key without its wrapping key".into()))?;
-            let wrap = KeyBlob {
-                name: w.tpm_name.clone(),
-                public: PublicBuffer::unmarshall(&w.public)
-                    .and_then(Public::try_from)
-                    .map_err(|e| corrupt(format!("wrapping key public blob: {e}")))?,
-                private: unmarshal_private(&w.private).ok_or_else(|| corrupt("wrapping key private blob".into()))?,
-            };
+            let wrap = KeyBlob::try_from(w)?;
             let ml_dsa = crate::crypto::pq::pq_part(record.alg).unwrap_or(KeyAlg::MlDsa65);
             let pq_spki = crate::crypto::pq::spki_der(ml_dsa, &pq.public_key)?;
             (convert::public_key_der(tpm_alg, &blob.public)?, Some(wrap), Some(pq_spki))
@@ -663,33 +643,6 @@ pub(crate) fn parse_record(record: KeyRecord) -> Result<Loaded, Error> {
         (None, None) => return Err(corrupt(format!("a {} key without its post-quantum section", record.alg))),
     };
     Ok(Loaded { record, blob, spki, wrap, pq_spki })
-}
-
-/// TPM object name: nameAlg (SHA-256, 0x000b) || SHA-256(TPMT_PUBLIC).
-pub(crate) fn object_name(public: &Public) -> Result<Vec<u8>, Error> {
-    let tpmt = public.marshall().map_err(|e| TpmError::from_tss("marshal public", e))?;
-    let mut name = vec![0x00, 0x0b];
-    name.extend_from_slice(&HashAlg::Sha256.digest(&tpmt));
-    Ok(name)
-}
-
-/// TPM2B_PRIVATE: 2-byte big-endian size, then the wrapped bytes (what tpm2-tools writes).
-pub(crate) fn marshal_private(p: &Private) -> Vec<u8> {
-    let v = p.value();
-    let mut out = Vec::with_capacity(v.len() + 2);
-    out.extend_from_slice(&(v.len() as u16).to_be_bytes());
-    out.extend_from_slice(v);
-    out
-}
-
-/// Parses a TPM2B_PRIVATE as written by `marshal_private`; `None` if the size prefix does not
-/// match or the blob is too large for the TPM.
-pub fn unmarshal_private(b: &[u8]) -> Option<Private> {
-    let (len, rest) = b.split_first_chunk::<2>()?;
-    if usize::from(u16::from_be_bytes(*len)) != rest.len() {
-        return None;
-    }
-    Private::try_from(rest.to_vec()).ok()
 }
 
 pub(crate) fn unix_now() -> i64 {
