@@ -12,10 +12,10 @@ use support::{key, TpmEnv};
 use tpm_vault_daemon::model::{KeyAlg, PcrBank, PcrSelection, PcrTarget, SignInput};
 use tpm_vault_daemon::store::{Record as _, SealedRecord};
 use tpm_vault_daemon::tpm::pcr;
+use tpm_vault_daemon::vault::seal::SignedPolicy;
 use tpm_vault_daemon::vault::{SealTarget, SignRequest};
 use tpm_vault_daemon::{Error, Vault};
 use tpm_vault_proto::signed_policy;
-use tpm_vault_proto::v1 as pb;
 use zeroize::Zeroizing;
 
 fn pcr9() -> PcrSelection {
@@ -37,12 +37,12 @@ fn secret(bytes: &[u8]) -> Zeroizing<Vec<u8>> {
 
 /// Signs an approval of `value` for PCR 9 with an offline authority key, as `tpm-vault policy
 /// sign` does.
-fn approve(authority: &p256::ecdsa::SigningKey, value: &[u8], version: u64) -> pb::SignedPolicy {
+fn approve(authority: &p256::ecdsa::SigningKey, value: &[u8], version: u64) -> SignedPolicy {
     let sel = pcr9();
     let approved = pcr::policy_pcr_digest(&sel, &[value.to_vec()]).expect("digest");
     let sig: p256::ecdsa::Signature = authority.sign(&signed_policy::approval_message(&approved, &[]));
     let env: p256::ecdsa::Signature = authority.sign(&signed_policy::envelope_message(&approved, &[], version, 0));
-    pb::SignedPolicy {
+    SignedPolicy {
         format_version: 1,
         pcr_bank: "sha256".into(),
         pcrs: vec![9],

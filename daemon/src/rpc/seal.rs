@@ -12,7 +12,7 @@ use super::{observe, pcr_binding, Ctx};
 use crate::auth::{identity, Operation, Peer};
 use crate::error::Error;
 use crate::model::{KeyName, PcrBank, PcrSelection, PcrTarget};
-use crate::vault::seal::{authority_der, SealTarget};
+use crate::vault::seal::{authority_der, SealTarget, SignedPolicy};
 use crate::vault::Resource;
 
 /// Largest sealed secret (the message limit of this service).
@@ -86,6 +86,7 @@ impl SealService for SealRpc {
                                 .map_err(|e| Error::InvalidArgument(format!("signed policy does not decode: {e}")))?,
                         )
                     };
+                    let approval = approval.map(SignedPolicy::from);
                     let secret = self.ctx.vault.unseal(&name, approval.as_ref()).await?;
                     // The response owns a copy; the zeroizing buffer is wiped when it drops here.
                     Ok(pb::UnsealResponse { secret: secret.to_vec() })
@@ -107,7 +108,8 @@ impl SealService for SealRpc {
                     let PcrTarget { selection, values } = pcr_binding(binding)?;
                     let values =
                         values.ok_or_else(|| Error::InvalidArgument("PCR values to approve are required".into()))?;
-                    self.ctx.vault.sign_policy(&key, selection, values, r.policy_version, r.expires_unix).await
+                    let signed = self.ctx.vault.sign_policy(&key, selection, values, r.policy_version, r.expires_unix);
+                    signed.await.map(pb::SignedPolicy::from)
                 },
             )
             .await
@@ -122,5 +124,42 @@ impl SealService for SealRpc {
                 self.ctx.vault.delete_sealed(&name).await.map(|()| pb::DeleteSealedResponse {})
             })
             .await
+    }
+}
+
+/// The approval at the edge: field for field the API's message.
+impl From<pb::SignedPolicy> for SignedPolicy {
+    fn from(p: pb::SignedPolicy) -> Self {
+        Self {
+            format_version: p.format_version,
+            pcr_bank: p.pcr_bank,
+            pcrs: p.pcrs,
+            pcr_values: p.pcr_values,
+            approved_policy: p.approved_policy,
+            policy_ref: p.policy_ref,
+            signature: p.signature,
+            policy_version: p.policy_version,
+            expires_unix: p.expires_unix,
+            envelope_signature: p.envelope_signature,
+            authority_spki: p.authority_spki,
+        }
+    }
+}
+
+impl From<SignedPolicy> for pb::SignedPolicy {
+    fn from(p: SignedPolicy) -> Self {
+        Self {
+            format_version: p.format_version,
+            pcr_bank: p.pcr_bank,
+            pcrs: p.pcrs,
+            pcr_values: p.pcr_values,
+            approved_policy: p.approved_policy,
+            policy_ref: p.policy_ref,
+            signature: p.signature,
+            policy_version: p.policy_version,
+            expires_unix: p.expires_unix,
+            envelope_signature: p.envelope_signature,
+            authority_spki: p.authority_spki,
+        }
     }
 }

@@ -17,18 +17,17 @@ use tss_esapi::interface_types::algorithm::HashingAlgorithm;
 use tss_esapi::interface_types::resource_handles::Hierarchy;
 use tss_esapi::interface_types::session_handles::AuthSession;
 use tss_esapi::structures::{
-    Auth, CapabilityData, Digest, HashcheckTicket, Public, SensitiveData, Signature, SignatureScheme,
-    SymmetricDefinition,
+    Auth, CapabilityData, Digest, HashcheckTicket, Public, SensitiveData, Signature, SymmetricDefinition,
 };
 use tss_esapi::tss2_esys::TPMT_TK_HASHCHECK;
 use tss_esapi::{Context, TctiNameConf};
 
 use super::error::{rc, ResponseCode, TpmError};
 use super::object::{self, KeyBlob};
-use super::pcr;
 use super::status::{Shared, TpmState};
 use super::templates;
-use crate::model::PcrSelection;
+use super::{convert, pcr};
+use crate::model::{HashAlg, KeyAlg, PcrBank, PcrSelection, Scheme};
 use crate::store::TpmObject;
 
 /// First transient handle (TPM_HT_TRANSIENT << 24).
@@ -52,13 +51,13 @@ pub enum PolicyAuth {
         selection: PcrSelection,
         /// Authority public key (ECC P-256), loaded into the owner hierarchy to check the
         /// approval's signature.
-        authority: Public,
+        authority: p256::PublicKey,
         /// The approved PolicyPCR digest.
         approved_policy: Vec<u8>,
         /// Policy reference the approval was signed with.
         policy_ref: Vec<u8>,
         /// Approval signature over `SHA-256(approved_policy || policy_ref)`.
-        signature: Signature,
+        signature: p256::ecdsa::Signature,
     },
 }
 
@@ -358,7 +357,7 @@ impl Tpm {
     ///
     /// # Errors
     /// TPM errors, classified.
-    pub fn create(
+    fn create(
         &mut self,
         template: Public,
         auth: Option<Auth>,
@@ -385,6 +384,32 @@ impl Tpm {
         })
     }
 
+    /// Creates a signing key of `alg` (ECC or RSA) under the SRK, with a password (`auth`) or
+    /// bound to a policy digest (`auth_policy`), or neither.
+    ///
+    /// # Errors
+    /// TPM errors, classified; [`TpmError::Malformed`] for an `alg` the TPM has no key for or
+    /// a digest or password the TPM cannot take.
+    pub fn create_key(
+        &mut self,
+        alg: KeyAlg,
+        auth_policy: Option<&[u8]>,
+        auth: Option<&[u8]>,
+    ) -> Result<TpmObject, TpmError> {
+        let policy = auth_policy.map(|d| Digest::try_from(d.to_vec()).map_err(wrap("policy digest"))).transpose()?;
+        let auth = auth.map(|a| Auth::try_from(a.to_vec()).map_err(wrap("auth value"))).transpose()?;
+        let template = templates::signing_key(alg, policy, auth.is_some())?;
+        self.create(template, auth, None)
+    }
+
+    /// Creates the attestation key (a restricted ECC P-256 signing key) under the SRK.
+    ///
+    /// # Errors
+    /// TPM errors, classified.
+    pub fn create_attestation_key(&mut self) -> Result<TpmObject, TpmError> {
+        self.create(templates::attestation_key()?, None, None)
+    }
+
     /// Seals `key` in a new sealed-data object under the SRK: bound to `auth_policy` (a
     /// PolicyPCR or PolicyAuthorize digest), or usable without a policy when `None`. Created
     /// through the encrypted session, so the key never crosses the TPM interface in clear.
@@ -401,24 +426,24 @@ impl Tpm {
         self.create(template, None, Some(sensitive))
     }
 
-    /// Signs `digest` with `key` (loaded on demand). Keys without a password or policy sign
-    /// through a plain password session: nothing secret moves and it costs one command.
-    /// Password-protected keys use the encrypted HMAC session; PCR-bound keys a policy session.
+    /// Runs a [`SignJob`]: signs its digest with its key (loaded on demand) and returns the
+    /// signature encoded as the key's algorithm is (DER ECDSA-Sig-Value, RSA bytes). Keys
+    /// without a password or policy sign through a plain password session: nothing secret moves
+    /// and it costs one command. Password-protected keys use the encrypted HMAC session;
+    /// PCR-bound keys a policy session.
     ///
     /// # Errors
-    /// TPM errors, classified.
-    pub fn sign(
-        &mut self,
-        key: &KeyBlob,
-        digest: Digest,
-        scheme: SignatureScheme,
-        auth: Option<Auth>,
-        policy: Option<&PolicyAuth>,
-    ) -> Result<Signature, TpmError> {
+    /// TPM errors, classified; [`TpmError::Malformed`] for a digest or password the TPM cannot
+    /// take.
+    pub fn sign(&mut self, job: &SignJob) -> Result<Vec<u8>, TpmError> {
         let ticket = null_hashcheck()?;
-        self.with_conn(|conn| {
+        let digest = Digest::try_from(job.digest.clone()).map_err(wrap("digest"))?;
+        let scheme = convert::signature_scheme(job.scheme, job.hash);
+        let auth = job.auth.as_ref().map(|a| Auth::try_from(a.to_vec()).map_err(wrap("auth value"))).transpose()?;
+        let key = &job.key;
+        let signature = self.with_conn(|conn| {
             let handle = conn.load(key)?;
-            if let Some(policy) = policy {
+            if let Some(policy) = &job.policy {
                 let session = conn.policy_session(policy, false)?;
                 let result = conn
                     .ctx
@@ -443,7 +468,8 @@ impl Tpm {
             } else {
                 result.map_err(wrap("TPM2_Sign"))
             }
-        })
+        })?;
+        convert::encode_signature(job.alg, &signature)
     }
 
     /// Unseals a sealed data object through a salted policy session with response encryption,
@@ -591,9 +617,10 @@ impl Tpm {
     ///
     /// # Errors
     /// TPM errors.
-    pub fn external_name(&mut self, public: &Public) -> Result<Vec<u8>, TpmError> {
+    pub fn external_name(&mut self, key: &p256::PublicKey) -> Result<Vec<u8>, TpmError> {
+        let public = authority_public(key)?;
         self.with_conn(|conn| {
-            let handle = conn.load_external(public)?;
+            let handle = conn.load_external(&public)?;
             let name = conn.ctx.read_public(handle).map(|(_, n, _)| n.value().to_vec());
             let _ = conn.ctx.flush_context(handle.into());
             name.map_err(wrap("TPM2_ReadPublic"))
@@ -629,16 +656,13 @@ impl Tpm {
         self.conn.as_ref().map_or(0, |c| c.loaded.map.len() + usize::from(c.srk_transient))
     }
 
-    /// Gives access to the raw context for operations built elsewhere in the TPM layer
-    /// (attestation, sealing). Reconnects and retries like every other operation.
+    /// Extends PCR `index` of `bank` with `digest` (what a boot loader does with a
+    /// measurement).
     ///
     /// # Errors
-    /// Whatever `f` returns, or [`TpmError::Unavailable`].
-    pub fn with_context<T>(
-        &mut self,
-        mut f: impl FnMut(&mut Context, KeyHandle) -> Result<T, TpmError>,
-    ) -> Result<T, TpmError> {
-        self.with_conn(|conn| f(&mut conn.ctx, conn.srk))
+    /// TPM errors, classified.
+    pub fn pcr_extend(&mut self, bank: PcrBank, index: u8, digest: &[u8]) -> Result<(), TpmError> {
+        self.with_conn(|conn| pcr::extend(&mut conn.ctx, bank, index, digest))
     }
 
     /// Flushes everything the vault loaded (keys, session, transient SRK). Called at shutdown;
@@ -731,7 +755,8 @@ impl Conn {
             .execute_without_session(|c| c.policy_pcr(policy_session, Digest::default(), list))
             .map_err(wrap("TPM2_PolicyPCR"))?;
         if let PolicyAuth::Authorized { authority, approved_policy, policy_ref, signature, .. } = policy {
-            let key = self.load_external(authority)?;
+            let key = self.load_external(&authority_public(authority)?)?;
+            let signature = approval_signature(signature)?;
             let result = (|| {
                 let (_, key_name, _) = self.ctx.read_public(key).map_err(wrap("TPM2_ReadPublic"))?;
                 let a_hash = crate::model::HashAlg::Sha256.digest(&[approved_policy.as_slice(), policy_ref].concat());
@@ -873,4 +898,51 @@ fn null_hashcheck() -> Result<HashcheckTicket, TpmError> {
         digest: Default::default(),
     };
     HashcheckTicket::try_from(raw).map_err(wrap("hashcheck ticket"))
+}
+
+/// A signature the vault asks of the TPM: everything [`Tpm::sign`] needs, in the vault's own
+/// types, so it can wait in the actor's queue.
+pub struct SignJob {
+    /// The key.
+    pub key: KeyBlob,
+    /// Its algorithm (how the signature is encoded).
+    pub alg: KeyAlg,
+    /// Scheme.
+    pub scheme: Scheme,
+    /// Hash the digest was made with.
+    pub hash: HashAlg,
+    /// The digest to sign.
+    pub digest: Vec<u8>,
+    /// The key's password, if it has one.
+    pub auth: Option<zeroize::Zeroizing<Vec<u8>>>,
+    /// The policy to satisfy, for a PCR-bound key.
+    pub policy: Option<PolicyAuth>,
+}
+
+impl std::fmt::Debug for SignJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SignJob").field("key", &self.key).field("scheme", &self.scheme).finish_non_exhaustive()
+    }
+}
+
+/// The TPM public area of an external ECC P-256 key (a policy authority).
+fn authority_public(key: &p256::PublicKey) -> Result<Public, TpmError> {
+    use p256::elliptic_curve::sec1::ToEncodedPoint;
+    let point = key.to_encoded_point(false);
+    let (Some(x), Some(y)) = (point.x(), point.y()) else {
+        return Err(TpmError::Malformed("policy authority key is the identity point".into()));
+    };
+    templates::external_p256(x, y)
+}
+
+/// An approval's ECDSA P-256 / SHA-256 signature as `TPM2_VerifySignature` takes it.
+fn approval_signature(sig: &p256::ecdsa::Signature) -> Result<Signature, TpmError> {
+    let (r, s) = sig.split_bytes();
+    let ecc = tss_esapi::structures::EccSignature::create(
+        HashingAlgorithm::Sha256,
+        tss_esapi::structures::EccParameter::try_from(r.to_vec()).map_err(wrap("signature r"))?,
+        tss_esapi::structures::EccParameter::try_from(s.to_vec()).map_err(wrap("signature s"))?,
+    )
+    .map_err(wrap("signature"))?;
+    Ok(Signature::EcDsa(ecc))
 }

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
-pub use actor::{ActorConfig, PolicyAuth, Tpm, TpmInfo};
+pub use actor::{ActorConfig, PolicyAuth, SignJob, Tpm, TpmInfo};
 pub use error::TpmError;
 pub use object::KeyBlob;
 pub use status::{Shared, TpmState};

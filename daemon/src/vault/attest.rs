@@ -8,7 +8,7 @@ use crate::error::Error;
 use crate::model::{KeyAlg, PcrSelection};
 use crate::store::record::RECORD_VERSION;
 use crate::store::{ak_name, KeyRecord, StoreError};
-use crate::tpm::{convert, templates, TpmError};
+use crate::tpm::{convert, TpmError};
 
 /// Largest nonce accepted (TPM2B_DATA holds at most a digest of the largest hash, 64 bytes).
 pub const MAX_NONCE: usize = 64;
@@ -63,8 +63,7 @@ impl Vault {
         if let Some(r) = blocking(move || store.attestation_key()).await? {
             return Ok(r);
         }
-        let template = templates::attestation_key()?;
-        let object = self.tpm().call("create_ak", move |tpm| tpm.create(template, None, None)).await?;
+        let object = self.tpm().call("create_ak", |tpm| tpm.create_attestation_key()).await?;
         let record = KeyRecord {
             version: RECORD_VERSION,
             name: ak_name(),

@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tss_esapi::structures::{Auth, Digest};
 use zeroize::Zeroizing;
 
 pub mod attest;
@@ -28,7 +27,7 @@ use crate::error::Error;
 use crate::model::{HashAlg, KeyAlg, KeyName, PcrTarget, Scheme, SignInput};
 use crate::store::{KeyRecord, SealPolicy, Store, StoreError};
 use crate::tpm::actor::ActorConfig;
-use crate::tpm::{convert, templates, KeyBlob, PolicyAuth, QueueConfig, TpmError, TpmHandle, TpmInfo};
+use crate::tpm::{convert, KeyBlob, PolicyAuth, QueueConfig, SignJob, TpmError, TpmHandle, TpmInfo};
 
 /// Key generation can take seconds on a TPM (RSA-3072 especially).
 const CREATE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -36,6 +35,8 @@ const CREATE_TIMEOUT: Duration = Duration::from_secs(120);
 const CACHE_MAX: usize = 4096;
 /// Longest key password the TPM accepts for a SHA-256 name algorithm.
 const MAX_AUTH: usize = 32;
+/// Longest auth value a TPM2B_AUTH holds (a longer password cannot be the key's).
+const MAX_AUTH_VALUE: usize = 64;
 
 /// How to open a vault.
 #[derive(Debug, Clone)]
@@ -119,6 +120,13 @@ pub struct SignRequest {
     pub hash: Option<HashAlg>,
     /// Scheme; `None` = the key's default.
     pub scheme: Option<Scheme>,
+}
+
+/// What a finished TPM signature is checked against (the first RSA-PSS signature of a TPM).
+struct SignJobDone {
+    scheme: Scheme,
+    hash: HashAlg,
+    digest: Vec<u8>,
 }
 
 /// A record parsed into what the TPM needs, plus the public key, cached per name.
@@ -295,17 +303,8 @@ impl Vault {
             Some(t) => Some(self.pcr_policy(&t.selection, t.values).await?),
             None => None,
         };
-        let auth_policy = match &pcr_policy {
-            Some(p) => Some(
-                Digest::try_from(crate::tpm::pcr::policy_pcr_digest(&p.selection, &p.values)?)
-                    .map_err(|e| TpmError::from_tss("policy digest", e))?,
-            ),
-            None => None,
-        };
-        let tpm_auth = match &auth {
-            Some(a) if !a.is_empty() => Some(Auth::try_from(a.to_vec()).map_err(|e| TpmError::from_tss("auth", e))?),
-            _ => None,
-        };
+        let auth_policy = seal::auth_policy(pcr_policy.as_ref())?;
+        let tpm_auth = auth.filter(|a| !a.is_empty());
         let has_auth = tpm_auth.is_some();
         let (object, pq) = match alg.tpm_key() {
             // ML-DSA / ML-KEM: the record's TPM object is the sealed wrapping key.
@@ -314,11 +313,12 @@ impl Vault {
                 (sealed, Some(section))
             }
             Some(_) => {
-                let template = templates::signing_key(alg, auth_policy, has_auth)?;
                 let object = self
                     .inner
                     .tpm
-                    .call_with_timeout("create", CREATE_TIMEOUT, move |tpm| tpm.create(template, tpm_auth, None))
+                    .call_with_timeout("create", CREATE_TIMEOUT, move |tpm| {
+                        tpm.create_key(alg, auth_policy.as_deref(), tpm_auth.as_deref().map(Vec::as_slice))
+                    })
                     .await?;
                 // A hybrid key's ML-DSA-65 half, sealed under the same PCR policy.
                 let pq = if alg.has_pq() {
@@ -454,8 +454,9 @@ impl Vault {
         if loaded.record.alg.has_pq() {
             return self.sign_pq(&loaded, req).await;
         }
-        let (job, out) = self.prepare_sign(&loaded, req, auth)?;
-        let sig = match self.inner.tpm.call("sign", job).await {
+        let (job, digest) = self.prepare_sign(&loaded, req, auth)?;
+        let done = SignJobDone { scheme: job.scheme, hash: job.hash, digest };
+        let sig = match self.inner.tpm.call("sign", move |tpm| tpm.sign(&job)).await {
             Err(TpmError::PolicyFailed) => {
                 let policy = loaded.record.pcr_policy.clone().map(|pcr| SealPolicy::Pcr { pcr });
                 return Err(match policy {
@@ -465,7 +466,7 @@ impl Vault {
             }
             other => other?,
         };
-        self.finish_sign(&loaded, out, &sig)
+        self.finish_sign(&loaded, done, sig)
     }
 
     /// [`Vault::sign`] for synchronous callers (rustls' `Signer::sign`): blocks the calling
@@ -478,24 +479,19 @@ impl Vault {
         if loaded.record.alg.has_pq() {
             return Err(Error::InvalidArgument(format!("{} keys cannot sign TLS handshakes", loaded.record.alg)));
         }
-        let (job, out) = self.prepare_sign(&loaded, req, None)?;
-        let sig = self.inner.tpm.call_blocking("sign", job)?;
-        self.finish_sign(&loaded, out, &sig)
+        let (job, digest) = self.prepare_sign(&loaded, req, None)?;
+        let done = SignJobDone { scheme: job.scheme, hash: job.hash, digest };
+        let sig = self.inner.tpm.call_blocking("sign", move |tpm| tpm.sign(&job))?;
+        self.finish_sign(&loaded, done, sig)
     }
 
-    #[allow(clippy::type_complexity)]
+    /// The TPM job of a signature, and what [`Vault::finish_sign`] needs of the request.
     fn prepare_sign(
         &self,
         loaded: &Arc<Loaded>,
         req: SignRequest,
         auth: Option<Zeroizing<Vec<u8>>>,
-    ) -> Result<
-        (
-            impl FnOnce(&mut crate::tpm::Tpm) -> Result<tss_esapi::structures::Signature, TpmError> + Send + 'static,
-            (Scheme, HashAlg, Vec<u8>),
-        ),
-        Error,
-    > {
+    ) -> Result<(SignJob, Vec<u8>), Error> {
         let alg = loaded.record.alg;
         let scheme = req.scheme.unwrap_or_else(|| alg.default_scheme());
         let hash = req.hash.unwrap_or_else(|| alg.default_hash());
@@ -505,29 +501,29 @@ impl Vault {
             return Err(TpmError::PssSaltUnsupported.into());
         }
         let auth = match (loaded.record.has_auth, auth) {
-            (true, Some(a)) if !a.is_empty() => {
-                Some(Auth::try_from(a.to_vec()).map_err(|_| Error::InvalidArgument("key password too long".into()))?)
+            (true, Some(a)) if a.len() > MAX_AUTH_VALUE => {
+                return Err(Error::InvalidArgument("key password too long".into()));
             }
+            (true, Some(a)) if !a.is_empty() => Some(a),
             (true, _) => return Err(Error::PermissionDenied(format!("key {} needs its password", loaded.record.name))),
             (false, _) => None,
         };
         let digest = req.input.into_digest(hash)?;
-        let tpm_digest = Digest::try_from(digest.clone())
-            .map_err(|_| Error::InvalidArgument("digest too long for the TPM".into()))?;
-        let blob = loaded.blob.clone();
-        let tpm_scheme = convert::signature_scheme(scheme, hash);
-        let policy = loaded.record.pcr_policy.as_ref().map(|p| PolicyAuth::Pcr(p.selection.clone()));
-        let job = move |tpm: &mut crate::tpm::Tpm| tpm.sign(&blob, tpm_digest, tpm_scheme, auth, policy.as_ref());
-        Ok((job, (scheme, hash, digest)))
+        let job = SignJob {
+            key: loaded.blob.clone(),
+            alg,
+            scheme,
+            hash,
+            digest: digest.clone(),
+            auth,
+            policy: loaded.record.pcr_policy.as_ref().map(|p| PolicyAuth::Pcr(p.selection.clone())),
+        };
+        Ok((job, digest))
     }
 
-    fn finish_sign(
-        &self,
-        loaded: &Loaded,
-        (scheme, hash, digest): (Scheme, HashAlg, Vec<u8>),
-        sig: &tss_esapi::structures::Signature,
-    ) -> Result<SignOutput, Error> {
-        let signature = convert::encode_signature(loaded.record.alg, sig)?;
+    /// Checks the first RSA-PSS signature of this TPM (see below) and wraps the signature.
+    fn finish_sign(&self, loaded: &Loaded, job: SignJobDone, signature: Vec<u8>) -> Result<SignOutput, Error> {
+        let SignJobDone { scheme, hash, digest } = job;
         if scheme == Scheme::RsaPss && self.inner.pss.load(Ordering::Relaxed) != PSS_OK {
             // Some hardware TPMs use the maximum salt length, which TLS 1.3 rejects: check the
             // first PSS signature of this TPM in software and refuse if it is not hash-length.

@@ -34,7 +34,6 @@ use std::time::{Duration, Instant};
 use aws_lc_rs::kem::{Ciphertext, DecapsulationKey};
 use aws_lc_rs::signature::{KeyPair, PqdsaKeyPair};
 use tpm_vault_proto::hybrid;
-use tss_esapi::structures::Digest;
 use zeroize::Zeroizing;
 
 use super::{blocking, seal, Loaded, SignOutput, SignRequest, Vault};
@@ -43,7 +42,7 @@ use crate::crypto::pq as algs;
 use crate::error::Error;
 use crate::model::{HashAlg, KeyAlg, KeyName, Scheme, SignInput};
 use crate::store::{PcrPolicy, PqSection, SealPolicy, TpmObject};
-use crate::tpm::{convert, PolicyAuth, TpmError};
+use crate::tpm::{PolicyAuth, SignJob, TpmError};
 
 /// Domain separator at the start of the AES-GCM associated data.
 const AAD_CONTEXT: &[u8] = b"tpm-vault/pq-key/v1\0";
@@ -274,12 +273,16 @@ impl Vault {
         }
         // Hybrid: the TPM signs SHA-256(M') with the ECDSA half while the ML-DSA half signs M'.
         let signed = hybrid::signed_message(&message);
-        let digest = Digest::try_from(HashAlg::Sha256.digest(&signed))
-            .map_err(|_| Error::Internal("digest too long for the TPM".into()))?;
-        let blob = loaded.blob.clone();
-        let policy = loaded.record.pcr_policy.as_ref().map(|p| PolicyAuth::Pcr(p.selection.clone()));
-        let tpm_scheme = convert::signature_scheme(Scheme::Ecdsa, HashAlg::Sha256);
-        let ecdsa = self.tpm().call("sign", move |tpm| tpm.sign(&blob, digest, tpm_scheme, None, policy.as_ref()));
+        let job = SignJob {
+            key: loaded.blob.clone(),
+            alg: KeyAlg::EccP256,
+            scheme: Scheme::Ecdsa,
+            hash: HashAlg::Sha256,
+            digest: HashAlg::Sha256.digest(&signed),
+            auth: None,
+            policy: loaded.record.pcr_policy.as_ref().map(|p| PolicyAuth::Pcr(p.selection.clone())),
+        };
+        let ecdsa = self.tpm().call("sign", move |tpm| tpm.sign(&job));
         let ml_dsa = async {
             let key = self.pq_private(loaded).await?;
             blocking(move || key.sign(&signed)).await
@@ -294,8 +297,7 @@ impl Vault {
             }
             other => other?,
         };
-        let parts =
-            hybrid::HybridSignature { ecdsa: convert::encode_signature(KeyAlg::EccP256, &ecdsa)?, ml_dsa: ml_dsa? };
+        let parts = hybrid::HybridSignature { ecdsa, ml_dsa: ml_dsa? };
         let signature = parts.encode().map_err(|e| Error::Internal(format!("hybrid signature: {e}")))?;
         Ok(SignOutput { signature, scheme, hash: Some(HashAlg::Sha256) })
     }

@@ -8,8 +8,6 @@
 
 use p256::pkcs8::DecodePublicKey;
 use tpm_vault_proto::signed_policy;
-use tpm_vault_proto::v1 as pb;
-use tss_esapi::structures::Public;
 use zeroize::Zeroizing;
 
 use super::{blocking, unix_now, Vault};
@@ -18,7 +16,7 @@ use crate::error::Error;
 use crate::model::{HashAlg, KeyAlg, KeyName, PcrBank, PcrSelection, Scheme, SignInput};
 use crate::store::record::RECORD_VERSION;
 use crate::store::{PcrPolicy, SealPolicy, SealedRecord, StoreError, TpmObject};
-use crate::tpm::{pcr, templates, KeyBlob, PolicyAuth, TpmError};
+use crate::tpm::{pcr, KeyBlob, PolicyAuth, TpmError};
 
 /// What a secret is sealed to.
 #[derive(Debug, Clone)]
@@ -67,6 +65,34 @@ fn key256(unsealed: &[u8], what: &str) -> Result<Zeroizing<[u8; 32]>, Error> {
     Ok(key)
 }
 
+/// An approval of PCR values by a policy authority (the `SignedPolicy` of the API, which
+/// `rpc/seal.rs` converts): see `tpm_vault_proto::signed_policy` for the messages signed.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SignedPolicy {
+    /// Format version (1).
+    pub format_version: u32,
+    /// PCR bank name.
+    pub pcr_bank: String,
+    /// PCR indices.
+    pub pcrs: Vec<u32>,
+    /// Approved values, one per PCR.
+    pub pcr_values: Vec<Vec<u8>>,
+    /// PolicyPCR digest of the values.
+    pub approved_policy: Vec<u8>,
+    /// Policy reference (empty).
+    pub policy_ref: Vec<u8>,
+    /// DER ECDSA signature over the approval message (what the TPM checks).
+    pub signature: Vec<u8>,
+    /// Version; approvals older than the newest used are revoked.
+    pub policy_version: u64,
+    /// Expiry, Unix seconds; 0 = never.
+    pub expires_unix: i64,
+    /// DER ECDSA signature over the envelope message (version and expiry included).
+    pub envelope_signature: Vec<u8>,
+    /// The authority's DER SubjectPublicKeyInfo.
+    pub authority_spki: Vec<u8>,
+}
+
 /// What sealing produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SealInfo {
@@ -93,9 +119,7 @@ impl Vault {
     /// # Errors
     /// TPM errors.
     pub async fn pcr_extend(&self, bank: PcrBank, index: u8, digest: Vec<u8>) -> Result<(), Error> {
-        self.tpm()
-            .call("pcr_extend", move |tpm| tpm.with_context(|ctx, _| pcr::extend(ctx, bank, index, &digest)))
-            .await?;
+        self.tpm().call("pcr_extend", move |tpm| tpm.pcr_extend(bank, index, &digest)).await?;
         Ok(())
     }
 
@@ -133,7 +157,7 @@ impl Vault {
                 (SealPolicy::Pcr { pcr: p }, digest, selection)
             }
             SealTarget::Authorized { selection, authority_spki } => {
-                let authority = authority_public(&authority_spki)?;
+                let authority = authority_key(&authority_spki)?;
                 let key_name = self.tpm().call("load_external", move |tpm| tpm.external_name(&authority)).await?;
                 let digest = pcr::policy_authorize_digest(&key_name, &[]);
                 let policy =
@@ -165,18 +189,14 @@ impl Vault {
         Ok(SealInfo { policy_digest, selection })
     }
 
-    /// Unseals a secret. Authorized-policy secrets need a [`pb::SignedPolicy`] approving the
+    /// Unseals a secret. Authorized-policy secrets need a [`SignedPolicy`] approving the
     /// current PCR values.
     ///
     /// # Errors
     /// [`Error::KeyNotFound`]; [`Error::PcrMismatch`] naming the PCRs that differ;
     /// [`Error::InvalidArgument`] / [`Error::PermissionDenied`] for a missing, malformed,
     /// expired, revoked or foreign approval; TPM errors.
-    pub async fn unseal(
-        &self,
-        name: &KeyName,
-        approval: Option<&pb::SignedPolicy>,
-    ) -> Result<Zeroizing<Vec<u8>>, Error> {
+    pub async fn unseal(&self, name: &KeyName, approval: Option<&SignedPolicy>) -> Result<Zeroizing<Vec<u8>>, Error> {
         let store = self.store().clone();
         let n = name.clone();
         let record = blocking(move || store.sealed().get(&n)).await?.ok_or_else(|| Error::not_found(name))?;
@@ -248,7 +268,7 @@ impl Vault {
         values: Vec<Vec<u8>>,
         policy_version: u64,
         expires_unix: i64,
-    ) -> Result<pb::SignedPolicy, Error> {
+    ) -> Result<SignedPolicy, Error> {
         let (alg, spki) = self.public_key(key).await?;
         if alg != KeyAlg::EccP256 {
             return Err(Error::InvalidArgument(format!("policy authority {key} must be an ecc-p256 key")));
@@ -263,7 +283,7 @@ impl Vault {
         let signature = self.sign(key, sign(signed_policy::approval_message(&approved, &[])), None).await?.signature;
         let envelope = signed_policy::envelope_message(&approved, &[], policy_version, expires_unix);
         let envelope_signature = self.sign(key, sign(envelope), None).await?.signature;
-        Ok(pb::SignedPolicy {
+        Ok(SignedPolicy {
             format_version: 1,
             pcr_bank: selection.bank.as_str().into(),
             pcrs: selection.pcrs.iter().map(|&p| u32::from(p)).collect(),
@@ -386,7 +406,7 @@ pub(super) fn describe_mismatch(sel: &PcrSelection, current: &[Vec<u8>], expecte
 /// [`Error::InvalidArgument`] for a malformed approval or one for other PCRs;
 /// [`Error::PermissionDenied`] for a foreign, expired or revoked one.
 pub fn check_approval(
-    approval: &pb::SignedPolicy,
+    approval: &SignedPolicy,
     selection: &PcrSelection,
     authority_spki: &[u8],
     min_version: u64,
@@ -428,27 +448,18 @@ pub fn check_approval(
             approval.policy_version
         )));
     }
-    let (r, s) = sig.split_bytes();
-    let tpm_sig = tss_esapi::structures::Signature::EcDsa(
-        tss_esapi::structures::EccSignature::create(
-            tss_esapi::interface_types::algorithm::HashingAlgorithm::Sha256,
-            tss_esapi::structures::EccParameter::try_from(r.to_vec()).map_err(|e| TpmError::from_tss("sig r", e))?,
-            tss_esapi::structures::EccParameter::try_from(s.to_vec()).map_err(|e| TpmError::from_tss("sig s", e))?,
-        )
-        .map_err(|e| TpmError::from_tss("signature", e))?,
-    );
     Ok(PolicyAuth::Authorized {
         selection: selection.clone(),
-        authority: authority_public(authority_spki)?,
+        authority: authority_key(authority_spki)?,
         approved_policy: approval.approved_policy.clone(),
         policy_ref: approval.policy_ref.clone(),
-        signature: tpm_sig,
+        signature: sig,
     })
 }
 
-/// The TPM public area of an ECC P-256 authority key given as DER (or PEM) SPKI.
-pub(super) fn authority_public(spki: &[u8]) -> Result<Public, Error> {
-    let key = p256::PublicKey::from_public_key_der(spki)
+/// An ECC P-256 authority key given as DER (or PEM) SPKI.
+fn authority_key(spki: &[u8]) -> Result<p256::PublicKey, Error> {
+    p256::PublicKey::from_public_key_der(spki)
         .or_else(|_| {
             std::str::from_utf8(spki)
                 .map_err(|_| ())
@@ -456,13 +467,7 @@ pub(super) fn authority_public(spki: &[u8]) -> Result<Public, Error> {
         })
         .map_err(|()| {
             Error::InvalidArgument("policy authority must be an ECC P-256 public key (SPKI DER or PEM)".into())
-        })?;
-    use p256::elliptic_curve::sec1::ToEncodedPoint;
-    let point = key.to_encoded_point(false);
-    let (Some(x), Some(y)) = (point.x(), point.y()) else {
-        return Err(Error::InvalidArgument("policy authority key is the identity point".into()));
-    };
-    Ok(templates::external_p256(x, y)?)
+        })
 }
 
 /// Normalises an authority key to DER SPKI.
@@ -471,16 +476,8 @@ pub(super) fn authority_public(spki: &[u8]) -> Result<Public, Error> {
 /// [`Error::InvalidArgument`] if it is not an ECC P-256 key.
 pub fn authority_der(spki_der_or_pem: &[u8]) -> Result<Vec<u8>, Error> {
     use p256::pkcs8::EncodePublicKey;
-    let key = p256::PublicKey::from_public_key_der(spki_der_or_pem)
-        .or_else(|_| {
-            std::str::from_utf8(spki_der_or_pem)
-                .map_err(|_| ())
-                .and_then(|pem| p256::PublicKey::from_public_key_pem(pem).map_err(|_| ()))
-        })
-        .map_err(|()| {
-            Error::InvalidArgument("policy authority must be an ECC P-256 public key (SPKI DER or PEM)".into())
-        })?;
-    key.to_public_key_der()
+    authority_key(spki_der_or_pem)?
+        .to_public_key_der()
         .map(|d| d.as_bytes().to_vec())
         .map_err(|e| Error::Internal(format!("encode authority key: {e}")))
 }
