@@ -26,8 +26,7 @@ use crate::crypto::verify;
 use crate::error::Error;
 use crate::model::{HashAlg, KeyAlg, KeyName, PcrTarget, Scheme, SignInput};
 use crate::store::{KeyRecord, SealPolicy, Store, StoreError};
-use crate::tpm::actor::ActorConfig;
-use crate::tpm::{convert, KeyBlob, PolicyAuth, QueueConfig, SignJob, TpmError, TpmHandle, TpmInfo};
+use crate::tpm::{convert, ConnectionConfig, KeyBlob, PolicyAuth, QueueConfig, SignJob, TpmError, TpmHandle, TpmInfo};
 
 /// Key generation can take seconds on a TPM (RSA-3072 especially).
 const CREATE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -189,12 +188,12 @@ impl Vault {
         let store = blocking(move || Store::open(dir)).await?;
         let s = store.clone();
         let expected = blocking(move || s.srk_name()).await?;
-        let actor = ActorConfig {
+        let connection = ConnectionConfig {
             tcti: cfg.tcti.clone(),
             max_loaded: cfg.max_loaded_objects.max(2),
             expected_srk_name: expected.clone(),
         };
-        let (tpm, info) = TpmHandle::open(actor, cfg.queue.clone()).await?;
+        let (tpm, info) = TpmHandle::open(connection, cfg.queue.clone()).await?;
         if expected.is_none() {
             let s = store.clone();
             let name = info.srk_name.clone();
