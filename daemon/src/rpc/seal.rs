@@ -1,15 +1,13 @@
 //! `tpmvault.v1.SealService`: sealing secrets to PCR values and signed PCR policies.
 
-use std::time::Instant;
-
 use prost::Message;
 use tonic::{Request, Response, Status};
 use tpm_vault_proto::v1 as pb;
 use tpm_vault_proto::v1::seal_service_server::SealService;
 use zeroize::Zeroizing;
 
-use super::{observe, pcr_binding, Ctx};
-use crate::auth::{identity, Operation, Peer};
+use super::{pcr_binding, Call, Ctx};
+use crate::auth::{Operation, Peer};
 use crate::error::Error;
 use crate::model::{KeyName, PcrBank, PcrSelection, PcrTarget};
 use crate::vault::seal::{authority_der, SealTarget, SignedPolicy};
@@ -38,15 +36,13 @@ fn default_selection() -> Result<PcrSelection, Error> {
 #[tonic::async_trait]
 impl SealService for SealRpc {
     async fn seal(&self, req: Request<pb::SealRequest>) -> Result<Response<pb::SealResponse>, Status> {
-        let start = Instant::now();
         let uid = Peer::of(&req).map_or(0, |p| p.uid);
-        let who = identity(&req);
+        let mut call = Call::start(&self.ctx, "Seal", Operation::Seal, &req);
         let r = req.into_inner();
         let secret = Zeroizing::new(r.secret);
-        let mut grant = None;
         let result = async {
             let name = KeyName::try_from(r.name.as_str())?;
-            grant = Some(self.ctx.authorize(who, Operation::Seal, Some((&name, Resource::Sealed))).await?);
+            call.authorize(Some((&name, Resource::Sealed))).await?;
             let (selection, values) = match r.pcr_binding {
                 Some(b) => {
                     let t = pcr_binding(b)?;
@@ -67,7 +63,7 @@ impl SealService for SealRpc {
             })
         }
         .await;
-        observe(&self.ctx, "Seal", start, grant, result)
+        call.end(result)
     }
 
     async fn unseal(&self, req: Request<pb::UnsealRequest>) -> Result<Response<pb::UnsealResponse>, Status> {

@@ -1,5 +1,6 @@
-//! The only place that turns an [`Error`] into a gRPC [`Status`]. Peers get a message naming
-//! the cause in their terms; TPM response codes, handles and paths go to the log only.
+//! The only place that builds a gRPC [`Status`]: from an [`Error`], or for a request cut off by
+//! shutdown. Peers get a message naming the cause in their terms; TPM response codes, handles
+//! and paths go to the log only.
 
 use tonic::Status;
 
@@ -37,6 +38,12 @@ impl From<Error> for Status {
     fn from(e: Error) -> Status {
         Status::from(&e)
     }
+}
+
+/// The status of a request still running when the drain time of a shutdown ran out. Not an
+/// [`Error`]: the request never failed, the daemon is leaving.
+pub(crate) fn shutting_down() -> Status {
+    Status::unavailable("tpm-vaultd is shutting down; retry")
 }
 
 fn tpm_status(t: &TpmError) -> Status {
