@@ -29,7 +29,7 @@ impl KeyRpc {
 }
 
 fn name(s: &str) -> Result<KeyName, Error> {
-    KeyName::try_from(s)
+    Ok(KeyName::try_from(s)?)
 }
 
 fn key_alg(v: i32) -> Result<KeyAlg, Error> {

@@ -101,7 +101,7 @@ impl Ctx {
     where
         Fut: Future<Output = Result<T, Error>>,
     {
-        self.unary(rpc, req, (op, kind), |r| KeyName::try_from(name_of(r)), work).await
+        self.unary(rpc, req, (op, kind), |r| Ok(KeyName::try_from(name_of(r))?), work).await
     }
 
     /// [`Ctx::unary`] for an operation on no key (quotes, PCRs, random bytes, status).

@@ -30,7 +30,7 @@ impl SealRpc {
 }
 
 fn default_selection() -> Result<PcrSelection, Error> {
-    PcrSelection::new(PcrBank::Sha256, &[9])
+    Ok(PcrSelection::new(PcrBank::Sha256, &[9])?)
 }
 
 #[tonic::async_trait]

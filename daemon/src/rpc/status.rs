@@ -13,7 +13,7 @@ impl From<&Error> for Status {
         match e {
             Error::InvalidArgument(m) => Status::invalid_argument(m.clone()),
             Error::KeyNotFound(_) | Error::NoCertificate(_) => Status::not_found(e.to_string()),
-            Error::KeyExists(_) | Error::Store(StoreError::Exists(_)) => Status::already_exists(e.to_string()),
+            Error::KeyExists(_) => Status::already_exists(e.to_string()),
             Error::PermissionDenied(m) => Status::permission_denied(m.clone()),
             Error::PcrMismatch(m) => Status::failed_precondition(m.clone()),
             Error::Tpm(t) => tpm_status(t),
@@ -95,8 +95,8 @@ mod tests {
         assert_eq!(code(Error::InvalidArgument("x".into())), Code::InvalidArgument);
         assert_eq!(code(Error::not_found(&name)), Code::NotFound);
         assert_eq!(code(Error::NoCertificate("k".into())), Code::NotFound);
-        assert_eq!(code(Error::KeyExists("k".into())), Code::AlreadyExists);
-        assert_eq!(code(Error::Store(StoreError::Exists(name))), Code::AlreadyExists);
+        assert_eq!(code(Error::KeyExists(name.clone())), Code::AlreadyExists);
+        assert_eq!(code(Error::from(StoreError::Exists(name))), Code::AlreadyExists);
         assert_eq!(code(Error::PermissionDenied("no".into())), Code::PermissionDenied);
         assert_eq!(code(Error::PcrMismatch("pcr 9".into())), Code::FailedPrecondition);
         assert_eq!(code(Error::Tpm(TpmError::Unavailable("x".into()))), Code::Unavailable);

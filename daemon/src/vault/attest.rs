@@ -7,7 +7,7 @@ use super::{blocking, parse_record, unix_now, Loaded, Vault};
 use crate::error::Error;
 use crate::model::{KeyAlg, PcrSelection};
 use crate::store::record::RECORD_VERSION;
-use crate::store::{ak_name, KeyRecord, StoreError};
+use crate::store::{ak_name, KeyRecord};
 use crate::tpm::{convert, TpmError};
 
 /// Largest nonce accepted (TPM2B_DATA holds at most a digest of the largest hash, 64 bytes).
@@ -85,7 +85,7 @@ impl Vault {
                 Ok(record)
             }
             // A concurrent first use created it: use that one.
-            Err(Error::Store(StoreError::Exists(_))) => {
+            Err(Error::KeyExists(_)) => {
                 let store = self.store().clone();
                 blocking(move || store.attestation_key()).await?.ok_or_else(|| Error::Internal("AK vanished".into()))
             }

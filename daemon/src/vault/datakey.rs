@@ -21,7 +21,7 @@ use crate::crypto::stream::{self, Header, Keying};
 use crate::error::Error;
 use crate::model::{KeyName, PcrTarget};
 use crate::store::record::RECORD_VERSION;
-use crate::store::{DataKeyRecord, StoreError};
+use crate::store::DataKeyRecord;
 use crate::tpm::KeyBlob;
 
 /// How long an unsealed data key stays in memory after its last use, by default.
@@ -174,7 +174,7 @@ impl Vault {
         let store = self.store().clone();
         let n = name.clone();
         if blocking(move || store.datakeys().get(&n)).await?.is_some() {
-            return Err(Error::KeyExists(name.to_string()));
+            return Err(Error::KeyExists(name.clone()));
         }
         let pcr_policy = match pcr {
             Some(t) => Some(self.pcr_policy(&t.selection, t.values).await?),
@@ -193,10 +193,7 @@ impl Vault {
             object,
         };
         let store = self.store().clone();
-        blocking(move || store.datakeys().insert(&record)).await.map_err(|e| match e {
-            Error::Store(StoreError::Exists(n)) => Error::KeyExists(n.to_string()),
-            other => other,
-        })?;
+        blocking(move || store.datakeys().insert(&record)).await?;
         tracing::info!(key = %name, "data key created");
         Ok(hex::encode(key_id))
     }

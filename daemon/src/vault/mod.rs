@@ -296,7 +296,7 @@ impl Vault {
             }
         }
         if self.load(&name).await.is_ok() {
-            return Err(Error::KeyExists(name.to_string()));
+            return Err(Error::KeyExists(name.clone()));
         }
         let pcr_policy = match pcr {
             Some(t) => Some(self.pcr_policy(&t.selection, t.values).await?),
@@ -345,10 +345,7 @@ impl Vault {
         };
         let info = KeyInfo::from(&record);
         let store = self.inner.store.clone();
-        blocking(move || store.keys().insert(&record)).await.map_err(|e| match e {
-            Error::Store(StoreError::Exists(n)) => Error::KeyExists(n.to_string()),
-            other => other,
-        })?;
+        blocking(move || store.keys().insert(&record)).await?;
         tracing::info!(key = %name, alg = %alg, "key created");
         Ok(info)
     }

@@ -15,7 +15,7 @@ use crate::crypto::aead;
 use crate::error::Error;
 use crate::model::{HashAlg, KeyAlg, KeyName, PcrBank, PcrSelection, Scheme, SignInput};
 use crate::store::record::RECORD_VERSION;
-use crate::store::{PcrPolicy, SealPolicy, SealedRecord, StoreError, TpmObject};
+use crate::store::{PcrPolicy, SealPolicy, SealedRecord, TpmObject};
 use crate::tpm::{pcr, KeyBlob, PolicyAuth, TpmError};
 
 /// What a secret is sealed to.
@@ -180,11 +180,7 @@ impl Vault {
         };
         let store = self.store().clone();
         blocking(move || if overwrite { store.sealed().replace(&record) } else { store.sealed().insert(&record) })
-            .await
-            .map_err(|e| match e {
-                Error::Store(StoreError::Exists(n)) => Error::KeyExists(n.to_string()),
-                other => other,
-            })?;
+            .await?;
         tracing::info!(secret = %name, pcrs = %selection, "secret sealed");
         Ok(SealInfo { policy_digest, selection })
     }
