@@ -469,6 +469,14 @@ pub struct PcrSelection {
 impl PcrSelection {
     /// Highest PCR index on a PC-client TPM.
     pub const MAX_INDEX: u32 = 23;
+    /// The PCR a binding uses when the request names none: 9, where boot loaders measure the
+    /// kernel and initrd (so a secret sealed to it opens only under the same boot).
+    pub const DEFAULT_INDEX: u32 = 9;
+
+    /// The default binding: [`PcrSelection::DEFAULT_INDEX`] of `bank`.
+    pub fn default_in(bank: PcrBank) -> Self {
+        Self { bank, pcrs: vec![Self::DEFAULT_INDEX as u8] }
+    }
 
     /// Builds a selection, sorting and de-duplicating the indices.
     ///

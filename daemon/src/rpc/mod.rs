@@ -140,7 +140,7 @@ impl Target for () {
 /// index, in the order given).
 fn pcr_binding(b: tpm_vault_proto::v1::PcrBinding) -> Result<PcrTarget, Error> {
     let bank: PcrBank = b.bank.parse()?;
-    let indices = if b.pcrs.is_empty() { vec![9] } else { b.pcrs.clone() };
+    let indices = if b.pcrs.is_empty() { vec![PcrSelection::DEFAULT_INDEX] } else { b.pcrs.clone() };
     let selection = PcrSelection::new(bank, &indices)?;
     if b.values.is_empty() {
         return Ok(PcrTarget { selection, values: None });

@@ -29,8 +29,8 @@ impl SealRpc {
     }
 }
 
-fn default_selection() -> Result<PcrSelection, Error> {
-    Ok(PcrSelection::new(PcrBank::Sha256, &[9])?)
+fn default_selection() -> PcrSelection {
+    PcrSelection::default_in(PcrBank::Sha256)
 }
 
 #[tonic::async_trait]
@@ -48,7 +48,7 @@ impl SealService for SealRpc {
                     let t = pcr_binding(b)?;
                     (t.selection, t.values)
                 }
-                None => (default_selection()?, None),
+                None => (default_selection(), None),
             };
             let target = if r.authorized_by.is_empty() {
                 SealTarget::Pcr { selection, values }
