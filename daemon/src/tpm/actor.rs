@@ -10,7 +10,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::connection::{ConnectionConfig, Tpm, TpmInfo};
 use super::error::TpmError;
-use super::status::Shared;
+use super::shared::Shared;
 
 /// A unit of TPM work: runs on the actor thread with exclusive access to the [`Tpm`].
 struct Job {

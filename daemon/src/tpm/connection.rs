@@ -24,7 +24,7 @@ use tss_esapi::{Context, TctiNameConf};
 
 use super::error::{rc, ResponseCode, TpmError};
 use super::object::{self, KeyBlob};
-use super::status::{Shared, TpmState};
+use super::shared::{Shared, TpmState};
 use super::templates;
 use super::{convert, pcr};
 use crate::model::{HashAlg, KeyAlg, PcrBank, PcrSelection, Scheme};

@@ -10,7 +10,7 @@
 //! - [`templates`]: object templates; [`pcr`]: PCR reads, extends and policy digests;
 //!   [`attest`]: quotes, the EK and credential activation;
 //! - [`error`]: the response-code classification; [`convert`]: signature and public-key
-//!   encoding; [`status`]: the state and counters shared with the rest of the daemon.
+//!   encoding; [`shared`]: the state and counters shared with the rest of the daemon.
 //!
 //! It speaks the vault's own types (key algorithms, schemes, digests, stored objects) and
 //! knows nothing of files or gRPC.
@@ -22,11 +22,11 @@ pub mod convert;
 pub mod error;
 pub mod object;
 pub mod pcr;
-pub mod status;
+pub mod shared;
 pub mod templates;
 
 pub use actor::{QueueConfig, TpmHandle};
 pub use connection::{ConnectionConfig, PolicyAuth, SignJob, Tpm, TpmInfo};
 pub use error::TpmError;
 pub use object::KeyBlob;
-pub use status::{Shared, TpmState};
+pub use shared::{Shared, TpmState};
