@@ -123,39 +123,28 @@ impl SealService for SealRpc {
     }
 }
 
-/// The approval at the edge: field for field the API's message.
-impl From<pb::SignedPolicy> for SignedPolicy {
-    fn from(p: pb::SignedPolicy) -> Self {
-        Self {
-            format_version: p.format_version,
-            pcr_bank: p.pcr_bank,
-            pcrs: p.pcrs,
-            pcr_values: p.pcr_values,
-            approved_policy: p.approved_policy,
-            policy_ref: p.policy_ref,
-            signature: p.signature,
-            policy_version: p.policy_version,
-            expires_unix: p.expires_unix,
-            envelope_signature: p.envelope_signature,
-            authority_spki: p.authority_spki,
+/// The approval at the edge: field for field the API's message, both ways.
+macro_rules! same_fields {
+    ($from:ty => $to:ty) => {
+        impl From<$from> for $to {
+            fn from(p: $from) -> Self {
+                Self {
+                    format_version: p.format_version,
+                    pcr_bank: p.pcr_bank,
+                    pcrs: p.pcrs,
+                    pcr_values: p.pcr_values,
+                    approved_policy: p.approved_policy,
+                    policy_ref: p.policy_ref,
+                    signature: p.signature,
+                    policy_version: p.policy_version,
+                    expires_unix: p.expires_unix,
+                    envelope_signature: p.envelope_signature,
+                    authority_spki: p.authority_spki,
+                }
+            }
         }
-    }
+    };
 }
 
-impl From<SignedPolicy> for pb::SignedPolicy {
-    fn from(p: SignedPolicy) -> Self {
-        Self {
-            format_version: p.format_version,
-            pcr_bank: p.pcr_bank,
-            pcrs: p.pcrs,
-            pcr_values: p.pcr_values,
-            approved_policy: p.approved_policy,
-            policy_ref: p.policy_ref,
-            signature: p.signature,
-            policy_version: p.policy_version,
-            expires_unix: p.expires_unix,
-            envelope_signature: p.envelope_signature,
-            authority_spki: p.authority_spki,
-        }
-    }
-}
+same_fields!(pb::SignedPolicy => SignedPolicy);
+same_fields!(SignedPolicy => pb::SignedPolicy);

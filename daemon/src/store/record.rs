@@ -113,6 +113,19 @@ pub struct PcrPolicy {
     pub values: Vec<Vec<u8>>,
 }
 
+/// [`Record::name`] and [`Record::version`] from the `name` and `version` fields every kind has.
+macro_rules! header_fields {
+    () => {
+        fn name(&self) -> &KeyName {
+            &self.name
+        }
+
+        fn version(&self) -> u32 {
+            self.version
+        }
+    };
+}
+
 /// What every record kind shares, and what the store's generic table ([`super::Table`]) needs:
 /// its name, its format version, how it is written, and the checks a parsed record must pass.
 pub trait Record: Serialize + DeserializeOwned {
@@ -163,13 +176,7 @@ pub trait Record: Serialize + DeserializeOwned {
 impl Record for KeyRecord {
     const PRETTY: bool = true;
 
-    fn name(&self) -> &KeyName {
-        &self.name
-    }
-
-    fn version(&self) -> u32 {
-        self.version
-    }
+    header_fields!();
 
     fn check(&self) -> Result<(), String> {
         if self.object.public.is_empty() || self.object.private.is_empty() {
@@ -350,13 +357,7 @@ pub struct SealedRecord {
 impl Record for SealedRecord {
     const PRETTY: bool = false;
 
-    fn name(&self) -> &KeyName {
-        &self.name
-    }
-
-    fn version(&self) -> u32 {
-        self.version
-    }
+    header_fields!();
 
     fn check(&self) -> Result<(), String> {
         if self.nonce.len() != 12 {
@@ -393,13 +394,7 @@ pub struct DataKeyRecord {
 impl Record for DataKeyRecord {
     const PRETTY: bool = true;
 
-    fn name(&self) -> &KeyName {
-        &self.name
-    }
-
-    fn version(&self) -> u32 {
-        self.version
-    }
+    header_fields!();
 
     fn check(&self) -> Result<(), String> {
         if self.key_id.len() != 16 {

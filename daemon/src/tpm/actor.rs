@@ -149,15 +149,8 @@ impl TpmHandle {
         F: FnOnce(&mut Tpm) -> Result<T, TpmError> + Send + 'static,
     {
         let (reply_tx, reply_rx) = oneshot::channel();
-        let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
-        self.submit(label, timeout, move |tpm| {
-            let result = match tpm {
-                Some(tpm) => f(tpm),
-                None => Err(TpmError::Timeout(ms)),
-            };
-            let ok = result.is_ok();
+        let ms = self.submit_call(label, timeout, f, move |result| {
             let _ = reply_tx.send(result);
-            ok
         })?;
         let result = match tokio::time::timeout(timeout, reply_rx).await {
             Ok(Ok(result)) => result,
@@ -183,15 +176,8 @@ impl TpmHandle {
     {
         let (reply_tx, reply_rx) = std::sync::mpsc::sync_channel(1);
         let timeout = self.timeout;
-        let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
-        self.submit(label, timeout, move |tpm| {
-            let result = match tpm {
-                Some(tpm) => f(tpm),
-                None => Err(TpmError::Timeout(ms)),
-            };
-            let ok = result.is_ok();
+        let ms = self.submit_call(label, timeout, f, move |result| {
             let _ = reply_tx.send(result);
-            ok
         })?;
         let result = match reply_rx.recv_timeout(timeout) {
             Ok(result) => result,
@@ -204,6 +190,32 @@ impl TpmHandle {
             self.shared.count_error(e.class_name());
         }
         result
+    }
+
+    /// Queues `f` with a deadline of `timeout`; its result (or the expiry) goes to `reply`.
+    /// Returns the deadline in milliseconds, for the caller's own timeout error.
+    fn submit_call<T, F>(
+        &self,
+        label: &'static str,
+        timeout: Duration,
+        f: F,
+        reply: impl FnOnce(Result<T, TpmError>) + Send + 'static,
+    ) -> Result<u64, TpmError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Tpm) -> Result<T, TpmError> + Send + 'static,
+    {
+        let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        self.submit(label, timeout, move |tpm| {
+            let result = match tpm {
+                Some(tpm) => f(tpm),
+                None => Err(TpmError::Timeout(ms)),
+            };
+            let ok = result.is_ok();
+            reply(result);
+            ok
+        })?;
+        Ok(ms)
     }
 
     fn submit(
