@@ -5,7 +5,7 @@
 //! creates [`REAL_KEYS`] real ECC P-256 keys in the benchmark's state directory
 //! (`Vault::create_key`, records written by the store's atomic writer), and each key set is a
 //! state directory of its own holding the SRK name, those real records (copied with
-//! `Store::insert_new`) and `count − 4` copies: the same record (`KeyRecord::to_bytes`, the
+//! `Table::insert`) and `count − 4` copies: the same record (`KeyRecord::to_bytes`, the
 //! library's own serialisation) under distinct names `k000004`, `k000005`, …, copy `i` of real
 //! key `i mod 4`. The copies are written with a plain write and one `sync(2)` at the end instead
 //! of the atomic writer's two fsyncs per file (the report gives its measured time per record,
@@ -31,7 +31,7 @@ use anyhow::{ensure, Context as _, Result};
 use tokio::runtime::Runtime;
 use tpm_vault_client::{Client, HashAlgorithm, SignInput, SignOptions, SignatureScheme};
 use tpm_vault_daemon::model::{KeyAlg, KeyName};
-use tpm_vault_daemon::store::Store;
+use tpm_vault_daemon::store::{Record as _, Store};
 
 use crate::procfs::{self, Proc};
 use crate::sign::daemon::{policy_allow_all, Daemon, Setup};
@@ -114,9 +114,9 @@ impl KeySet {
         let mut atomic = Duration::ZERO;
         for (g, group) in groups.iter_mut().enumerate() {
             let name = KeyName::try_from(real_name(g).as_str())?;
-            let record = main.get(&name)?.with_context(|| format!("real key {name} is missing"))?;
+            let record = main.keys().get(&name)?.with_context(|| format!("real key {name} is missing"))?;
             let t = Instant::now();
-            store.insert_new(&record)?;
+            store.keys().insert(&record)?;
             atomic += t.elapsed();
             group.push(name.to_string());
             records.push(record);
@@ -131,7 +131,7 @@ impl KeySet {
             groups[i % REAL_KEYS].push(record.name.to_string());
         }
         nix::unistd::sync();
-        let seen = store.count()?;
+        let seen = store.keys().count()?;
         ensure!(seen == count, "the store counts {seen} keys in {}, expected {count}", dir.display());
         Ok(Self { count, dir, groups, written_in: started.elapsed(), atomic_write: atomic / REAL_KEYS as u32 })
     }

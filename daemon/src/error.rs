@@ -18,9 +18,10 @@ pub enum Error {
     /// The key exists but carries no certificate chain (GetCertificate, the TLS listener).
     #[error("key {0:?} has no certificate")]
     NoCertificate(String),
-    /// A key with this name already exists.
-    #[error("key {0:?} already exists")]
-    KeyExists(String),
+    /// A record with this name already exists (a signing key, sealed secret or data key: the
+    /// store's [`StoreError::Exists`] becomes this).
+    #[error("key {:?} already exists", .0.as_str())]
+    KeyExists(KeyName),
     /// The access policy denies the operation.
     #[error("{0}")]
     PermissionDenied(String),
@@ -38,15 +39,30 @@ pub enum Error {
     Tpm(#[from] TpmError),
     /// The state directory failed.
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(StoreError),
     /// A bug or an impossible state; details are logged, not returned.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+impl From<StoreError> for Error {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Exists(name) => Self::KeyExists(name),
+            other => Self::Store(other),
+        }
+    }
 }
 
 impl Error {
     /// `KeyNotFound` for a name.
     pub fn not_found(name: &KeyName) -> Self {
         Self::KeyNotFound(name.to_string())
+    }
+}
+
+impl From<crate::model::InvalidInput> for Error {
+    fn from(e: crate::model::InvalidInput) -> Self {
+        Self::InvalidArgument(e.0)
     }
 }

@@ -2,12 +2,17 @@
 //!
 //! # Layout
 //! Modules follow the request path:
-//! - [`rpc`]: gRPC services; converts proto input into [`model`] types at the edge and maps
-//!   [`Error`] to `tonic::Status` in exactly one place (`rpc/status.rs`).
-//! - [`vault`]: key operations (create, sign, ...) combining the store and the TPM actor.
-//! - [`tpm`]: the TPM actor thread that owns the ESAPI context, SRK, sessions and loaded objects.
-//! - [`store`]: the state directory (crash-safe key records).
-//! - [`crypto`]: in-core cryptography (verification; bulk crypto later).
+//! - [`rpc`]: gRPC services; converts proto input into [`model`] types at the edge, accounts
+//!   for every call once (metrics and audit, `rpc/call.rs`) and builds every `tonic::Status`
+//!   in one place (`rpc/status.rs`).
+//! - [`auth`]: who the peer is, the access policies, per-client limits and the audit log.
+//! - [`vault`]: key operations (create, sign, seal, data keys, ...) combining the store, the
+//!   TPM actor and in-core cryptography; it speaks no TPM or proto type.
+//! - [`tpm`]: the actor thread and the connection it owns (ESAPI context, SRK, sessions,
+//!   loaded objects); the only code that touches `tss_esapi`.
+//! - [`store`]: the state directory (one crash-safe record table per kind).
+//! - [`crypto`]: in-core cryptography: signature verification, the envelopes' AEAD, the
+//!   stream format, the DRBG every key comes from, and the post-quantum algorithms.
 //! - [`model`]: validated domain types; [`error`]: the error type; [`metrics`]: counters.
 //! - [`bounds`]: connection and message bounds that hold before authorization.
 //! - [`config`], [`server`], [`simulator`]: configuration, the listener/lifecycle, and the

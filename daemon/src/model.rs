@@ -10,7 +10,11 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::Error;
+/// Input that is not a valid domain value: the message names the field and the rule. The RPC
+/// layer answers it as INVALID_ARGUMENT (`Error::InvalidArgument`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidInput(pub String);
 
 /// A key name: `[a-z0-9][a-z0-9._-]{0,63}`. Anything else (paths, upper case, empty) is refused,
 /// so a name is always a safe file name and a safe glob subject.
@@ -34,9 +38,9 @@ impl KeyName {
 }
 
 impl TryFrom<&str> for KeyName {
-    type Error = Error;
+    type Error = InvalidInput;
 
-    fn try_from(s: &str) -> Result<Self, Error> {
+    fn try_from(s: &str) -> Result<Self, InvalidInput> {
         let bytes = s.as_bytes();
         let valid_first = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
         let valid_rest = |b: u8| valid_first(b) || matches!(b, b'.' | b'_' | b'-');
@@ -47,7 +51,7 @@ impl TryFrom<&str> for KeyName {
         if ok {
             Ok(Self(s.to_owned()))
         } else {
-            Err(Error::InvalidArgument(format!(
+            Err(InvalidInput(format!(
                 "invalid key name {:?}: must match [a-z0-9][a-z0-9._-]{{0,63}}",
                 truncate_for_message(s)
             )))
@@ -56,9 +60,9 @@ impl TryFrom<&str> for KeyName {
 }
 
 impl TryFrom<String> for KeyName {
-    type Error = Error;
+    type Error = InvalidInput;
 
-    fn try_from(s: String) -> Result<Self, Error> {
+    fn try_from(s: String) -> Result<Self, InvalidInput> {
         Self::try_from(s.as_str())
     }
 }
@@ -209,10 +213,10 @@ impl KeyAlg {
     /// Checks that `scheme` can be used with this key.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] naming the pair when it does not fit.
-    pub fn check_scheme(self, scheme: Scheme) -> Result<(), Error> {
+    /// [`InvalidInput`] naming the pair when it does not fit.
+    pub fn check_scheme(self, scheme: Scheme) -> Result<(), InvalidInput> {
         if self.is_kem() {
-            return Err(Error::InvalidArgument(format!(
+            return Err(InvalidInput(format!(
                 "a {} key does not sign; it decapsulates (Decapsulate, `tpm-vault kem decap`)",
                 self.as_str()
             )));
@@ -226,22 +230,18 @@ impl KeyAlg {
         if fits {
             Ok(())
         } else {
-            Err(Error::InvalidArgument(format!(
-                "scheme {} is not supported by a {} key",
-                scheme.as_str(),
-                self.as_str()
-            )))
+            Err(InvalidInput(format!("scheme {} is not supported by a {} key", scheme.as_str(), self.as_str())))
         }
     }
 }
 
 impl FromStr for KeyAlg {
-    type Err = Error;
+    type Err = InvalidInput;
 
-    fn from_str(s: &str) -> Result<Self, Error> {
+    fn from_str(s: &str) -> Result<Self, InvalidInput> {
         Self::ALL.into_iter().find(|a| a.as_str() == s).ok_or_else(|| {
             let names: Vec<&str> = Self::ALL.iter().map(|a| a.as_str()).collect();
-            Error::InvalidArgument(format!(
+            InvalidInput(format!(
                 "unknown key algorithm {:?} (expected one of {})",
                 truncate_for_message(s),
                 names.join(", ")
@@ -301,9 +301,9 @@ impl HashAlg {
     ///
     /// # Errors
     /// `InvalidArgument` naming the rule.
-    pub fn check_use(self, scheme: Scheme, digest_given: bool) -> Result<(), Error> {
+    pub fn check_use(self, scheme: Scheme, digest_given: bool) -> Result<(), InvalidInput> {
         if self == Self::Sha1 && !(scheme == Scheme::RsaPkcs1 && digest_given) {
-            return Err(Error::InvalidArgument(
+            return Err(InvalidInput(
                 "SHA-1 is accepted only for RSA PKCS#1 v1.5 signatures of a precomputed digest (legacy)".into(),
             ));
         }
@@ -372,17 +372,17 @@ impl SignInput {
     /// Returns the digest to sign, hashing a message or checking a digest's length.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a digest of the wrong length or an oversize message.
-    pub fn into_digest(self, hash: HashAlg) -> Result<Vec<u8>, Error> {
+    /// [`InvalidInput`] for a digest of the wrong length or an oversize message.
+    pub fn into_digest(self, hash: HashAlg) -> Result<Vec<u8>, InvalidInput> {
         match self {
-            Self::Message(m) if m.len() > Self::MAX_MESSAGE => Err(Error::InvalidArgument(format!(
+            Self::Message(m) if m.len() > Self::MAX_MESSAGE => Err(InvalidInput(format!(
                 "message of {} bytes exceeds the {} byte limit; send a digest instead",
                 m.len(),
                 Self::MAX_MESSAGE
             ))),
             Self::Message(m) => Ok(hash.digest(&m)),
             Self::Digest(d) if d.len() == hash.digest_len() => Ok(d),
-            Self::Digest(d) => Err(Error::InvalidArgument(format!(
+            Self::Digest(d) => Err(InvalidInput(format!(
                 "digest is {} bytes but {} needs {}",
                 d.len(),
                 hash.as_str(),
@@ -427,14 +427,14 @@ impl PcrBank {
 }
 
 impl FromStr for PcrBank {
-    type Err = Error;
+    type Err = InvalidInput;
 
-    fn from_str(s: &str) -> Result<Self, Error> {
+    fn from_str(s: &str) -> Result<Self, InvalidInput> {
         match s {
             "" | "sha256" => Ok(Self::Sha256),
             "sha1" => Ok(Self::Sha1),
             "sha384" => Ok(Self::Sha384),
-            other => Err(Error::InvalidArgument(format!(
+            other => Err(InvalidInput(format!(
                 "unknown PCR bank {:?} (expected sha1, sha256 or sha384)",
                 truncate_for_message(other)
             ))),
@@ -469,19 +469,27 @@ pub struct PcrSelection {
 impl PcrSelection {
     /// Highest PCR index on a PC-client TPM.
     pub const MAX_INDEX: u32 = 23;
+    /// The PCR a binding uses when the request names none: 9, where boot loaders measure the
+    /// kernel and initrd (so a secret sealed to it opens only under the same boot).
+    pub const DEFAULT_INDEX: u32 = 9;
+
+    /// The default binding: [`PcrSelection::DEFAULT_INDEX`] of `bank`.
+    pub fn default_in(bank: PcrBank) -> Self {
+        Self { bank, pcrs: vec![Self::DEFAULT_INDEX as u8] }
+    }
 
     /// Builds a selection, sorting and de-duplicating the indices.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an empty list or an index above 23.
-    pub fn new(bank: PcrBank, indices: &[u32]) -> Result<Self, Error> {
+    /// [`InvalidInput`] for an empty list or an index above 23.
+    pub fn new(bank: PcrBank, indices: &[u32]) -> Result<Self, InvalidInput> {
         if indices.is_empty() {
-            return Err(Error::InvalidArgument("empty PCR selection".into()));
+            return Err(InvalidInput("empty PCR selection".into()));
         }
         let mut pcrs = Vec::with_capacity(indices.len());
         for &i in indices {
             if i > Self::MAX_INDEX {
-                return Err(Error::InvalidArgument(format!("PCR index {i} out of range 0-{}", Self::MAX_INDEX)));
+                return Err(InvalidInput(format!("PCR index {i} out of range 0-{}", Self::MAX_INDEX)));
             }
             pcrs.push(i as u8);
         }
@@ -500,13 +508,13 @@ struct StoredPcrSelection {
 }
 
 impl TryFrom<StoredPcrSelection> for PcrSelection {
-    type Error = Error;
+    type Error = InvalidInput;
 
-    fn try_from(raw: StoredPcrSelection) -> Result<Self, Error> {
+    fn try_from(raw: StoredPcrSelection) -> Result<Self, InvalidInput> {
         let indices: Vec<u32> = raw.pcrs.iter().map(|&i| u32::from(i)).collect();
         let sel = Self::new(raw.bank, &indices)?;
         if sel.pcrs != raw.pcrs {
-            return Err(Error::InvalidArgument("PCR indices are not in ascending order without duplicates".into()));
+            return Err(InvalidInput("PCR indices are not in ascending order without duplicates".into()));
         }
         Ok(sel)
     }
@@ -535,14 +543,14 @@ mod tests {
             assert!(KeyName::try_from(good).is_ok(), "{good}");
         }
         for bad in ["", "../x", "Web", "-a", ".a", "a/b", "a b", "é", &"a".repeat(65), "a\0"] {
-            assert!(matches!(KeyName::try_from(bad), Err(Error::InvalidArgument(_))), "{bad:?}");
+            assert!(matches!(KeyName::try_from(bad), Err(InvalidInput(_))), "{bad:?}");
         }
     }
 
     #[test]
     fn digest_length_is_checked() {
         let d = SignInput::Digest(vec![0; 31]).into_digest(HashAlg::Sha256);
-        assert!(matches!(d, Err(Error::InvalidArgument(m)) if m.contains("31 bytes")));
+        assert!(matches!(d, Err(InvalidInput(m)) if m.contains("31 bytes")));
         assert_eq!(SignInput::Digest(vec![1; 48]).into_digest(HashAlg::Sha384).ok(), Some(vec![1; 48]));
         let m = SignInput::Message(b"abc".to_vec()).into_digest(HashAlg::Sha256).ok();
         assert_eq!(
@@ -563,7 +571,7 @@ mod tests {
         assert!(KeyAlg::HybridP256MlDsa65.check_scheme(Scheme::Hybrid).is_ok());
         assert!(KeyAlg::HybridP256MlDsa65.check_scheme(Scheme::Ecdsa).is_err());
         assert!(
-            matches!(KeyAlg::MlKem768.check_scheme(Scheme::MlDsa), Err(Error::InvalidArgument(m)) if m.contains("decapsulates"))
+            matches!(KeyAlg::MlKem768.check_scheme(Scheme::MlDsa), Err(InvalidInput(m)) if m.contains("decapsulates"))
         );
     }
 

@@ -434,8 +434,7 @@ impl Service<http::Request<AxumBody>> for Draining {
             tokio::select! {
                 r = response => r,
                 () = expiry => {
-                    // Not an `Error`: the request never failed, the daemon is leaving.
-                    let status = tonic::Status::unavailable("tpm-vaultd is shutting down; retry");
+                    let status = crate::rpc::status::shutting_down();
                     let (parts, ()) = status.into_http::<()>().into_parts();
                     Ok(http::Response::from_parts(parts, tonic::body::Body::empty()))
                 }

@@ -10,12 +10,12 @@ use p256::ecdsa::signature::Signer;
 use p256::pkcs8::EncodePublicKey;
 use support::{key, TpmEnv};
 use tpm_vault_daemon::model::{KeyAlg, PcrBank, PcrSelection, PcrTarget, SignInput};
-use tpm_vault_daemon::store::SealedRecord;
+use tpm_vault_daemon::store::{Record as _, SealedRecord};
 use tpm_vault_daemon::tpm::pcr;
+use tpm_vault_daemon::vault::seal::SignedPolicy;
 use tpm_vault_daemon::vault::{SealTarget, SignRequest};
 use tpm_vault_daemon::{Error, Vault};
 use tpm_vault_proto::signed_policy;
-use tpm_vault_proto::v1 as pb;
 use zeroize::Zeroizing;
 
 fn pcr9() -> PcrSelection {
@@ -37,12 +37,12 @@ fn secret(bytes: &[u8]) -> Zeroizing<Vec<u8>> {
 
 /// Signs an approval of `value` for PCR 9 with an offline authority key, as `tpm-vault policy
 /// sign` does.
-fn approve(authority: &p256::ecdsa::SigningKey, value: &[u8], version: u64) -> pb::SignedPolicy {
+fn approve(authority: &p256::ecdsa::SigningKey, value: &[u8], version: u64) -> SignedPolicy {
     let sel = pcr9();
     let approved = pcr::policy_pcr_digest(&sel, &[value.to_vec()]).expect("digest");
     let sig: p256::ecdsa::Signature = authority.sign(&signed_policy::approval_message(&approved, &[]));
     let env: p256::ecdsa::Signature = authority.sign(&signed_policy::envelope_message(&approved, &[], version, 0));
-    pb::SignedPolicy {
+    SignedPolicy {
         format_version: 1,
         pcr_bank: "sha256".into(),
         pcrs: vec![9],
@@ -128,8 +128,8 @@ async fn signed_policies_follow_kernel_updates_without_resealing() {
     assert_eq!(vault.unseal(&name, Some(&approval_c)).await.expect("unseal C").as_slice(), b"fleet secret");
     let sealed_after = read_sealed(&env, "authorized");
     assert_eq!(
-        (&sealed_before.public, &sealed_before.private, &sealed_before.ciphertext),
-        (&sealed_after.public, &sealed_after.private, &sealed_after.ciphertext),
+        (&sealed_before.object.public, &sealed_before.object.private, &sealed_before.ciphertext),
+        (&sealed_after.object.public, &sealed_after.object.private, &sealed_after.ciphertext),
         "the sealed object and ciphertext are untouched"
     );
     // A policy for C signed by another key is rejected.
@@ -156,8 +156,8 @@ async fn a_damaged_sealed_object_is_reported_as_the_tpm_error_not_as_a_pcr_misma
     // Flip a byte of the TPM-wrapped private part: TPM2_Load fails its integrity check while
     // PCR 9 still holds the sealed value.
     let mut record = read_sealed(&env, "damaged");
-    let last = record.private.len() - 1;
-    record.private[last] ^= 0x55;
+    let last = record.object.private.len() - 1;
+    record.object.private[last] ^= 0x55;
     std::fs::write(env.state_dir().join("sealed/damaged.sealed"), record.to_bytes()).expect("write");
     match vault.unseal(&name, None).await {
         Err(Error::Tpm(e)) => assert!(e.to_string().contains("TPM2_Load"), "{e}"),

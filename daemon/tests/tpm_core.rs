@@ -273,7 +273,10 @@ async fn bad_input_gives_typed_errors() {
     let r = vault.create_key(ec.clone(), KeyAlg::EccP256, 0, None, None).await;
     assert!(matches!(r, Err(Error::KeyExists(_))), "{r:?}");
     for bad in ["../x", "", &"a".repeat(65), "Upper"] {
-        assert!(matches!(tpm_vault_daemon::model::KeyName::try_from(bad), Err(Error::InvalidArgument(_))));
+        assert!(matches!(
+            tpm_vault_daemon::model::KeyName::try_from(bad),
+            Err(tpm_vault_daemon::model::InvalidInput(_))
+        ));
     }
     let r = vault.delete(&key("missing")).await;
     assert!(matches!(r, Err(Error::KeyNotFound(_))), "{r:?}");

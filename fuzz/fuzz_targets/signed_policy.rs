@@ -27,7 +27,9 @@ fuzz_target!(|data: &[u8]| {
     }
     let spki = tpm_vault_fuzz::authority_spki();
     for sel in &selections {
-        let auth = match check_approval(&approval, sel, spki, tpm_vault_fuzz::MIN_POLICY_VERSION) {
+        // The conversion the Unseal handler makes at the edge.
+        let converted = tpm_vault_daemon::vault::seal::SignedPolicy::from(approval.clone());
+        let auth = match check_approval(&converted, sel, spki, tpm_vault_fuzz::MIN_POLICY_VERSION) {
             Ok(auth) => auth,
             Err(e) => {
                 // The message goes back to the peer of Unseal: it must stay short.

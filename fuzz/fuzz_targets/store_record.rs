@@ -10,10 +10,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use tpm_vault_daemon::model::{KeyAlg, KeyName};
-use tpm_vault_daemon::store::{DataKeyRecord, KeyRecord, PcrPolicy, SealPolicy, SealedRecord};
-use tpm_vault_daemon::tpm::{convert, pcr};
-use tss_esapi::structures::{Public, PublicBuffer};
-use tss_esapi::traits::UnMarshall;
+use tpm_vault_daemon::store::{DataKeyRecord, KeyRecord, PcrPolicy, Record as _, SealPolicy, SealedRecord, TpmObject};
+use tpm_vault_daemon::tpm::{convert, pcr, KeyBlob};
 
 fuzz_target!(|data: &[u8]| {
     // The file name the store would have read: the fixed seed name, and the name the record
@@ -29,7 +27,7 @@ fuzz_target!(|data: &[u8]| {
         if let Ok(r) = KeyRecord::from_bytes(data, expected) {
             assert_eq!(&r.name, expected);
             assert_eq!(KeyRecord::from_bytes(&r.to_bytes(), expected).as_ref(), Ok(&r), "key record round trip");
-            blobs(&r.public, &r.private, Some(r.alg));
+            blobs(&r.object, Some(r.alg));
             if let Some(p) = &r.pcr_policy {
                 pcr_policy(p);
             }
@@ -37,7 +35,7 @@ fuzz_target!(|data: &[u8]| {
         if let Ok(r) = SealedRecord::from_bytes(data, expected) {
             assert_eq!(&r.name, expected);
             assert_eq!(SealedRecord::from_bytes(&r.to_bytes(), expected).as_ref(), Ok(&r), "sealed record round trip");
-            blobs(&r.public, &r.private, None);
+            blobs(&r.object, None);
             match &r.policy {
                 SealPolicy::Pcr { pcr } => pcr_policy(pcr),
                 SealPolicy::Authorized { selection, authority_spki, .. } => {
@@ -49,7 +47,7 @@ fuzz_target!(|data: &[u8]| {
         if let Ok(r) = DataKeyRecord::from_bytes(data, expected) {
             assert_eq!(&r.name, expected);
             assert_eq!(DataKeyRecord::from_bytes(&r.to_bytes(), expected).as_ref(), Ok(&r), "data key round trip");
-            blobs(&r.public, &r.private, None);
+            blobs(&r.object, None);
             if let Some(p) = &r.pcr_policy {
                 pcr_policy(p);
             }
@@ -58,13 +56,10 @@ fuzz_target!(|data: &[u8]| {
 });
 
 /// What loading a record's object does before it reaches the TPM.
-fn blobs(public: &[u8], private: &[u8], alg: Option<KeyAlg>) {
-    if let Ok(p) = PublicBuffer::unmarshall(public).and_then(Public::try_from) {
-        if let Some(alg) = alg {
-            let _ = convert::public_key_der(alg, &p);
-        }
+fn blobs(object: &TpmObject, alg: Option<KeyAlg>) {
+    if let (Ok(blob), Some(alg)) = (KeyBlob::try_from(object), alg) {
+        let _ = convert::public_key_der(alg, &blob.public);
     }
-    let _ = tpm_vault_daemon::vault::unmarshal_private(private);
 }
 
 /// What a PCR-bound object's policy session computes from the record.

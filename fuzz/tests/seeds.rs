@@ -26,7 +26,7 @@ use tpm_vault_client::PcrValues;
 use tpm_vault_daemon::crypto::stream::{wrap, DataKeyId, Encryptor, Header, Keying};
 use tpm_vault_daemon::model::{KeyAlg, KeyName, PcrBank, PcrSelection, PcrTarget};
 use tpm_vault_daemon::simulator::Swtpm;
-use tpm_vault_daemon::store::Store;
+use tpm_vault_daemon::store::{Record as _, Store};
 use tpm_vault_daemon::tpm::{pcr, QueueConfig};
 use tpm_vault_daemon::vault::cert::CertSubject;
 use tpm_vault_daemon::vault::SealTarget;
@@ -203,9 +203,9 @@ async fn tpm_seeds() {
 
     for alg in KeyAlg::ALL {
         vault.create_key(n.clone(), alg, 1000, None, None).await.unwrap_or_else(|e| panic!("create {alg}: {e}"));
-        let r = store.get(&n).unwrap_or_else(|e| panic!("{e}")).unwrap_or_else(|| panic!("no record"));
+        let r = store.keys().get(&n).unwrap_or_else(|e| panic!("{e}")).unwrap_or_else(|| panic!("no record"));
         write(&records, &format!("key-{alg}.json"), &r.to_bytes());
-        write(&publics, &format!("key-{alg}.bin"), &r.public);
+        write(&publics, &format!("key-{alg}.bin"), &r.object.public);
         vault.delete(&n).await.unwrap_or_else(|e| panic!("{e}"));
     }
     // Certificates of a real key (self-signed, made by the vault through the TPM).
@@ -233,7 +233,7 @@ async fn tpm_seeds() {
 
     let bound = PcrTarget { selection: sel.clone(), values: None };
     vault.create_key(n.clone(), KeyAlg::EccP256, 0, None, Some(bound.clone())).await.unwrap_or_else(|e| panic!("{e}"));
-    let r = store.get(&n).unwrap_or_else(|e| panic!("{e}")).unwrap_or_else(|| panic!("no record"));
+    let r = store.keys().get(&n).unwrap_or_else(|e| panic!("{e}")).unwrap_or_else(|| panic!("no record"));
     write(&records, "key-pcr-bound.json", &r.to_bytes());
     vault.delete(&n).await.unwrap_or_else(|e| panic!("{e}"));
 
@@ -242,21 +242,21 @@ async fn tpm_seeds() {
         .seal(n.clone(), secret(), SealTarget::Pcr { selection: sel.clone(), values: None }, 0, false)
         .await
         .unwrap_or_else(|e| panic!("seal: {e}"));
-    let r = store.get_sealed(&n).unwrap_or_else(|e| panic!("{e}")).unwrap_or_else(|| panic!("no record"));
+    let r = store.sealed().get(&n).unwrap_or_else(|e| panic!("{e}")).unwrap_or_else(|| panic!("no record"));
     write(&records, "sealed-pcr.json", &r.to_bytes());
-    write(&publics, "sealed.bin", &r.public);
+    write(&publics, "sealed.bin", &r.object.public);
     let target = SealTarget::Authorized { selection: sel.clone(), authority_spki: authority_spki().to_vec() };
     vault.seal(n.clone(), secret(), target, 0, true).await.unwrap_or_else(|e| panic!("seal: {e}"));
-    let r = store.get_sealed(&n).unwrap_or_else(|e| panic!("{e}")).unwrap_or_else(|| panic!("no record"));
+    let r = store.sealed().get(&n).unwrap_or_else(|e| panic!("{e}")).unwrap_or_else(|| panic!("no record"));
     write(&records, "sealed-authorized.json", &r.to_bytes());
 
     vault.create_data_key(n.clone(), 0, None).await.unwrap_or_else(|e| panic!("data key: {e}"));
-    let r = store.get_datakey(&n).unwrap_or_else(|e| panic!("{e}")).unwrap_or_else(|| panic!("no record"));
+    let r = store.datakeys().get(&n).unwrap_or_else(|e| panic!("{e}")).unwrap_or_else(|| panic!("no record"));
     write(&records, "datakey.json", &r.to_bytes());
-    write(&publics, "datakey.bin", &r.public);
+    write(&publics, "datakey.bin", &r.object.public);
     vault.delete_data_key(&n).await.unwrap_or_else(|e| panic!("{e}"));
     vault.create_data_key(n.clone(), 0, Some(bound)).await.unwrap_or_else(|e| panic!("data key: {e}"));
-    let r = store.get_datakey(&n).unwrap_or_else(|e| panic!("{e}")).unwrap_or_else(|| panic!("no record"));
+    let r = store.datakeys().get(&n).unwrap_or_else(|e| panic!("{e}")).unwrap_or_else(|| panic!("no record"));
     write(&records, "datakey-pcr-bound.json", &r.to_bytes());
 
     // A real quote, as the verifier gets it (fields of the `quote` target, see its header),

@@ -145,4 +145,11 @@ impl Access {
     pub fn finish(&self, grant: &Grant, outcome: &str) {
         self.audit.record(&grant.who, grant.op, grant.key.as_deref(), "allow", Some(&grant.rule), outcome);
     }
+
+    /// Records a request for which no policy decision was made (ListKeys, which filters its
+    /// answer by the policy, or a request refused as malformed before the check): decision
+    /// `none`, and the outcome.
+    pub fn undecided(&self, who: Option<&Identity>, op: Operation, key: Option<&str>, outcome: &str) {
+        self.audit.record(who.unwrap_or(&Identity::Unknown), op, key, "none", None, outcome);
+    }
 }

@@ -32,8 +32,8 @@ fn selection(b: Option<pb::PcrBinding>, default: &[u32]) -> Result<PcrSelection,
             }
             Ok(pcr_binding(b)?.selection)
         }
-        Some(b) => PcrSelection::new(b.bank.parse()?, default),
-        None => PcrSelection::new(PcrBank::Sha256, default),
+        Some(b) => Ok(PcrSelection::new(b.bank.parse()?, default)?),
+        None => Ok(PcrSelection::new(PcrBank::Sha256, default)?),
     }
 }
 

@@ -9,7 +9,6 @@
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Instant;
 
 use prost::bytes::Bytes;
 use tokio_stream::Stream;
@@ -17,8 +16,8 @@ use tonic::{Request, Response, Status, Streaming};
 use tpm_vault_proto::v1 as pb;
 use tpm_vault_proto::v1::crypto_service_server::CryptoService;
 
-use super::{pcr_binding, Ctx};
-use crate::auth::{identity, Grant, Operation, Peer};
+use super::{pcr_binding, Call, Ctx};
+use crate::auth::{Operation, Peer};
 use crate::crypto::drbg::MAX_REQUEST;
 use crate::crypto::stream::{Decryptor, Encryptor, Header, MAX_HEADER};
 use crate::error::Error;
@@ -73,25 +72,6 @@ impl Transform for Decryptor {
     }
 }
 
-/// A stream call's accounting: metrics and the audit event, once, when it ends.
-struct Ending {
-    ctx: Ctx,
-    rpc: &'static str,
-    start: Instant,
-    grant: Grant,
-}
-
-impl Ending {
-    /// Records the outcome: success, or the error the client is sent.
-    fn record(self, error: Option<&Error>) {
-        self.ctx.metrics.observe(self.rpc, self.start.elapsed(), error.is_none());
-        match error {
-            None => self.ctx.access.finish(&self.grant, "ok"),
-            Some(e) => self.ctx.access.finish(&self.grant, &format!("{:?}", Status::from(e).code())),
-        }
-    }
-}
-
 /// The response body of an `Encrypt` or `Decrypt` call (see the module docs).
 struct CryptoStream<Req, Resp, X> {
     inbound: Streaming<Req>,
@@ -109,8 +89,8 @@ struct CryptoStream<Req, Resp, X> {
     /// What ends the stream once `out` is sent: `Ok` (the last response, sent even if empty)
     /// or the error.
     last: Option<Result<(), Error>>,
-    /// `None` once recorded.
-    ending: Option<Ending>,
+    /// The call's accounting: recorded when the stream ends, or dropped (`Cancelled`) with it.
+    call: Call,
 }
 
 impl<Req, Resp, X: Transform> CryptoStream<Req, Resp, X> {
@@ -122,14 +102,14 @@ impl<Req, Resp, X: Transform> CryptoStream<Req, Resp, X> {
         mut transform: X,
         first: &[u8],
         flush_on_error: bool,
-        ending: Ending,
+        call: Call,
     ) -> Self {
         let mut out = Vec::new();
         let (transform, last) = match transform.update(first, &mut out) {
             Ok(()) => (Some(transform), None),
             Err(e) => (None, Some(Err(e))),
         };
-        Self { inbound, data_of, wrap, transform, out, flush_on_error, last, ending: Some(ending) }
+        Self { inbound, data_of, wrap, transform, out, flush_on_error, last, call }
     }
 
     /// Takes the pending output as a response.
@@ -137,11 +117,9 @@ impl<Req, Resp, X: Transform> CryptoStream<Req, Resp, X> {
         (self.wrap)(std::mem::take(&mut self.out))
     }
 
-    /// Records the outcome (once).
-    fn record(&mut self, error: Option<&Error>) {
-        if let Some(ending) = self.ending.take() {
-            ending.record(error);
-        }
+    /// Records the outcome (once; the call ignores later ones).
+    fn record(&mut self, status: Option<&Status>) {
+        self.call.record(status.map(Status::code));
     }
 }
 
@@ -168,8 +146,9 @@ where
                         Ok(this.take_out())
                     }
                     Err(e) => {
-                        this.record(Some(&e));
-                        Err(Status::from(&e))
+                        let status = Status::from(&e);
+                        this.record(Some(&status));
+                        Err(status)
                     }
                 }));
             }
@@ -198,15 +177,6 @@ where
                     this.last = Some(result);
                 }
             }
-        }
-    }
-}
-
-impl<Req, Resp, X> Drop for CryptoStream<Req, Resp, X> {
-    fn drop(&mut self) {
-        // Dropped before the end: the client went away (or the connection failed).
-        if let Some(ending) = self.ending.take() {
-            ending.record(Some(&Error::InvalidArgument("client went away".into())));
         }
     }
 }
@@ -248,31 +218,22 @@ impl CryptoService for CryptoRpc {
         &self,
         req: Request<Streaming<pb::EncryptRequest>>,
     ) -> Result<Response<Self::EncryptStream>, Status> {
-        let start = Instant::now();
-        let who = identity(&req);
+        let mut call = Call::start(&self.ctx, "Encrypt", Operation::Encrypt, &req);
         let mut inbound = req.into_inner();
-        let first = inbound
-            .message()
-            .await?
-            .ok_or_else(|| Status::invalid_argument("empty stream: the first message must name the data key"))?;
-        let name = KeyName::try_from(first.key_name.as_str()).map_err(Status::from)?;
-        let grant = self
-            .ctx
-            .authorize(who, Operation::Encrypt, Some((&name, Resource::DataKey)))
-            .await
-            .map_err(Status::from)?;
-        let made = async {
+        let set_up = async {
+            let first = next_message(&mut inbound).await?.ok_or_else(|| {
+                Error::InvalidArgument("empty stream: the first message must name the data key".into())
+            })?;
+            let name = KeyName::try_from(first.key_name.as_str())?;
+            call.authorize(Some((&name, Resource::DataKey))).await?;
             let (header, key) = self.ctx.vault.new_stream(&name, &first.context).await?;
-            Ok::<_, Error>(Encryptor::new(&key, &header, &first.context)?)
+            let encryptor = Encryptor::new(&key, &header, &first.context)?;
+            Ok::<_, Error>((first, encryptor))
         };
-        let encryptor = match made.await {
-            Ok(e) => e,
-            Err(e) => {
-                self.ctx.access.finish(&grant, &format!("{:?}", Status::from(&e).code()));
-                return Err(Status::from(&e));
-            }
+        let (first, encryptor) = match set_up.await {
+            Ok(v) => v,
+            Err(e) => return call.end(Err(e)),
         };
-        let ending = Ending { ctx: self.ctx.clone(), rpc: "Encrypt", start, grant };
         let stream = CryptoStream::new(
             inbound,
             |m: pb::EncryptRequest| m.data,
@@ -280,7 +241,7 @@ impl CryptoService for CryptoRpc {
             encryptor,
             &first.data,
             false,
-            ending,
+            call,
         );
         Ok(Response::new(Box::pin(stream)))
     }
@@ -289,55 +250,48 @@ impl CryptoService for CryptoRpc {
         &self,
         req: Request<Streaming<pb::DecryptRequest>>,
     ) -> Result<Response<Self::DecryptStream>, Status> {
-        let start = Instant::now();
-        let who = identity(&req);
+        let mut call = Call::start(&self.ctx, "Decrypt", Operation::Decrypt, &req);
         let mut inbound = req.into_inner();
-        // Read until the header parses; it names the data key.
-        let mut context = None;
-        let mut buf = Vec::new();
-        let (header, used) = loop {
-            let m = inbound.message().await?.ok_or_else(|| {
-                Status::invalid_argument("stream truncated: it ended before the tpm-vault stream header")
-            })?;
-            if context.is_none() {
-                context = Some(m.context);
-            }
-            buf.extend_from_slice(&m.data);
-            if let Some(h) = Header::parse(&buf).map_err(Error::from).map_err(Status::from)? {
-                break h;
-            }
-            if buf.len() > MAX_HEADER + 1024 {
-                return Err(Status::invalid_argument("not a tpm-vault encrypted stream: header too long"));
-            }
-        };
-        let name = KeyName::try_from(header.key_name.as_str()).map_err(Status::from)?;
-        let grant = self
-            .ctx
-            .authorize(who, Operation::Decrypt, Some((&name, Resource::DataKey)))
-            .await
-            .map_err(Status::from)?;
-        let context = context.unwrap_or_default();
-        let made = async {
+        let set_up = async {
+            // Read until the header parses; it names the data key.
+            let mut context = None;
+            let mut buf = Vec::new();
+            let (header, used) = loop {
+                let m = next_message(&mut inbound).await?.ok_or_else(|| {
+                    Error::InvalidArgument("stream truncated: it ended before the tpm-vault stream header".into())
+                })?;
+                if context.is_none() {
+                    context = Some(m.context);
+                }
+                buf.extend_from_slice(&m.data);
+                if let Some(h) = Header::parse(&buf)? {
+                    break h;
+                }
+                if buf.len() > MAX_HEADER + 1024 {
+                    return Err(Error::InvalidArgument("not a tpm-vault encrypted stream: header too long".into()));
+                }
+            };
+            let name = KeyName::try_from(header.key_name.as_str())?;
+            call.authorize(Some((&name, Resource::DataKey))).await?;
+            let context = context.unwrap_or_default();
             let key = self.ctx.vault.open_stream(&header, &context).await?;
-            Ok::<_, Error>(Decryptor::new(&key, &header, &context)?)
+            let decryptor = Decryptor::new(&key, &header, &context)?;
+            buf.drain(..used);
+            Ok::<_, Error>((decryptor, buf))
         };
-        let decryptor = match made.await {
-            Ok(d) => d,
-            Err(e) => {
-                self.ctx.access.finish(&grant, &format!("{:?}", Status::from(&e).code()));
-                return Err(Status::from(&e));
-            }
+        let (decryptor, rest) = match set_up.await {
+            Ok(v) => v,
+            Err(e) => return call.end(Err(e)),
         };
-        let ending = Ending { ctx: self.ctx.clone(), rpc: "Decrypt", start, grant };
         // Authenticated chunks before a failure are still delivered, nothing after.
         let stream = CryptoStream::new(
             inbound,
             |m: pb::DecryptRequest| m.data,
             |data| pb::DecryptResponse { data: data.into() },
             decryptor,
-            &buf[used..],
+            &rest,
             true,
-            ending,
+            call,
         );
         Ok(Response::new(Box::pin(stream)))
     }
@@ -403,4 +357,9 @@ impl CryptoService for CryptoRpc {
             })
             .await
     }
+}
+
+/// The next message of a request stream; a broken stream is the caller's bad input.
+async fn next_message<T>(inbound: &mut Streaming<T>) -> Result<Option<T>, Error> {
+    inbound.message().await.map_err(|s| Error::InvalidArgument(format!("request stream failed: {}", s.message())))
 }

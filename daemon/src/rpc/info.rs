@@ -7,7 +7,7 @@ use tpm_vault_proto::v1 as pb;
 use tpm_vault_proto::v1::status_service_server::StatusService;
 
 use super::Ctx;
-use crate::auth::{identity, Decision, Identity, Operation, UnixIdentity};
+use crate::auth::{Decision, Identity, Operation, UnixIdentity};
 use crate::error::Error;
 use crate::model::KeyName;
 use crate::tpm::TpmState;
@@ -29,12 +29,52 @@ impl StatusRpc {
 #[tonic::async_trait]
 impl StatusService for StatusRpc {
     async fn get_status(&self, req: Request<pb::GetStatusRequest>) -> Result<Response<pb::Status>, Status> {
-        let grant = self.ctx.access.authorize(identity(&req), Operation::Admin, None, None).map_err(Status::from)?;
-        self.ctx.access.finish(&grant, "ok");
+        self.ctx.on_vault("GetStatus", req, Operation::Admin, |_| self.status()).await
+    }
+
+    async fn check_access(
+        &self,
+        req: Request<pb::CheckAccessRequest>,
+    ) -> Result<Response<pb::CheckAccessResponse>, Status> {
+        self.ctx.on_vault("CheckAccess", req, Operation::Admin, |r| self.check(r)).await
+    }
+}
+
+impl StatusRpc {
+    /// The answer of CheckAccess: what the policy decides for another client.
+    async fn check(&self, r: pb::CheckAccessRequest) -> Result<pb::CheckAccessResponse, Error> {
+        let op = r.operation.parse::<Operation>().map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        let key = if r.key.is_empty() { None } else { Some(KeyName::try_from(r.key.as_str())?) };
+        // The record the operation acts on: sealed secrets and data keys are namespaces of
+        // their own (delete and create are answered for signing keys).
+        let kind = match op {
+            Operation::Seal | Operation::Unseal => Resource::Sealed,
+            Operation::Encrypt | Operation::Decrypt => Resource::DataKey,
+            _ => Resource::Key,
+        };
+        let owner = match &key {
+            Some(k) => self.ctx.vault.owner(k, kind).await?,
+            None => None,
+        };
+        let gid = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(r.uid))
+            .ok()
+            .flatten()
+            .map_or(r.uid, |u| u.gid.as_raw());
+        let who = Identity::Unix(UnixIdentity::resolve(r.uid, gid, None));
+        let decision = self.ctx.access.current().decide(&who, op, key.as_ref(), owner);
+        let (allowed, rule) = match decision {
+            Decision::Allow(rule) => (true, rule),
+            Decision::Deny => (false, String::new()),
+        };
+        Ok(pb::CheckAccessResponse { allowed, rule, identity: who.to_string() })
+    }
+
+    /// The answer of GetStatus.
+    async fn status(&self) -> Result<pb::Status, Error> {
         let vault = &self.ctx.vault;
         let shared = vault.tpm().shared();
         let info = vault.tpm_info();
-        let key_count = vault.key_count().await.map_err(Status::from)? as u64;
+        let key_count = vault.key_count().await? as u64;
         let tpm_state = match shared.state() {
             TpmState::Ready => pb::TpmState::Ready,
             TpmState::Down => pb::TpmState::Down,
@@ -62,7 +102,7 @@ impl StatusService for StatusRpc {
                 });
             }
         }
-        Ok(Response::new(pb::Status {
+        Ok(pb::Status {
             version: env!("CARGO_PKG_VERSION").into(),
             tcti: vault.tcti().into(),
             simulator: vault.is_simulator(),
@@ -76,56 +116,6 @@ impl StatusService for StatusRpc {
             tpm_queue_depth: shared.queued.load(Ordering::Relaxed) as u32,
             metrics,
             last_tpm_error: shared.last_error().unwrap_or_default(),
-        }))
-    }
-
-    async fn check_access(
-        &self,
-        req: Request<pb::CheckAccessRequest>,
-    ) -> Result<Response<pb::CheckAccessResponse>, Status> {
-        let grant = self.ctx.access.authorize(identity(&req), Operation::Admin, None, None).map_err(Status::from)?;
-        let r = req.into_inner();
-        let result = (|| {
-            let op = r.operation.parse::<Operation>().map_err(|e| Error::InvalidArgument(e.to_string()))?;
-            let key = if r.key.is_empty() { None } else { Some(KeyName::try_from(r.key.as_str())?) };
-            Ok::<_, Error>((op, key))
-        })();
-        let (op, key) = match result {
-            Ok(v) => v,
-            Err(e) => {
-                self.ctx.access.finish(&grant, "InvalidArgument");
-                return Err(Status::from(&e));
-            }
-        };
-        // The record the operation acts on: sealed secrets and data keys are namespaces of
-        // their own (delete and create are answered for signing keys).
-        let kind = match op {
-            Operation::Seal | Operation::Unseal => Resource::Sealed,
-            Operation::Encrypt | Operation::Decrypt => Resource::DataKey,
-            _ => Resource::Key,
-        };
-        let owner = match &key {
-            Some(k) => match self.ctx.vault.owner(k, kind).await {
-                Ok(owner) => owner,
-                Err(e) => {
-                    let status = Status::from(&e);
-                    self.ctx.access.finish(&grant, &format!("{:?}", status.code()));
-                    return Err(status);
-                }
-            },
-            None => None,
-        };
-        let gid = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(r.uid))
-            .ok()
-            .flatten()
-            .map_or(r.uid, |u| u.gid.as_raw());
-        let who = Identity::Unix(UnixIdentity::resolve(r.uid, gid, None));
-        let decision = self.ctx.access.current().decide(&who, op, key.as_ref(), owner);
-        self.ctx.access.finish(&grant, "ok");
-        let (allowed, rule) = match decision {
-            Decision::Allow(rule) => (true, rule),
-            Decision::Deny => (false, String::new()),
-        };
-        Ok(Response::new(pb::CheckAccessResponse { allowed, rule, identity: who.to_string() }))
+        })
     }
 }

@@ -1,14 +1,12 @@
 //! `tpmvault.v1.KeyService`: proto in, [`model`](crate::model) types at the edge, vault calls,
 //! proto out.
 
-use std::time::Instant;
-
 use tonic::{Request, Response, Status};
 use tpm_vault_proto::v1 as pb;
 use tpm_vault_proto::v1::key_service_server::KeyService;
 use zeroize::Zeroizing;
 
-use super::{observe, Ctx};
+use super::{Call, Ctx};
 use crate::auth::{identity, Operation, Peer};
 use crate::error::Error;
 use crate::model::{HashAlg, KeyAlg, KeyName, Scheme, SignInput};
@@ -31,7 +29,7 @@ impl KeyRpc {
 }
 
 fn name(s: &str) -> Result<KeyName, Error> {
-    KeyName::try_from(s)
+    Ok(KeyName::try_from(s)?)
 }
 
 fn key_alg(v: i32) -> Result<KeyAlg, Error> {
@@ -190,10 +188,12 @@ impl KeyService for KeyRpc {
     }
 
     async fn list_keys(&self, req: Request<pb::ListKeysRequest>) -> Result<Response<pb::ListKeysResponse>, Status> {
-        let start = Instant::now();
         let who = identity(&req);
+        let call = Call::start(&self.ctx, "ListKeys", Operation::Public, &req);
         let r = req.into_inner();
         let result = async {
+            // No policy decision for the call itself (every client may list; the answer shows
+            // only the keys the caller may see): its record has the decision `none`.
             let limit = match r.page_size as usize {
                 0 => MAX_PAGE,
                 n => n.min(MAX_PAGE),
@@ -221,7 +221,7 @@ impl KeyService for KeyRpc {
             Ok(pb::ListKeysResponse { keys: keys.into_iter().map(key_to_pb).collect(), next_page_token })
         }
         .await;
-        observe(&self.ctx, "ListKeys", start, None, result)
+        call.end(result)
     }
 
     async fn delete_key(&self, req: Request<pb::DeleteKeyRequest>) -> Result<Response<pb::DeleteKeyResponse>, Status> {
@@ -346,28 +346,19 @@ impl KeyService for KeyRpc {
         &self,
         req: Request<pb::CreateSelfSignedCertificateRequest>,
     ) -> Result<Response<pb::CertificateChain>, Status> {
-        let start = Instant::now();
-        let who = identity(&req);
+        let mut call = Call::start(&self.ctx, "CreateSelfSignedCertificate", Operation::Create, &req);
         let r = req.into_inner();
-        let mut grant = None;
-        let mut sign_grant = None;
         let result = async {
             let n = name(&r.name)?;
-            // The TPM signs (sign) and the result replaces the stored chain (create).
-            sign_grant = Some(self.ctx.authorize(who.clone(), Operation::Sign, Some((&n, Resource::Key))).await?);
-            grant = Some(self.ctx.authorize(who, Operation::Create, Some((&n, Resource::Key))).await?);
+            // The TPM signs (sign) and the result replaces the stored chain (create): two
+            // decisions, each audited.
+            call.authorize_as(Operation::Sign, Some((&n, Resource::Key))).await?;
+            call.authorize(Some((&n, Resource::Key))).await?;
             let subject = subject(r.subject)?;
             self.ctx.vault.self_sign(&n, subject, r.days, auth(r.auth)).await
         }
         .await;
-        if let Some(g) = &sign_grant {
-            let outcome = match &result {
-                Ok(_) => "ok".to_owned(),
-                Err(e) => format!("{:?}", Status::from(e).code()),
-            };
-            self.ctx.access.finish(g, &outcome);
-        }
-        observe(&self.ctx, "CreateSelfSignedCertificate", start, grant, result.map(chain_to_pb))
+        call.end(result.map(chain_to_pb))
     }
 
     async fn decapsulate(

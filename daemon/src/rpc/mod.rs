@@ -3,6 +3,7 @@
 //! [`Vault`], and never block (no TPM or file I/O on the async workers).
 
 pub mod attest;
+mod call;
 pub mod crypto;
 pub mod info;
 pub mod key;
@@ -12,7 +13,6 @@ pub mod status;
 use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Instant;
 
 use tonic::service::Routes;
 use tonic::{Request, Response, Status};
@@ -22,11 +22,13 @@ use tpm_vault_proto::v1::key_service_server::KeyServiceServer;
 use tpm_vault_proto::v1::seal_service_server::SealServiceServer;
 use tpm_vault_proto::v1::status_service_server::StatusServiceServer;
 
-use crate::auth::{identity, Access, Grant, Identity, Operation};
+use crate::auth::{Access, Operation};
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::model::{KeyName, PcrBank, PcrSelection, PcrTarget};
 use crate::vault::{Resource, Vault};
+
+use self::call::Call;
 
 /// Largest request or response message (a message to sign is at most 4 MiB).
 pub const MAX_MESSAGE_SIZE: usize = 8 * 1024 * 1024;
@@ -56,29 +58,8 @@ impl Ctx {
         self
     }
 
-    /// Checks the access policy for `op` on the record `key` names (for owner-only rules, its
-    /// owner is read from that kind's own records: a signing key, a sealed secret and a data
-    /// key may share a name). Denials are audited here; grants when the request finishes.
-    async fn authorize(
-        &self,
-        who: Option<Identity>,
-        op: Operation,
-        key: Option<(&KeyName, Resource)>,
-    ) -> Result<Grant, Error> {
-        let owner = match key {
-            Some((k, kind)) if self.access.current().has_owner_rules() => self.vault.owner(k, kind).await?,
-            _ => None,
-        };
-        let mut grant = self.access.authorize(who, op, key.map(|(k, _)| k), owner)?;
-        // Operations that queue TPM commands take one of the client's slots.
-        if matches!(op, Operation::Create | Operation::Sign | Operation::Quote | Operation::Seal | Operation::Unseal) {
-            self.access.take_slot(&mut grant).await?;
-        }
-        Ok(grant)
-    }
-
     /// The frame of a unary RPC: the request's `target` is parsed, the caller checked for `op`
-    /// on it, `work` run, and the outcome measured and audited ([`observe`]).
+    /// on it, `work` run, and the outcome measured and audited once ([`Call`]).
     async fn unary<Req, K, T, Fut>(
         &self,
         rpc: &'static str,
@@ -91,17 +72,15 @@ impl Ctx {
         K: Target,
         Fut: Future<Output = Result<T, Error>>,
     {
-        let start = Instant::now();
-        let who = identity(&req);
+        let mut call = Call::start(self, rpc, op, &req);
         let r = req.into_inner();
-        let mut grant = None;
         let result = async {
             let target = target(&r)?;
-            grant = Some(self.authorize(who, op, target.key().map(|k| (k, kind))).await?);
+            call.authorize(target.key().map(|k| (k, kind))).await?;
             work(r, target).await
         }
         .await;
-        observe(self, rpc, start, grant, result)
+        call.end(result)
     }
 
     /// [`Ctx::unary`] for an operation on the signing key `key_of` names in the request.
@@ -131,10 +110,10 @@ impl Ctx {
     where
         Fut: Future<Output = Result<T, Error>>,
     {
-        self.unary(rpc, req, (op, kind), |r| KeyName::try_from(name_of(r)), work).await
+        self.unary(rpc, req, (op, kind), |r| Ok(KeyName::try_from(name_of(r))?), work).await
     }
 
-    /// [`Ctx::unary`] for an operation on no key (quotes, PCRs, random bytes).
+    /// [`Ctx::unary`] for an operation on no key (quotes, PCRs, random bytes, status).
     async fn on_vault<Req, T, Fut>(
         &self,
         rpc: &'static str,
@@ -166,39 +145,11 @@ impl Target for () {
     }
 }
 
-/// Records an RPC's latency, audits the outcome of a granted request, and converts its result
-/// into a response.
-fn observe<T>(
-    ctx: &Ctx,
-    rpc: &'static str,
-    start: Instant,
-    grant: Option<Grant>,
-    result: Result<T, Error>,
-) -> Result<Response<T>, Status> {
-    ctx.metrics.observe(rpc, start.elapsed(), result.is_ok());
-    let status = result.as_ref().err().map(Status::from);
-    if let Some(g) = &grant {
-        let outcome = match &status {
-            None => "ok".to_owned(),
-            Some(s) => format!("{:?}", s.code()),
-        };
-        ctx.access.finish(g, &outcome);
-    }
-    match (result, status) {
-        (Ok(v), _) => Ok(Response::new(v)),
-        (Err(e), Some(s)) => {
-            tracing::debug!(rpc, error = %e, "request failed");
-            Err(s)
-        }
-        (Err(e), None) => Err(Status::from(&e)),
-    }
-}
-
 /// Parses a PCR binding: bank (default sha256), indices (default 9), optional values (one per
 /// index, in the order given).
 fn pcr_binding(b: tpm_vault_proto::v1::PcrBinding) -> Result<PcrTarget, Error> {
     let bank: PcrBank = b.bank.parse()?;
-    let indices = if b.pcrs.is_empty() { vec![9] } else { b.pcrs.clone() };
+    let indices = if b.pcrs.is_empty() { vec![PcrSelection::DEFAULT_INDEX] } else { b.pcrs.clone() };
     let selection = PcrSelection::new(bank, &indices)?;
     if b.values.is_empty() {
         return Ok(PcrTarget { selection, values: None });

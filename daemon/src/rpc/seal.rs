@@ -1,18 +1,16 @@
 //! `tpmvault.v1.SealService`: sealing secrets to PCR values and signed PCR policies.
 
-use std::time::Instant;
-
 use prost::Message;
 use tonic::{Request, Response, Status};
 use tpm_vault_proto::v1 as pb;
 use tpm_vault_proto::v1::seal_service_server::SealService;
 use zeroize::Zeroizing;
 
-use super::{observe, pcr_binding, Ctx};
-use crate::auth::{identity, Operation, Peer};
+use super::{pcr_binding, Call, Ctx};
+use crate::auth::{Operation, Peer};
 use crate::error::Error;
 use crate::model::{KeyName, PcrBank, PcrSelection, PcrTarget};
-use crate::vault::seal::{authority_der, SealTarget};
+use crate::vault::seal::{authority_der, SealTarget, SignedPolicy};
 use crate::vault::Resource;
 
 /// Largest sealed secret (the message limit of this service).
@@ -31,28 +29,26 @@ impl SealRpc {
     }
 }
 
-fn default_selection() -> Result<PcrSelection, Error> {
-    PcrSelection::new(PcrBank::Sha256, &[9])
+fn default_selection() -> PcrSelection {
+    PcrSelection::default_in(PcrBank::Sha256)
 }
 
 #[tonic::async_trait]
 impl SealService for SealRpc {
     async fn seal(&self, req: Request<pb::SealRequest>) -> Result<Response<pb::SealResponse>, Status> {
-        let start = Instant::now();
         let uid = Peer::of(&req).map_or(0, |p| p.uid);
-        let who = identity(&req);
+        let mut call = Call::start(&self.ctx, "Seal", Operation::Seal, &req);
         let r = req.into_inner();
         let secret = Zeroizing::new(r.secret);
-        let mut grant = None;
         let result = async {
             let name = KeyName::try_from(r.name.as_str())?;
-            grant = Some(self.ctx.authorize(who, Operation::Seal, Some((&name, Resource::Sealed))).await?);
+            call.authorize(Some((&name, Resource::Sealed))).await?;
             let (selection, values) = match r.pcr_binding {
                 Some(b) => {
                     let t = pcr_binding(b)?;
                     (t.selection, t.values)
                 }
-                None => (default_selection()?, None),
+                None => (default_selection(), None),
             };
             let target = if r.authorized_by.is_empty() {
                 SealTarget::Pcr { selection, values }
@@ -67,7 +63,7 @@ impl SealService for SealRpc {
             })
         }
         .await;
-        observe(&self.ctx, "Seal", start, grant, result)
+        call.end(result)
     }
 
     async fn unseal(&self, req: Request<pb::UnsealRequest>) -> Result<Response<pb::UnsealResponse>, Status> {
@@ -86,6 +82,7 @@ impl SealService for SealRpc {
                                 .map_err(|e| Error::InvalidArgument(format!("signed policy does not decode: {e}")))?,
                         )
                     };
+                    let approval = approval.map(SignedPolicy::from);
                     let secret = self.ctx.vault.unseal(&name, approval.as_ref()).await?;
                     // The response owns a copy; the zeroizing buffer is wiped when it drops here.
                     Ok(pb::UnsealResponse { secret: secret.to_vec() })
@@ -107,7 +104,8 @@ impl SealService for SealRpc {
                     let PcrTarget { selection, values } = pcr_binding(binding)?;
                     let values =
                         values.ok_or_else(|| Error::InvalidArgument("PCR values to approve are required".into()))?;
-                    self.ctx.vault.sign_policy(&key, selection, values, r.policy_version, r.expires_unix).await
+                    let signed = self.ctx.vault.sign_policy(&key, selection, values, r.policy_version, r.expires_unix);
+                    signed.await.map(pb::SignedPolicy::from)
                 },
             )
             .await
@@ -124,3 +122,29 @@ impl SealService for SealRpc {
             .await
     }
 }
+
+/// The approval at the edge: field for field the API's message, both ways.
+macro_rules! same_fields {
+    ($from:ty => $to:ty) => {
+        impl From<$from> for $to {
+            fn from(p: $from) -> Self {
+                Self {
+                    format_version: p.format_version,
+                    pcr_bank: p.pcr_bank,
+                    pcrs: p.pcrs,
+                    pcr_values: p.pcr_values,
+                    approved_policy: p.approved_policy,
+                    policy_ref: p.policy_ref,
+                    signature: p.signature,
+                    policy_version: p.policy_version,
+                    expires_unix: p.expires_unix,
+                    envelope_signature: p.envelope_signature,
+                    authority_spki: p.authority_spki,
+                }
+            }
+        }
+    };
+}
+
+same_fields!(pb::SignedPolicy => SignedPolicy);
+same_fields!(SignedPolicy => pb::SignedPolicy);

@@ -1,5 +1,6 @@
-//! The only place that turns an [`Error`] into a gRPC [`Status`]. Peers get a message naming
-//! the cause in their terms; TPM response codes, handles and paths go to the log only.
+//! The only place that builds a gRPC [`Status`]: from an [`Error`], or for a request cut off by
+//! shutdown. Peers get a message naming the cause in their terms; TPM response codes, handles
+//! and paths go to the log only.
 
 use tonic::Status;
 
@@ -14,7 +15,7 @@ impl From<&Error> for Status {
             Error::KeyNotFound(_) | Error::NoCertificate(_) => Status::not_found(e.to_string()),
             Error::NoEventLog(m) => Status::not_found(m.clone()),
             Error::EventLogUnreadable(m) => Status::failed_precondition(m.clone()),
-            Error::KeyExists(_) | Error::Store(StoreError::Exists(_)) => Status::already_exists(e.to_string()),
+            Error::KeyExists(_) => Status::already_exists(e.to_string()),
             Error::PermissionDenied(m) => Status::permission_denied(m.clone()),
             Error::PcrMismatch(m) => Status::failed_precondition(m.clone()),
             Error::Tpm(t) => tpm_status(t),
@@ -39,6 +40,12 @@ impl From<Error> for Status {
     fn from(e: Error) -> Status {
         Status::from(&e)
     }
+}
+
+/// The status of a request still running when the drain time of a shutdown ran out. Not an
+/// [`Error`]: the request never failed, the daemon is leaving.
+pub(crate) fn shutting_down() -> Status {
+    Status::unavailable("tpm-vaultd is shutting down; retry")
 }
 
 fn tpm_status(t: &TpmError) -> Status {
@@ -92,8 +99,8 @@ mod tests {
         assert_eq!(code(Error::NoCertificate("k".into())), Code::NotFound);
         assert_eq!(code(Error::NoEventLog("none".into())), Code::NotFound);
         assert_eq!(code(Error::EventLogUnreadable("denied".into())), Code::FailedPrecondition);
-        assert_eq!(code(Error::KeyExists("k".into())), Code::AlreadyExists);
-        assert_eq!(code(Error::Store(StoreError::Exists(name))), Code::AlreadyExists);
+        assert_eq!(code(Error::KeyExists(name.clone())), Code::AlreadyExists);
+        assert_eq!(code(Error::from(StoreError::Exists(name))), Code::AlreadyExists);
         assert_eq!(code(Error::PermissionDenied("no".into())), Code::PermissionDenied);
         assert_eq!(code(Error::PcrMismatch("pcr 9".into())), Code::FailedPrecondition);
         assert_eq!(code(Error::Tpm(TpmError::Unavailable("x".into()))), Code::Unavailable);

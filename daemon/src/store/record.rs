@@ -16,6 +16,7 @@
 //! P-256 key, so its section carries the sealed object itself (`wrapping_key`). Records without
 //! the section (all older ones) parse as before.
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{KeyAlg, KeyName, PcrSelection};
@@ -37,15 +38,9 @@ pub struct KeyRecord {
     pub created_unix: i64,
     /// Uid of the creating client (for owner-only access policies).
     pub owner_uid: u32,
-    /// TPM object name, identifies the loaded object.
-    #[serde(with = "hex_bytes")]
-    pub tpm_name: Vec<u8>,
-    /// TPM2B_PUBLIC.
-    #[serde(with = "hex_bytes")]
-    pub public: Vec<u8>,
-    /// TPM2B_PRIVATE (wrapped by the SRK).
-    #[serde(with = "hex_bytes")]
-    pub private: Vec<u8>,
+    /// The key's TPM object (for ML-DSA and ML-KEM keys: the sealed wrapping key).
+    #[serde(flatten)]
+    pub object: TpmObject,
     /// Whether the key has a password.
     #[serde(default)]
     pub has_auth: bool,
@@ -83,20 +78,22 @@ pub struct PqSection {
     /// The sealed object holding the wrapping key, when it is not the record's own TPM object
     /// (hybrid keys).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub wrapping_key: Option<SealedBlob>,
+    pub wrapping_key: Option<TpmObject>,
 }
 
-/// A TPM sealed object's blobs.
+/// A TPM object as the state directory keeps it: its name and the blobs `TPM2_Load` takes.
+/// Every record kind embeds one (flattened, so its three fields sit at the record's top level);
+/// a hybrid key's [`PqSection`] holds a second one. The TPM layer turns it into a loadable
+/// object (`tpm::KeyBlob`) and back; nothing else reads the blobs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SealedBlob {
-    /// TPM object name.
+pub struct TpmObject {
+    /// TPM object name (nameAlg || H(TPMT_PUBLIC)): identifies the loaded object.
     #[serde(with = "hex_bytes")]
     pub tpm_name: Vec<u8>,
-    /// TPM2B_PUBLIC.
+    /// TPM2B_PUBLIC, as `tpm2_load -u` accepts it.
     #[serde(with = "hex_bytes")]
     pub public: Vec<u8>,
-    /// TPM2B_PRIVATE (wrapped by the SRK).
+    /// TPM2B_PRIVATE (wrapped by this TPM's SRK), as `tpm2_load -r` accepts it.
     #[serde(with = "hex_bytes")]
     pub private: Vec<u8>,
 }
@@ -116,52 +113,83 @@ pub struct PcrPolicy {
     pub values: Vec<Vec<u8>>,
 }
 
-impl KeyRecord {
-    /// Serialises the record.
-    pub fn to_bytes(&self) -> Vec<u8> {
-        json_line(self, true)
-    }
+/// [`Record::name`] and [`Record::version`] from the `name` and `version` fields every kind has.
+macro_rules! header_fields {
+    () => {
+        fn name(&self) -> &KeyName {
+            &self.name
+        }
 
-    /// Parses and checks a record read from the file for `expected`.
+        fn version(&self) -> u32 {
+            self.version
+        }
+    };
+}
+
+/// What every record kind shares, and what the store's generic table ([`super::Table`]) needs:
+/// its name, its format version, how it is written, and the checks a parsed record must pass.
+pub trait Record: Serialize + DeserializeOwned {
+    /// Written pretty-printed (small records people may read) or compact (sealed records, whose
+    /// ciphertext can be megabytes of hex).
+    const PRETTY: bool;
+
+    /// The record's name (also its file name).
+    fn name(&self) -> &KeyName;
+
+    /// The record's format version.
+    fn version(&self) -> u32;
+
+    /// The checks of this kind beyond the shared header (blob and nonce lengths, sections).
     ///
     /// # Errors
     /// A description of what is wrong.
-    pub fn from_bytes(bytes: &[u8], expected: &KeyName) -> Result<Self, String> {
-        let record: KeyRecord = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
-        check_header(record.version, &record.name, expected)?;
-        if record.public.is_empty() || record.private.is_empty() {
-            return Err("empty key blob".into());
+    fn check(&self) -> Result<(), String>;
+
+    /// Serialises the record: one JSON document and a final newline.
+    fn to_bytes(&self) -> Vec<u8> {
+        // invariant: serialising structs of strings, numbers and hex strings cannot fail.
+        let mut v =
+            if Self::PRETTY { serde_json::to_vec_pretty(self) } else { serde_json::to_vec(self) }.unwrap_or_default();
+        v.push(b'\n');
+        v
+    }
+
+    /// Parses and checks a record read from the file for `expected`: a known format version,
+    /// the record names the key its file is for (so a renamed or swapped file is refused), and
+    /// the kind's own [`Record::check`].
+    ///
+    /// # Errors
+    /// A description of what is wrong.
+    fn from_bytes(bytes: &[u8], expected: &KeyName) -> Result<Self, String> {
+        let record: Self = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+        if record.version() != RECORD_VERSION {
+            return Err(format!("unsupported record version {}", record.version()));
         }
-        match (&record.pq, record.alg.has_pq()) {
-            (Some(pq), true) if pq.nonce.len() == 12 && !pq.public_key.is_empty() => {}
-            (Some(_), true) => return Err("bad post-quantum section".into()),
-            (None, true) => return Err(format!("a {} key needs its post-quantum section", record.alg)),
-            (Some(_), false) => return Err(format!("a {} key has no post-quantum section", record.alg)),
-            (None, false) => {}
+        if record.name() != expected {
+            return Err(format!("record names {:?}, file is for {expected:?}", record.name()));
         }
+        record.check()?;
         Ok(record)
     }
 }
 
-/// A record as one JSON document and a final newline; `pretty` for the small records people
-/// may read, compact for sealed records (whose ciphertext can be megabytes of hex).
-fn json_line(record: &impl Serialize, pretty: bool) -> Vec<u8> {
-    // invariant: serialising structs of strings, numbers and hex strings cannot fail.
-    let mut v = if pretty { serde_json::to_vec_pretty(record) } else { serde_json::to_vec(record) }.unwrap_or_default();
-    v.push(b'\n');
-    v
-}
+impl Record for KeyRecord {
+    const PRETTY: bool = true;
 
-/// The checks every record kind shares: a known format version, and the record names the key
-/// its file is for (so a renamed or swapped file is refused).
-fn check_header(version: u32, name: &KeyName, expected: &KeyName) -> Result<(), String> {
-    if version != RECORD_VERSION {
-        return Err(format!("unsupported record version {version}"));
+    header_fields!();
+
+    fn check(&self) -> Result<(), String> {
+        if self.object.public.is_empty() || self.object.private.is_empty() {
+            return Err("empty key blob".into());
+        }
+        match (&self.pq, self.alg.has_pq()) {
+            (Some(pq), true) if pq.nonce.len() == 12 && !pq.public_key.is_empty() => Ok(()),
+            (Some(_), true) => Err("bad post-quantum section".into()),
+            (None, true) => Err(format!("a {} key needs its post-quantum section", self.alg)),
+            (Some(_), false) => Err(format!("a {} key has no post-quantum section", self.alg)),
+            (None, false) => Ok(()),
+        }
     }
-    if name != expected {
-        return Err(format!("record names {name:?}, file is for {expected:?}"));
-    }
-    Ok(())
 }
 
 mod hex_bytes {
@@ -201,9 +229,7 @@ mod tests {
             alg: KeyAlg::EccP256,
             created_unix: 1,
             owner_uid: 0,
-            tpm_name: vec![0, 11, 1],
-            public: vec![1, 2],
-            private: vec![3, 4],
+            object: TpmObject { tpm_name: vec![0, 11, 1], public: vec![1, 2], private: vec![3, 4] },
             has_auth: false,
             pcr_policy: None,
             cert_chain_pem: None,
@@ -221,6 +247,9 @@ mod tests {
         assert!(KeyRecord::from_bytes(&bytes, &other).is_err());
         assert!(KeyRecord::from_bytes(b"{", &r.name).is_err());
         assert!(KeyRecord::from_bytes(b"{\"version\":2}", &r.name).is_err());
+        // Unknown fields are refused, the flattened TPM object's neighbours included.
+        let text = String::from_utf8_lossy(&bytes).replacen("\"has_auth\"", "\"stray\": 1,\n  \"has_auth\"", 1);
+        assert!(KeyRecord::from_bytes(text.as_bytes(), &r.name).is_err_and(|e| e.contains("stray")), "{text}");
     }
 
     #[test]
@@ -262,7 +291,7 @@ mod tests {
         let hybrid = KeyRecord {
             alg: KeyAlg::HybridP256MlDsa65,
             pq: Some(PqSection {
-                wrapping_key: Some(SealedBlob { tpm_name: vec![0, 11], public: vec![1], private: vec![2] }),
+                wrapping_key: Some(TpmObject { tpm_name: vec![0, 11], public: vec![1], private: vec![2] }),
                 ..pq.clone()
             }),
             ..r.clone()
@@ -314,15 +343,9 @@ pub struct SealedRecord {
     /// The sealed object's authPolicy digest.
     #[serde(with = "hex_bytes")]
     pub policy_digest: Vec<u8>,
-    /// TPM object name of the sealed object.
-    #[serde(with = "hex_bytes")]
-    pub tpm_name: Vec<u8>,
-    /// TPM2B_PUBLIC of the sealed object.
-    #[serde(with = "hex_bytes")]
-    pub public: Vec<u8>,
-    /// TPM2B_PRIVATE of the sealed object.
-    #[serde(with = "hex_bytes")]
-    pub private: Vec<u8>,
+    /// The sealed object (holding the 256-bit key).
+    #[serde(flatten)]
+    pub object: TpmObject,
     /// AES-256-GCM nonce (96 bits).
     #[serde(with = "hex_bytes")]
     pub nonce: Vec<u8>,
@@ -331,23 +354,16 @@ pub struct SealedRecord {
     pub ciphertext: Vec<u8>,
 }
 
-impl SealedRecord {
-    /// Serialises the record.
-    pub fn to_bytes(&self) -> Vec<u8> {
-        json_line(self, false)
-    }
+impl Record for SealedRecord {
+    const PRETTY: bool = false;
 
-    /// Parses and checks a record read from the file for `expected`.
-    ///
-    /// # Errors
-    /// A description of what is wrong.
-    pub fn from_bytes(bytes: &[u8], expected: &KeyName) -> Result<Self, String> {
-        let record: SealedRecord = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
-        check_header(record.version, &record.name, expected)?;
-        if record.nonce.len() != 12 {
+    header_fields!();
+
+    fn check(&self) -> Result<(), String> {
+        if self.nonce.len() != 12 {
             return Err("bad nonce length".into());
         }
-        Ok(record)
+        Ok(())
     }
 }
 
@@ -370,33 +386,20 @@ pub struct DataKeyRecord {
     pub key_id: Vec<u8>,
     /// PCR binding of the sealed object, if any.
     pub pcr_policy: Option<PcrPolicy>,
-    /// TPM object name of the sealed object.
-    #[serde(with = "hex_bytes")]
-    pub tpm_name: Vec<u8>,
-    /// TPM2B_PUBLIC of the sealed object.
-    #[serde(with = "hex_bytes")]
-    pub public: Vec<u8>,
-    /// TPM2B_PRIVATE of the sealed object.
-    #[serde(with = "hex_bytes")]
-    pub private: Vec<u8>,
+    /// The sealed object (holding the 256-bit key).
+    #[serde(flatten)]
+    pub object: TpmObject,
 }
 
-impl DataKeyRecord {
-    /// Serialises the record.
-    pub fn to_bytes(&self) -> Vec<u8> {
-        json_line(self, true)
-    }
+impl Record for DataKeyRecord {
+    const PRETTY: bool = true;
 
-    /// Parses and checks a record read from the file for `expected`.
-    ///
-    /// # Errors
-    /// A description of what is wrong.
-    pub fn from_bytes(bytes: &[u8], expected: &KeyName) -> Result<Self, String> {
-        let record: DataKeyRecord = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
-        check_header(record.version, &record.name, expected)?;
-        if record.key_id.len() != 16 {
+    header_fields!();
+
+    fn check(&self) -> Result<(), String> {
+        if self.key_id.len() != 16 {
             return Err("bad key id".into());
         }
-        Ok(record)
+        Ok(())
     }
 }

@@ -1,875 +1,283 @@
-//! The TPM actor: the one thread that owns the ESAPI context.
-//!
-//! Everything that talks to the TPM runs here, one command at a time, in the order jobs arrive.
-//! The actor owns the connection (and reconnects with backoff after the TPM went away), the
-//! storage root key, one long-lived salted HMAC session with parameter encryption, and an LRU
-//! of loaded key objects bounded so the TPM never runs out of object slots. It knows nothing of
-//! files, names or gRPC: callers hand it key blobs and get TPM results back.
+//! The TPM actor: the one thread that owns the [`Tpm`] connection, the bounded queue that
+//! feeds it, and the deadlines of its jobs. [`TpmHandle`] is the cheap, cloneable way in.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use tss_esapi::attributes::SessionAttributesBuilder;
-use tss_esapi::constants::{CapabilityType, SessionType, StartupType};
-use tss_esapi::handles::{KeyHandle, ObjectHandle, PersistentTpmHandle, TpmHandle as RawTpmHandle};
-use tss_esapi::interface_types::algorithm::HashingAlgorithm;
-use tss_esapi::interface_types::resource_handles::Hierarchy;
-use tss_esapi::interface_types::session_handles::AuthSession;
-use tss_esapi::structures::{
-    Auth, CapabilityData, Digest, HashcheckTicket, Private, Public, Signature, SignatureScheme, SymmetricDefinition,
-};
-use tss_esapi::tss2_esys::TPMT_TK_HASHCHECK;
-use tss_esapi::{Context, TctiNameConf};
+use tokio::sync::{mpsc, oneshot};
 
-use super::error::{rc, ResponseCode, TpmError};
-use super::pcr;
-use super::status::{Shared, TpmState};
-use super::templates;
-use crate::model::PcrSelection;
+use super::connection::{ConnectionConfig, Tpm, TpmInfo};
+use super::error::TpmError;
+use super::shared::Shared;
 
-/// First transient handle (TPM_HT_TRANSIENT << 24).
-const TRANSIENT_FIRST: u32 = 0x8000_0000;
-/// Attempts for commands answered with RETRY/YIELDED/TESTING.
-const MAX_RETRIES: u32 = 5;
-/// Reconnect backoff bounds.
-const BACKOFF_MIN: Duration = Duration::from_millis(100);
-const BACKOFF_MAX: Duration = Duration::from_secs(5);
-
-/// A key as the TPM needs it to load: the wrapped blobs and the object's name (its identity in
-/// the LRU).
-#[derive(Clone)]
-pub struct KeyBlob {
-    /// TPM object name (nameAlg || H(public)); identifies the loaded object.
-    pub name: Vec<u8>,
-    /// Public area.
-    pub public: Public,
-    /// TPM-wrapped private area (only this TPM's SRK can unwrap it).
-    pub private: Private,
+/// A unit of TPM work: runs on the actor thread with exclusive access to the [`Tpm`].
+struct Job {
+    label: &'static str,
+    /// Ends the actor after this job (shutdown), even while other handles exist.
+    stop: bool,
+    deadline: Instant,
+    run: Box<dyn Work>,
 }
 
-impl std::fmt::Debug for KeyBlob {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KeyBlob").field("name", &hex::encode(&self.name)).finish_non_exhaustive()
+/// The body of a job: gets the TPM (or `None` when the job expired before it could run) and
+/// reports success for the metrics.
+trait Work: Send {
+    fn run(self: Box<Self>, tpm: Option<&mut Tpm>) -> bool;
+}
+
+impl<F: FnOnce(Option<&mut Tpm>) -> bool + Send> Work for F {
+    fn run(self: Box<Self>, tpm: Option<&mut Tpm>) -> bool {
+        (*self)(tpm)
     }
 }
 
-/// How to satisfy a policy-protected object's authPolicy in a policy session.
-#[derive(Clone)]
-pub enum PolicyAuth {
-    /// `TPM2_PolicyPCR` over these PCRs with their current values; the object's policy fixes
-    /// the values it accepts.
-    Pcr(PcrSelection),
-    /// `TPM2_PolicyPCR` (current values), then `TPM2_PolicyAuthorize` with an approval signed
-    /// by the authority key.
-    Authorized {
-        /// PCRs the approval covers.
-        selection: PcrSelection,
-        /// Authority public key (ECC P-256), loaded into the owner hierarchy to check the
-        /// approval's signature.
-        authority: Public,
-        /// The approved PolicyPCR digest.
-        approved_policy: Vec<u8>,
-        /// Policy reference the approval was signed with.
-        policy_ref: Vec<u8>,
-        /// Approval signature over `SHA-256(approved_policy || policy_ref)`.
-        signature: Signature,
-    },
-}
-
-impl std::fmt::Debug for PolicyAuth {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Pcr(sel) => write!(f, "PolicyAuth::Pcr({sel})"),
-            Self::Authorized { selection, .. } => write!(f, "PolicyAuth::Authorized({selection})"),
-        }
-    }
-}
-
-/// Facts about the TPM gathered when connecting.
-#[derive(Debug, Clone, Default)]
-pub struct TpmInfo {
-    /// SRK name.
-    pub srk_name: Vec<u8>,
-    /// Manufacturer ID as text (e.g. "IBM").
-    pub manufacturer: String,
-    /// Firmware version, hex.
-    pub firmware: String,
-    /// True if the SRK came from the persistent handle 0x81000001.
-    pub srk_persistent: bool,
-}
-
-/// Actor configuration.
+/// Tuning for the actor's queue and deadlines.
 #[derive(Debug, Clone)]
-pub struct ActorConfig {
-    /// TCTI string.
-    pub tcti: String,
-    /// Most transient objects kept loaded, the SRK included (at least 2).
-    pub max_loaded: usize,
-    /// SRK name recorded in the state dir; `None` on first start.
-    pub expected_srk_name: Option<Vec<u8>>,
+pub struct QueueConfig {
+    /// Jobs that may wait for the TPM before new ones are refused.
+    pub capacity: usize,
+    /// Default deadline of one TPM operation, queueing included.
+    pub timeout: Duration,
 }
 
-/// A live connection and what hangs off it.
-struct Conn {
-    ctx: Context,
-    srk: KeyHandle,
-    /// Whether the SRK is a transient object this connection must flush.
-    srk_transient: bool,
-    /// Salted HMAC session with parameter encryption, reused for commands that carry secrets.
-    hmac: Option<AuthSession>,
-    loaded: Lru,
-    /// How many user keys may be loaded at once (the object budget minus the SRK).
-    max_keys: usize,
-    info: TpmInfo,
-    /// PCR values last read on this connection (see [`pcr::PcrCache`]).
-    pcrs: pcr::PcrCache,
-}
-
-/// Loaded key objects by TPM name, least recently used first out.
-#[derive(Default)]
-struct Lru {
-    map: HashMap<Vec<u8>, (KeyHandle, u64)>,
-    tick: u64,
-}
-
-impl Lru {
-    fn touch(&mut self, name: &[u8]) -> Option<KeyHandle> {
-        self.tick += 1;
-        let tick = self.tick;
-        self.map.get_mut(name).map(|e| {
-            e.1 = tick;
-            e.0
-        })
-    }
-
-    fn insert(&mut self, name: Vec<u8>, handle: KeyHandle) {
-        self.tick += 1;
-        self.map.insert(name, (handle, self.tick));
-    }
-
-    fn pop_oldest(&mut self) -> Option<KeyHandle> {
-        let oldest = self.map.iter().min_by_key(|(_, (_, t))| *t).map(|(n, _)| n.clone())?;
-        self.map.remove(&oldest).map(|(h, _)| h)
+impl Default for QueueConfig {
+    fn default() -> Self {
+        Self { capacity: 1024, timeout: Duration::from_secs(10) }
     }
 }
 
-impl std::fmt::Debug for Tpm {
+/// A cheap, cloneable handle to the TPM actor.
+#[derive(Clone)]
+pub struct TpmHandle {
+    tx: mpsc::Sender<Job>,
+    shared: Arc<Shared>,
+    timeout: Duration,
+    capacity: usize,
+    thread: Arc<Mutex<Option<JoinHandle<()>>>>,
+}
+
+impl std::fmt::Debug for TpmHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tpm")
-            .field("tcti", &self.cfg.tcti)
-            .field("connected", &self.conn.is_some())
+        f.debug_struct("TpmHandle")
+            .field("state", &self.shared.state())
+            .field("queued", &self.shared.queued.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
 }
 
-/// The actor's state. Lives on the TPM thread only.
-pub struct Tpm {
-    cfg: ActorConfig,
-    conn: Option<Conn>,
-    next_attempt: Instant,
-    backoff: Duration,
-    shared: Arc<Shared>,
-    /// Set while the TPM is refused (SRK mismatch): every request gets this error, not a
-    /// generic "unavailable", until a reconnect finds the right TPM again.
-    refused: Option<TpmError>,
-}
-
-fn wrap(what: &'static str) -> impl Fn(tss_esapi::Error) -> TpmError {
-    move |e| TpmError::from_tss(what, e)
-}
-
-impl Tpm {
-    /// Connects, loads or creates the SRK and checks it against the recorded name.
+impl TpmHandle {
+    /// Starts the actor thread, connects to the TPM and checks its SRK.
     ///
     /// # Errors
-    /// [`TpmError::Unavailable`] if the TPM cannot be reached, [`TpmError::SrkMismatch`] if it
-    /// is not the TPM the state directory belongs to.
-    pub fn open(cfg: ActorConfig, shared: Arc<Shared>) -> Result<(Self, TpmInfo), TpmError> {
-        let mut tpm =
-            Self { cfg, conn: None, next_attempt: Instant::now(), backoff: BACKOFF_MIN, shared, refused: None };
-        tpm.connect()?;
-        let info = tpm.conn.as_ref().map(|c| c.info.clone()).unwrap_or_default();
-        if tpm.cfg.expected_srk_name.is_none() {
-            tpm.cfg.expected_srk_name = Some(info.srk_name.clone());
-        }
-        Ok((tpm, info))
-    }
-
-    fn connect(&mut self) -> Result<(), TpmError> {
-        let result = self.try_connect();
-        match &result {
-            Ok(info) => {
-                self.backoff = BACKOFF_MIN;
-                self.refused = None;
-                self.shared.set_state(TpmState::Ready, None, Some(info.clone()));
-                tracing::info!(srk = %hex::encode(&info.srk_name), manufacturer = %info.manufacturer, "TPM connected");
-            }
-            Err(e @ TpmError::SrkMismatch { .. }) => {
-                tracing::error!(error = %e, "refusing this TPM");
-                self.shared.set_state(TpmState::Mismatch, Some(e.to_string()), None);
-                self.refused = Some(e.clone());
-                self.schedule_retry();
-            }
-            Err(e) => {
-                self.shared.set_state(TpmState::Down, Some(e.to_string()), None);
-                self.schedule_retry();
-            }
-        }
-        result.map(|_| ())
-    }
-
-    fn schedule_retry(&mut self) {
-        self.next_attempt = Instant::now() + self.backoff;
-        self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
-    }
-
-    fn try_connect(&mut self) -> Result<TpmInfo, TpmError> {
-        let tcti: TctiNameConf =
-            self.cfg.tcti.parse().map_err(|e| TpmError::Unavailable(format!("bad TCTI {:?}: {e}", self.cfg.tcti)))?;
-        let mut ctx = Context::new(tcti).map_err(|e| TpmError::Unavailable(format!("open TCTI: {e}")))?;
-        let manufacturer = match ctx.get_tpm_property(tss_esapi::constants::PropertyTag::Manufacturer) {
-            Ok(v) => v,
-            Err(e) if ResponseCode::of(&e).and_then(|r| r.tpm_code()) == Some(rc::INITIALIZE) => {
-                ctx.startup(StartupType::Clear).map_err(wrap("TPM2_Startup"))?;
-                ctx.get_tpm_property(tss_esapi::constants::PropertyTag::Manufacturer)
-                    .map_err(wrap("TPM2_GetCapability"))?
-            }
-            Err(e) => return Err(TpmError::from_tss("TPM2_GetCapability", e)),
-        };
-        let fw1 = ctx
-            .get_tpm_property(tss_esapi::constants::PropertyTag::FirmwareVersion1)
-            .map_err(wrap("TPM2_GetCapability"))?
-            .unwrap_or(0);
-        let manufacturer = manufacturer
-            .map(|m| m.to_be_bytes().iter().filter(|b| b.is_ascii_graphic()).map(|&b| b as char).collect())
-            .unwrap_or_default();
-        flush_leftovers(&mut ctx);
-        let (srk, srk_transient) = Self::load_srk(&mut ctx)?;
-        let (_, srk_name, _) = ctx.read_public(srk).map_err(wrap("TPM2_ReadPublic"))?;
-        let srk_name = srk_name.value().to_vec();
-        let info = TpmInfo {
-            srk_name: srk_name.clone(),
-            manufacturer,
-            firmware: format!("{fw1:08x}"),
-            srk_persistent: !srk_transient,
-        };
-        if let Some(expected) = &self.cfg.expected_srk_name {
-            if *expected != srk_name {
-                if srk_transient {
-                    let _ = ctx.flush_context(srk.into());
-                }
-                return Err(TpmError::SrkMismatch { expected: hex::encode(expected), found: hex::encode(&srk_name) });
-            }
-        }
-        let max_keys = self.cfg.max_loaded.saturating_sub(usize::from(srk_transient)).max(1);
-        self.conn = Some(Conn {
-            ctx,
-            srk,
-            srk_transient,
-            hmac: None,
-            loaded: Lru::default(),
-            max_keys,
-            info: info.clone(),
-            pcrs: pcr::PcrCache::default(),
-        });
-        Ok(info)
-    }
-
-    /// Uses the SRK at the persistent handle if it is an ECC P-256 storage key, else derives the
-    /// TCG template SRK as a transient object.
-    fn load_srk(ctx: &mut Context) -> Result<(KeyHandle, bool), TpmError> {
-        let persistent = PersistentTpmHandle::new(templates::SRK_PERSISTENT_HANDLE).map_err(wrap("SRK handle"))?;
-        let present = match ctx.get_capability(CapabilityType::Handles, templates::SRK_PERSISTENT_HANDLE, 1) {
-            Ok((CapabilityData::Handles(list), _)) => {
-                list.iter().any(|h| u32::from(*h) == templates::SRK_PERSISTENT_HANDLE)
-            }
-            _ => false,
-        };
-        let found = if present {
-            ctx.execute_without_session(|c| c.tr_from_tpm_public(RawTpmHandle::Persistent(persistent))).ok()
-        } else {
-            None
-        };
-        if let Some(obj) = found {
-            let handle = KeyHandle::from(obj);
-            if let Ok((Public::Ecc { object_attributes, parameters, .. }, _, _)) = ctx.read_public(handle) {
-                if object_attributes.restricted()
-                    && object_attributes.decrypt()
-                    && parameters.ecc_curve() == tss_esapi::interface_types::ecc::EccCurve::NistP256
-                {
-                    return Ok((handle, false));
-                }
-            }
-            let mut obj = obj;
-            let _ = ctx.tr_close(&mut obj);
-        }
-        let template = templates::srk()?;
-        let created = ctx
-            .execute_with_session(Some(AuthSession::Password), |c| {
-                c.create_primary(Hierarchy::Owner, template, None, None, None, None)
-            })
-            .map_err(wrap("TPM2_CreatePrimary"))?;
-        Ok((created.key_handle, true))
-    }
-
-    /// Runs `f` against a live connection: reconnects first if needed (respecting backoff),
-    /// retries commands the TPM asked to retry, and drops the connection when it broke.
-    fn with_conn<T>(&mut self, mut f: impl FnMut(&mut Conn) -> Result<T, TpmError>) -> Result<T, TpmError> {
-        if self.conn.is_none() {
-            if Instant::now() < self.next_attempt {
-                if let Some(refused) = &self.refused {
-                    return Err(refused.clone());
-                }
-                return Err(TpmError::Unavailable(self.shared.last_error().unwrap_or_else(|| "reconnecting".into())));
-            }
-            self.connect()?;
-        }
-        let mut attempt = 0;
-        let mut reset_retried = false;
-        loop {
-            let Some(conn) = self.conn.as_mut() else {
-                return Err(TpmError::Unavailable("connection lost".into()));
-            };
-            match f(conn) {
-                Err(TpmError::Busy(why)) if attempt + 1 < MAX_RETRIES => {
-                    attempt += 1;
-                    tracing::debug!(%why, attempt, "TPM asked to retry");
-                    std::thread::sleep(Duration::from_millis(10 * u64::from(attempt)));
-                }
-                Err(TpmError::Reset(why)) if !reset_retried => {
-                    // The TPM forgot our handles: reconnect now (re-checking the SRK, which
-                    // catches a cleared TPM) and run the operation once more.
-                    tracing::warn!(%why, "TPM was reset under the vault; reconnecting");
-                    reset_retried = true;
-                    if let Some(conn) = self.conn.take() {
-                        drop_quietly(conn);
+    /// [`TpmError::Unavailable`] when the TPM cannot be reached, [`TpmError::SrkMismatch`] when
+    /// it is not the TPM the state belongs to.
+    pub async fn open(cfg: ConnectionConfig, queue: QueueConfig) -> Result<(Self, TpmInfo), TpmError> {
+        let shared = Arc::new(Shared::default());
+        let (tx, mut rx) = mpsc::channel::<Job>(queue.capacity.max(1));
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let actor_shared = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("tpm".into())
+            .spawn(move || {
+                let mut tpm = match Tpm::open(cfg, actor_shared.clone()) {
+                    Ok((tpm, info)) => {
+                        let _ = ready_tx.send(Ok(info));
+                        tpm
                     }
-                    self.connect()?;
-                }
-                Err(e) if e.is_connection_lost() => {
-                    tracing::warn!(error = %e, "lost the TPM; will reconnect");
-                    if let Some(conn) = self.conn.take() {
-                        // Handles died with the connection; forget them without talking to the TPM.
-                        drop_quietly(conn);
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
                     }
-                    self.shared.set_state(TpmState::Down, Some(e.to_string()), None);
-                    self.schedule_retry();
-                    return Err(e);
-                }
-                Err(TpmError::Lockout(_)) => {
-                    let Some(conn) = self.conn.as_mut() else {
-                        return Err(TpmError::Lockout(String::new()));
-                    };
-                    return Err(TpmError::Lockout(conn.lockout_state().unwrap_or_default()));
-                }
-                other => return other,
-            }
-        }
-    }
-
-    /// Creates an object under the SRK through the salted, parameter-encrypting HMAC session
-    /// (the auth value and any sensitive data never cross the bus in clear).
-    ///
-    /// # Errors
-    /// TPM errors, classified.
-    pub fn create(
-        &mut self,
-        template: Public,
-        auth: Option<Auth>,
-        sensitive: Option<tss_esapi::structures::SensitiveData>,
-    ) -> Result<(Public, Private), TpmError> {
-        self.with_conn(|conn| loop {
-            // TPM2_Create needs an object slot of its own while it runs: with the key budget
-            // full, make room first rather than after a failed command (an fTPM command costs
-            // milliseconds).
-            if conn.loaded.map.len() >= conn.max_keys {
-                conn.evict_oldest();
-            }
-            let session = conn.hmac_session()?;
-            let srk = conn.srk;
-            let result = conn.ctx.execute_with_session(Some(session), |c| {
-                c.create(srk, template.clone(), auth.clone(), sensitive.clone(), None, None)
-            });
-            match conn.check_session(result.map_err(wrap("TPM2_Create"))) {
-                // TPM2_Create needs a free object slot of its own: make room and try again.
-                Err(TpmError::ObjectMemory) if conn.evict_oldest() => continue,
-                Err(e) => return Err(e),
-                Ok(created) => return Ok((created.out_public, created.out_private)),
-            }
-        })
-    }
-
-    /// Signs `digest` with `key` (loaded on demand). Keys without a password or policy sign
-    /// through a plain password session: nothing secret moves and it costs one command.
-    /// Password-protected keys use the encrypted HMAC session; PCR-bound keys a policy session.
-    ///
-    /// # Errors
-    /// TPM errors, classified.
-    pub fn sign(
-        &mut self,
-        key: &KeyBlob,
-        digest: Digest,
-        scheme: SignatureScheme,
-        auth: Option<Auth>,
-        policy: Option<&PolicyAuth>,
-    ) -> Result<Signature, TpmError> {
-        let ticket = null_hashcheck()?;
-        self.with_conn(|conn| {
-            let handle = conn.load(key)?;
-            if let Some(policy) = policy {
-                let session = conn.policy_session(policy, false)?;
-                let result = conn
-                    .ctx
-                    .execute_with_session(Some(session), |c| c.sign(handle, digest.clone(), scheme, ticket.clone()));
-                conn.flush_session(session);
-                return result.map_err(wrap("TPM2_Sign"));
-            }
-            let session = match &auth {
-                None => AuthSession::Password,
-                Some(a) => {
-                    conn.ctx.tr_set_auth(handle.into(), a.clone()).map_err(wrap("Esys_TR_SetAuth"))?;
-                    conn.hmac_session()?
-                }
-            };
-            let result = conn
-                .ctx
-                .execute_with_session(Some(session), |c| c.sign(handle, digest.clone(), scheme, ticket.clone()));
-            if auth.is_some() {
-                // Do not leave the password attached to a cached handle.
-                let _ = conn.ctx.tr_set_auth(handle.into(), Auth::default());
-                conn.check_session(result.map_err(wrap("TPM2_Sign")))
-            } else {
-                result.map_err(wrap("TPM2_Sign"))
-            }
-        })
-    }
-
-    /// Unseals a sealed data object through a salted policy session with response encryption,
-    /// so the secret never crosses the TPM interface in clear.
-    ///
-    /// # Errors
-    /// [`TpmError::PolicyFailed`] when the PCRs (or the approval) do not satisfy the object's
-    /// policy; other TPM errors, classified.
-    pub fn unseal(
-        &mut self,
-        blob: &KeyBlob,
-        policy: Option<&PolicyAuth>,
-    ) -> Result<zeroize::Zeroizing<Vec<u8>>, TpmError> {
-        self.with_conn(|conn| {
-            let result = match policy {
-                Some(policy) => {
-                    // The policy first: an authorized policy loads the authority's key, which
-                    // may need to evict loaded keys; the sealed object comes after.
-                    let session = conn.policy_session(policy, true)?;
-                    let handle = match conn.load(blob) {
-                        Ok(h) => h,
-                        Err(e) => {
-                            conn.flush_session(session);
-                            return Err(e);
+                };
+                while let Some(job) = rx.blocking_recv() {
+                    let start = Instant::now();
+                    let label = job.label;
+                    if start > job.deadline {
+                        job.run.run(None);
+                    } else {
+                        let ok = job.run.run(Some(&mut tpm));
+                        actor_shared.metrics.observe(label, start.elapsed(), ok);
+                    }
+                    actor_shared.set_loaded(tpm.loaded_objects());
+                    actor_shared.queued.fetch_sub(1, Ordering::Relaxed);
+                    if job.stop {
+                        rx.close();
+                        while let Ok(rest) = rx.try_recv() {
+                            rest.run.run(None);
+                            actor_shared.queued.fetch_sub(1, Ordering::Relaxed);
                         }
-                    };
-                    let r = conn.ctx.execute_with_session(Some(session), |c| c.unseal(handle.into()));
-                    conn.flush_session(session);
-                    r
-                }
-                None => {
-                    let handle = conn.load(blob)?;
-                    // No policy: the object's empty auth value, through the salted HMAC session
-                    // whose response encryption hides the data.
-                    let session = conn.hmac_session()?;
-                    let r = conn.ctx.execute_with_session(Some(session), |c| c.unseal(handle.into()));
-                    if r.is_err() {
-                        conn.forget_hmac_session();
+                        break;
                     }
-                    r
                 }
-            };
-            // Sealed objects are used once per unseal: do not keep them in the key LRU.
-            conn.evict(&blob.name);
-            let data = result.map_err(wrap("TPM2_Unseal"))?;
-            Ok(zeroize::Zeroizing::new(data.value().to_vec()))
-        })
-    }
-
-    /// Quotes `sel` with the attestation key over `nonce` and returns the PCR values with it:
-    /// the values remembered from the last read if they hash to the quoted digest (the usual
-    /// case: one TPM command), else freshly read ones, re-quoting (up to 3 times) until they
-    /// hash to it. Either way the returned values are exactly the quoted ones.
-    ///
-    /// # Errors
-    /// TPM errors; [`TpmError::Busy`] if the PCRs kept changing.
-    pub fn quote(
-        &mut self,
-        ak: &KeyBlob,
-        nonce: &[u8],
-        sel: &PcrSelection,
-    ) -> Result<(super::attest::Quote, Vec<Vec<u8>>), TpmError> {
-        self.with_conn(|conn| {
-            let handle = conn.load(ak)?;
-            let matches =
-                |values: &[Vec<u8>], digest: &[u8]| crate::model::HashAlg::Sha256.digest(&values.concat()) == digest;
-            for _ in 0..3 {
-                let quote = super::attest::quote(&mut conn.ctx, handle, nonce, sel)?;
-                // While the PCRs do not change, the values read for the last quote hash to this
-                // one's digest: one TPM command per quote.
-                if let Some(values) = conn.pcrs.get(sel).filter(|v| matches(v, &quote.pcr_digest)) {
-                    return Ok((quote, values));
-                }
-                let (_, values) = pcr::read(&mut conn.ctx, sel)?;
-                conn.pcrs.put(sel, &values);
-                if matches(&values, &quote.pcr_digest) {
-                    return Ok((quote, values));
-                }
-                tracing::debug!("PCRs changed during the quote; quoting again");
-            }
-            Err(TpmError::Busy("PCRs kept changing during the quote".into()))
-        })
-    }
-
-    /// The EK public area and certificate (if the TPM has one). Needs a free object slot for
-    /// the EK, so loaded keys are flushed first (this is a rare call).
-    ///
-    /// # Errors
-    /// TPM errors.
-    pub fn endorsement(&mut self) -> Result<(Public, Option<Vec<u8>>), TpmError> {
-        self.with_conn(|conn| {
-            while conn.evict_oldest() {}
-            let public = super::attest::ek_public(&mut conn.ctx)?;
-            let cert = super::attest::ek_certificate(&mut conn.ctx)?;
-            Ok((public, cert))
-        })
-    }
-
-    /// TPM2_ActivateCredential with the AK and the EK.
-    ///
-    /// # Errors
-    /// TPM errors.
-    pub fn activate_credential(&mut self, ak: &KeyBlob, blob: &[u8], secret: &[u8]) -> Result<Vec<u8>, TpmError> {
-        self.with_conn(|conn| {
-            while conn.evict_oldest() {}
-            let handle = conn.load(ak)?;
-            super::attest::activate_credential(&mut conn.ctx, handle, blob, secret)
-        })
-    }
-
-    /// `n` bytes from the TPM's RNG (for seeding only: a firmware TPM gives ~2 KB/s).
-    ///
-    /// # Errors
-    /// TPM errors.
-    pub fn get_random(&mut self, n: usize) -> Result<Vec<u8>, TpmError> {
-        self.with_conn(|conn| {
-            let mut out = Vec::with_capacity(n);
-            while out.len() < n {
-                let want = (n - out.len()).min(32);
-                let d = conn.ctx.execute_without_session(|c| c.get_random(want)).map_err(wrap("TPM2_GetRandom"))?;
-                if d.value().is_empty() {
-                    return Err(TpmError::Malformed("TPM2_GetRandom returned nothing".into()));
-                }
-                out.extend_from_slice(d.value());
-            }
-            out.truncate(n);
-            Ok(out)
-        })
-    }
-
-    /// Reads PCR values (selection order) and the PCR update counter.
-    ///
-    /// # Errors
-    /// TPM errors.
-    pub fn pcr_read(&mut self, sel: &PcrSelection) -> Result<(u32, Vec<Vec<u8>>), TpmError> {
-        self.with_conn(|conn| {
-            let (counter, values) = pcr::read(&mut conn.ctx, sel)?;
-            conn.pcrs.put(sel, &values);
-            Ok((counter, values))
-        })
-    }
-
-    /// The TPM name of an external public key loaded into the owner hierarchy (what
-    /// `TPM2_PolicyAuthorize` binds to).
-    ///
-    /// # Errors
-    /// TPM errors.
-    pub fn external_name(&mut self, public: &Public) -> Result<Vec<u8>, TpmError> {
-        self.with_conn(|conn| {
-            let handle = conn.load_external(public)?;
-            let name = conn.ctx.read_public(handle).map(|(_, n, _)| n.value().to_vec());
-            let _ = conn.ctx.flush_context(handle.into());
-            name.map_err(wrap("TPM2_ReadPublic"))
-        })
-    }
-
-    /// Unloads the object with this TPM name if it is loaded (after a key is deleted).
-    pub fn evict(&mut self, name: &[u8]) {
-        if let Some(conn) = self.conn.as_mut() {
-            conn.evict(name);
-        }
-    }
-
-    /// Counts transient objects present in the TPM (all owners), for leak checks and status.
-    ///
-    /// # Errors
-    /// TPM errors, classified.
-    pub fn transient_handles(&mut self) -> Result<usize, TpmError> {
-        self.with_conn(|conn| {
-            let (data, _) = conn
-                .ctx
-                .get_capability(CapabilityType::Handles, TRANSIENT_FIRST, 64)
-                .map_err(wrap("TPM2_GetCapability"))?;
-            Ok(match data {
-                CapabilityData::Handles(list) => list.len(),
-                _ => 0,
+                tpm.flush_all();
+                tracing::debug!("TPM actor stopped");
             })
+            .map_err(|e| TpmError::Unavailable(format!("cannot start TPM thread: {e}")))?;
+        let info = ready_rx.await.map_err(|_| TpmError::Unavailable("TPM thread died during open".into()))??;
+        let handle = Self {
+            tx,
+            shared,
+            timeout: queue.timeout,
+            capacity: queue.capacity,
+            thread: Arc::new(Mutex::new(Some(thread))),
+        };
+        Ok((handle, info))
+    }
+
+    /// Runs `f` on the TPM thread with the default deadline.
+    ///
+    /// # Errors
+    /// Whatever `f` returns; [`TpmError::QueueFull`] when too many jobs wait;
+    /// [`TpmError::Timeout`] when the deadline passes first.
+    pub async fn call<T, F>(&self, label: &'static str, f: F) -> Result<T, TpmError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Tpm) -> Result<T, TpmError> + Send + 'static,
+    {
+        self.call_with_timeout(label, self.timeout, f).await
+    }
+
+    /// Runs `f` on the TPM thread with an explicit deadline (e.g. longer for RSA key generation).
+    ///
+    /// # Errors
+    /// As [`TpmHandle::call`].
+    pub async fn call_with_timeout<T, F>(&self, label: &'static str, timeout: Duration, f: F) -> Result<T, TpmError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Tpm) -> Result<T, TpmError> + Send + 'static,
+    {
+        let (reply_tx, reply_rx) = oneshot::channel();
+        let ms = self.submit_call(label, timeout, f, move |result| {
+            let _ = reply_tx.send(result);
+        })?;
+        let result = match tokio::time::timeout(timeout, reply_rx).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(TpmError::Unavailable("TPM actor stopped".into())),
+            Err(_) => Err(TpmError::Timeout(ms)),
+        };
+        if let Err(e) = &result {
+            self.shared.count_error(e.class_name());
+        }
+        result
+    }
+
+    /// Runs `f` on the TPM thread and blocks the calling (non-async) thread until it is done.
+    /// For synchronous callers such as rustls' `Signer::sign`; never call it on an async worker
+    /// without `block_in_place`.
+    ///
+    /// # Errors
+    /// As [`TpmHandle::call`].
+    pub fn call_blocking<T, F>(&self, label: &'static str, f: F) -> Result<T, TpmError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Tpm) -> Result<T, TpmError> + Send + 'static,
+    {
+        let (reply_tx, reply_rx) = std::sync::mpsc::sync_channel(1);
+        let timeout = self.timeout;
+        let ms = self.submit_call(label, timeout, f, move |result| {
+            let _ = reply_tx.send(result);
+        })?;
+        let result = match reply_rx.recv_timeout(timeout) {
+            Ok(result) => result,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(TpmError::Timeout(ms)),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                Err(TpmError::Unavailable("TPM actor stopped".into()))
+            }
+        };
+        if let Err(e) = &result {
+            self.shared.count_error(e.class_name());
+        }
+        result
+    }
+
+    /// Queues `f` with a deadline of `timeout`; its result (or the expiry) goes to `reply`.
+    /// Returns the deadline in milliseconds, for the caller's own timeout error.
+    fn submit_call<T, F>(
+        &self,
+        label: &'static str,
+        timeout: Duration,
+        f: F,
+        reply: impl FnOnce(Result<T, TpmError>) + Send + 'static,
+    ) -> Result<u64, TpmError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Tpm) -> Result<T, TpmError> + Send + 'static,
+    {
+        let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        self.submit(label, timeout, move |tpm| {
+            let result = match tpm {
+                Some(tpm) => f(tpm),
+                None => Err(TpmError::Timeout(ms)),
+            };
+            let ok = result.is_ok();
+            reply(result);
+            ok
+        })?;
+        Ok(ms)
+    }
+
+    fn submit(
+        &self,
+        label: &'static str,
+        timeout: Duration,
+        run: impl FnOnce(Option<&mut Tpm>) -> bool + Send + 'static,
+    ) -> Result<(), TpmError> {
+        let job = Job { label, stop: false, deadline: Instant::now() + timeout, run: Box::new(run) };
+        self.shared.queued.fetch_add(1, Ordering::Relaxed);
+        self.tx.try_send(job).map_err(|e| {
+            self.shared.queued.fetch_sub(1, Ordering::Relaxed);
+            match e {
+                mpsc::error::TrySendError::Full(_) => TpmError::QueueFull(self.capacity),
+                mpsc::error::TrySendError::Closed(_) => TpmError::Unavailable("TPM actor stopped".into()),
+            }
         })
     }
 
-    /// Objects the vault holds loaded now, the SRK included when it is transient.
-    pub fn loaded_objects(&self) -> usize {
-        self.conn.as_ref().map_or(0, |c| c.loaded.map.len() + usize::from(c.srk_transient))
+    /// State shared with the actor (connection state, metrics, queue depth).
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
     }
 
-    /// Gives access to the raw context for operations built elsewhere in the TPM layer
-    /// (attestation, sealing). Reconnects and retries like every other operation.
+    /// Flushes every object the vault loaded and waits for it. The actor reconnects on the
+    /// next job, so this is safe at any time; it is what shutdown calls.
     ///
     /// # Errors
-    /// Whatever `f` returns, or [`TpmError::Unavailable`].
-    pub fn with_context<T>(
-        &mut self,
-        mut f: impl FnMut(&mut Context, KeyHandle) -> Result<T, TpmError>,
-    ) -> Result<T, TpmError> {
-        self.with_conn(|conn| f(&mut conn.ctx, conn.srk))
+    /// When the actor cannot be reached.
+    pub async fn flush_all(&self) -> Result<(), TpmError> {
+        self.call("flush", |tpm| {
+            tpm.flush_all();
+            Ok(())
+        })
+        .await
     }
 
-    /// Flushes everything the vault loaded (keys, session, transient SRK). Called at shutdown;
-    /// the next operation reconnects.
-    pub fn flush_all(&mut self) {
-        if let Some(mut conn) = self.conn.take() {
-            while conn.evict_oldest() {}
-            conn.forget_hmac_session();
-            if conn.srk_transient {
-                let _ = conn.ctx.flush_context(conn.srk.into());
-            }
-            tracing::debug!("flushed all TPM objects");
-        }
-        self.shared.set_loaded(0);
-    }
-}
-
-impl Conn {
-    /// The dictionary-attack state in words ([`super::error::lockout_detail`]), or `None` when
-    /// the TPM does not report it.
-    fn lockout_state(&mut self) -> Option<String> {
-        use tss_esapi::constants::PropertyTag;
-        let mut prop = |tag| self.ctx.get_tpm_property(tag).ok().flatten();
-        let failures = prop(PropertyTag::LockoutCounter)?;
-        let max_tries = prop(PropertyTag::MaxAuthFail)?;
-        let interval = prop(PropertyTag::LockoutInterval)?;
-        Some(super::error::lockout_detail(failures, max_tries, interval))
-    }
-
-    /// Returns the loaded handle for `key`, loading it (and evicting the least recently used
-    /// key when the slot budget is spent, or when the TPM says its object memory is full).
-    fn load(&mut self, key: &KeyBlob) -> Result<KeyHandle, TpmError> {
-        if let Some(h) = self.loaded.touch(&key.name) {
-            return Ok(h);
-        }
-        let budget = self.max_keys;
-        while self.loaded.map.len() >= budget && self.evict_oldest() {}
-        let srk = self.srk;
-        loop {
-            let result = self
-                .ctx
-                .execute_with_session(Some(AuthSession::Password), |c| {
-                    c.load(srk, key.private.clone(), key.public.clone())
-                })
-                .map_err(wrap("TPM2_Load"));
-            match result {
-                Ok(h) => {
-                    self.loaded.insert(key.name.clone(), h);
-                    return Ok(h);
-                }
-                Err(TpmError::ObjectMemory) if self.evict_oldest() => {}
-                Err(TpmError::ObjectMemory) => return Err(TpmError::ObjectMemory),
-                Err(e) => return Err(e),
-            }
-        }
-    }
-
-    /// Starts a policy session and runs the policy commands. `encrypt` salts the session with
-    /// the SRK and turns on response-parameter encryption (for unseal).
-    fn policy_session(&mut self, policy: &PolicyAuth, encrypt: bool) -> Result<AuthSession, TpmError> {
-        let (salt, symmetric) = if encrypt {
-            (Some(self.srk), SymmetricDefinition::AES_128_CFB)
-        } else {
-            (None, SymmetricDefinition::Null)
+    /// Stops the actor: jobs already queued run first, later ones fail with `Unavailable`;
+    /// every object the vault loaded is flushed and the TPM connection closed. Waits for the
+    /// thread up to `grace`. Safe to call from any clone, once or more.
+    pub async fn shutdown(&self, grace: Duration) {
+        let job = Job {
+            label: "stop",
+            stop: true,
+            deadline: Instant::now() + grace,
+            run: Box::new(|_: Option<&mut Tpm>| true),
         };
-        let session = self
-            .ctx
-            .start_auth_session(salt, None, None, SessionType::Policy, symmetric, HashingAlgorithm::Sha256)
-            .map_err(wrap("TPM2_StartAuthSession"))?
-            .ok_or_else(|| TpmError::Malformed("no session handle".into()))?;
-        let result = self.run_policy(session, policy, encrypt);
-        if result.is_err() {
-            self.flush_session(session);
+        self.shared.queued.fetch_add(1, Ordering::Relaxed);
+        if self.tx.send_timeout(job, grace).await.is_err() {
+            self.shared.queued.fetch_sub(1, Ordering::Relaxed);
         }
-        result.map(|()| session)
-    }
-
-    fn run_policy(&mut self, session: AuthSession, policy: &PolicyAuth, encrypt: bool) -> Result<(), TpmError> {
-        if encrypt {
-            let (attrs, mask) = SessionAttributesBuilder::new().with_encrypt(true).with_continue_session(true).build();
-            self.ctx.tr_sess_set_attributes(session, attrs, mask).map_err(wrap("Esys_TRSess_SetAttributes"))?;
-        }
-        let policy_session = tss_esapi::interface_types::session_handles::PolicySession::try_from(session)
-            .map_err(wrap("policy session"))?;
-        let selection = match policy {
-            PolicyAuth::Pcr(sel) | PolicyAuth::Authorized { selection: sel, .. } => sel,
-        };
-        let list = pcr::selection_list(selection)?;
-        self.ctx
-            .execute_without_session(|c| c.policy_pcr(policy_session, Digest::default(), list))
-            .map_err(wrap("TPM2_PolicyPCR"))?;
-        if let PolicyAuth::Authorized { authority, approved_policy, policy_ref, signature, .. } = policy {
-            let key = self.load_external(authority)?;
-            let result = (|| {
-                let (_, key_name, _) = self.ctx.read_public(key).map_err(wrap("TPM2_ReadPublic"))?;
-                let a_hash = crate::model::HashAlg::Sha256.digest(&[approved_policy.as_slice(), policy_ref].concat());
-                let ticket = self
-                    .ctx
-                    .execute_without_session(|c| {
-                        c.verify_signature(key, Digest::try_from(a_hash.clone())?, signature.clone())
-                    })
-                    .map_err(wrap("TPM2_VerifySignature"))?;
-                let approved = Digest::try_from(approved_policy.clone()).map_err(wrap("approved policy"))?;
-                let nonce = tss_esapi::structures::Nonce::try_from(policy_ref.clone()).map_err(wrap("policy ref"))?;
-                self.ctx
-                    .execute_without_session(|c| c.policy_authorize(policy_session, approved, nonce, &key_name, ticket))
-                    .map_err(wrap("TPM2_PolicyAuthorize"))
-            })();
-            let _ = self.ctx.flush_context(key.into());
-            result?;
-        }
-        Ok(())
-    }
-
-    fn flush_session(&mut self, session: AuthSession) {
-        let _ = self.ctx.flush_context(ObjectHandle::from(tss_esapi::handles::SessionHandle::from(session)));
-    }
-
-    fn evict(&mut self, name: &[u8]) {
-        if let Some((handle, _)) = self.loaded.map.remove(name) {
-            let _ = self.ctx.flush_context(handle.into());
-        }
-    }
-
-    /// Loads an external public key into the owner hierarchy, making room in a full TPM (a
-    /// 3-slot TPM may hold the SRK and two keys) by evicting loaded keys.
-    fn load_external(&mut self, public: &Public) -> Result<KeyHandle, TpmError> {
-        loop {
-            let loaded = self
-                .ctx
-                .execute_without_session(|c| c.load_external_public(public.clone(), Hierarchy::Owner))
-                .map_err(wrap("TPM2_LoadExternal"));
-            match loaded {
-                Ok(k) => return Ok(k),
-                Err(TpmError::ObjectMemory) if self.evict_oldest() => {}
-                Err(e) => return Err(e),
+        let thread = self.thread.lock().ok().and_then(|mut t| t.take());
+        if let Some(thread) = thread {
+            let deadline = Instant::now() + grace;
+            while !thread.is_finished() && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            if thread.is_finished() {
+                let _ = thread.join();
+            } else {
+                tracing::warn!("TPM thread still busy after {grace:?}; leaving it");
             }
         }
     }
-
-    /// Flushes the least recently used key. False if none is loaded.
-    fn evict_oldest(&mut self) -> bool {
-        match self.loaded.pop_oldest() {
-            Some(old) => {
-                let _ = self.ctx.flush_context(old.into());
-                true
-            }
-            None => false,
-        }
-    }
-
-    fn hmac_session(&mut self) -> Result<AuthSession, TpmError> {
-        if let Some(s) = self.hmac {
-            return Ok(s);
-        }
-        let session = self
-            .ctx
-            .start_auth_session(
-                Some(self.srk),
-                None,
-                None,
-                SessionType::Hmac,
-                SymmetricDefinition::AES_128_CFB,
-                HashingAlgorithm::Sha256,
-            )
-            .map_err(wrap("TPM2_StartAuthSession"))?
-            .ok_or_else(|| TpmError::Malformed("no session handle".into()))?;
-        let (attrs, mask) =
-            SessionAttributesBuilder::new().with_decrypt(true).with_encrypt(true).with_continue_session(true).build();
-        self.ctx.tr_sess_set_attributes(session, attrs, mask).map_err(wrap("Esys_TRSess_SetAttributes"))?;
-        self.hmac = Some(session);
-        Ok(session)
-    }
-
-    /// Forgets the HMAC session after a failure that may have closed it, so the next use
-    /// starts a fresh one.
-    fn check_session<T>(&mut self, r: Result<T, TpmError>) -> Result<T, TpmError> {
-        if r.is_err() {
-            self.forget_hmac_session();
-        }
-        r
-    }
-
-    /// Flushes the HMAC session; the next command that needs one starts a fresh one.
-    fn forget_hmac_session(&mut self) {
-        if let Some(s) = self.hmac.take() {
-            self.flush_session(s);
-        }
-    }
-}
-
-/// Drops a connection whose transport is dead. Context's destructor tries to flush handles it
-/// tracks; with the link gone those calls fail fast and are ignored.
-fn drop_quietly(conn: Conn) {
-    drop(conn);
-}
-
-/// Flushes transient objects and sessions left in the TPM by an earlier owner that died without
-/// cleaning up (a crashed daemon on a TPM without a resource manager, such as swtpm or
-/// /dev/tpm0, leaves them occupying the few object slots). The vault is the TPM's only user on
-/// such devices; behind /dev/tpmrm0 the list only shows this connection's own (none yet).
-fn flush_leftovers(ctx: &mut Context) {
-    const HANDLE_RANGES: [u32; 3] = [TRANSIENT_FIRST, 0x0200_0000, 0x0300_0000];
-    let mut flushed = 0;
-    for first in HANDLE_RANGES {
-        let Ok((CapabilityData::Handles(list), _)) = ctx.get_capability(CapabilityType::Handles, first, 64) else {
-            continue;
-        };
-        for handle in list.iter() {
-            let raw = u32::from(*handle);
-            if raw >> 24 != first >> 24 {
-                continue;
-            }
-            let Ok(tpm_handle) = RawTpmHandle::try_from(raw) else { continue };
-            if let Ok(obj) = ctx.execute_without_session(|c| c.tr_from_tpm_public(tpm_handle)) {
-                if ctx.flush_context(obj).is_ok() {
-                    flushed += 1;
-                }
-            }
-        }
-    }
-    if flushed > 0 {
-        tracing::warn!(flushed, "flushed TPM objects/sessions left by an earlier process");
-    }
-}
-
-/// The NULL hashcheck ticket an unrestricted key accepts for externally computed digests.
-fn null_hashcheck() -> Result<HashcheckTicket, TpmError> {
-    let raw = TPMT_TK_HASHCHECK {
-        tag: tss_esapi::constants::tss::TPM2_ST_HASHCHECK,
-        hierarchy: tss_esapi::constants::tss::TPM2_RH_NULL,
-        digest: Default::default(),
-    };
-    HashcheckTicket::try_from(raw).map_err(wrap("hashcheck ticket"))
 }

@@ -1,6 +1,6 @@
 //! Attestation on the TPM: quotes with the attestation key, the endorsement key and its
 //! certificate, and credential activation. Functions run on the actor thread against a live
-//! context (see [`Tpm::with_context`](super::Tpm::with_context)); no files, no gRPC.
+//! context (the actor passes its own); no files, no gRPC.
 
 use tss_esapi::abstraction::ek;
 use tss_esapi::abstraction::AsymmetricAlgorithmSelection;

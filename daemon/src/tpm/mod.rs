@@ -3,284 +3,30 @@
 //! Firmware TPMs execute one command at a time and every call crosses into the secure world,
 //! so the vault funnels all TPM work through a single actor thread fed by a bounded queue.
 //! Async callers await a reply with a deadline, so a hung or vanished TPM becomes an
-//! `Unavailable`/`Timeout` error, never a hung request. This module owns scheduling and
-//! deadlines; [`actor`] owns the connection, SRK, sessions and loaded objects; [`templates`]
-//! the object templates; [`error`] the response-code classification; [`convert`] signature and public-key
-//! encoding. It knows nothing of files or gRPC.
+//! `Unavailable`/`Timeout` error, never a hung request. The parts, by what they are:
+//! - [`actor`]: the thread, its queue and deadlines ([`TpmHandle`]);
+//! - [`connection`]: the connection, SRK, sessions, loaded objects and every command ([`Tpm`]);
+//! - [`object`]: stored objects in and out of the TPM's marshalled form;
+//! - [`templates`]: object templates; [`pcr`]: PCR reads, extends and policy digests;
+//!   [`attest`]: quotes, the EK and credential activation;
+//! - [`error`]: the response-code classification; [`convert`]: signature and public-key
+//!   encoding; [`shared`]: the state and counters shared with the rest of the daemon.
+//!
+//! It speaks the vault's own types (key algorithms, schemes, digests, stored objects) and
+//! knows nothing of files or gRPC.
 
 pub mod actor;
 pub mod attest;
+pub mod connection;
 pub mod convert;
 pub mod error;
+pub mod object;
 pub mod pcr;
-pub mod status;
+pub mod shared;
 pub mod templates;
 
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
-
-use tokio::sync::{mpsc, oneshot};
-
-pub use actor::{ActorConfig, KeyBlob, PolicyAuth, Tpm, TpmInfo};
+pub use actor::{QueueConfig, TpmHandle};
+pub use connection::{ConnectionConfig, PolicyAuth, SignJob, Tpm, TpmInfo};
 pub use error::TpmError;
-pub use status::{Shared, TpmState};
-
-/// A unit of TPM work: runs on the actor thread with exclusive access to the [`Tpm`].
-struct Job {
-    label: &'static str,
-    /// Ends the actor after this job (shutdown), even while other handles exist.
-    stop: bool,
-    deadline: Instant,
-    run: Box<dyn Work>,
-}
-
-/// The body of a job: gets the TPM (or `None` when the job expired before it could run) and
-/// reports success for the metrics.
-trait Work: Send {
-    fn run(self: Box<Self>, tpm: Option<&mut Tpm>) -> bool;
-}
-
-impl<F: FnOnce(Option<&mut Tpm>) -> bool + Send> Work for F {
-    fn run(self: Box<Self>, tpm: Option<&mut Tpm>) -> bool {
-        (*self)(tpm)
-    }
-}
-
-/// Tuning for the actor's queue and deadlines.
-#[derive(Debug, Clone)]
-pub struct QueueConfig {
-    /// Jobs that may wait for the TPM before new ones are refused.
-    pub capacity: usize,
-    /// Default deadline of one TPM operation, queueing included.
-    pub timeout: Duration,
-}
-
-impl Default for QueueConfig {
-    fn default() -> Self {
-        Self { capacity: 1024, timeout: Duration::from_secs(10) }
-    }
-}
-
-/// A cheap, cloneable handle to the TPM actor.
-#[derive(Clone)]
-pub struct TpmHandle {
-    tx: mpsc::Sender<Job>,
-    shared: Arc<Shared>,
-    timeout: Duration,
-    capacity: usize,
-    thread: Arc<Mutex<Option<JoinHandle<()>>>>,
-}
-
-impl std::fmt::Debug for TpmHandle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TpmHandle")
-            .field("state", &self.shared.state())
-            .field("queued", &self.shared.queued.load(Ordering::Relaxed))
-            .finish_non_exhaustive()
-    }
-}
-
-impl TpmHandle {
-    /// Starts the actor thread, connects to the TPM and checks its SRK.
-    ///
-    /// # Errors
-    /// [`TpmError::Unavailable`] when the TPM cannot be reached, [`TpmError::SrkMismatch`] when
-    /// it is not the TPM the state belongs to.
-    pub async fn open(cfg: ActorConfig, queue: QueueConfig) -> Result<(Self, TpmInfo), TpmError> {
-        let shared = Arc::new(Shared::default());
-        let (tx, mut rx) = mpsc::channel::<Job>(queue.capacity.max(1));
-        let (ready_tx, ready_rx) = oneshot::channel();
-        let actor_shared = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name("tpm".into())
-            .spawn(move || {
-                let mut tpm = match Tpm::open(cfg, actor_shared.clone()) {
-                    Ok((tpm, info)) => {
-                        let _ = ready_tx.send(Ok(info));
-                        tpm
-                    }
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e));
-                        return;
-                    }
-                };
-                while let Some(job) = rx.blocking_recv() {
-                    let start = Instant::now();
-                    let label = job.label;
-                    if start > job.deadline {
-                        job.run.run(None);
-                    } else {
-                        let ok = job.run.run(Some(&mut tpm));
-                        actor_shared.metrics.observe(label, start.elapsed(), ok);
-                    }
-                    actor_shared.set_loaded(tpm.loaded_objects());
-                    actor_shared.queued.fetch_sub(1, Ordering::Relaxed);
-                    if job.stop {
-                        rx.close();
-                        while let Ok(rest) = rx.try_recv() {
-                            rest.run.run(None);
-                            actor_shared.queued.fetch_sub(1, Ordering::Relaxed);
-                        }
-                        break;
-                    }
-                }
-                tpm.flush_all();
-                tracing::debug!("TPM actor stopped");
-            })
-            .map_err(|e| TpmError::Unavailable(format!("cannot start TPM thread: {e}")))?;
-        let info = ready_rx.await.map_err(|_| TpmError::Unavailable("TPM thread died during open".into()))??;
-        let handle = Self {
-            tx,
-            shared,
-            timeout: queue.timeout,
-            capacity: queue.capacity,
-            thread: Arc::new(Mutex::new(Some(thread))),
-        };
-        Ok((handle, info))
-    }
-
-    /// Runs `f` on the TPM thread with the default deadline.
-    ///
-    /// # Errors
-    /// Whatever `f` returns; [`TpmError::QueueFull`] when too many jobs wait;
-    /// [`TpmError::Timeout`] when the deadline passes first.
-    pub async fn call<T, F>(&self, label: &'static str, f: F) -> Result<T, TpmError>
-    where
-        T: Send + 'static,
-        F: FnOnce(&mut Tpm) -> Result<T, TpmError> + Send + 'static,
-    {
-        self.call_with_timeout(label, self.timeout, f).await
-    }
-
-    /// Runs `f` on the TPM thread with an explicit deadline (e.g. longer for RSA key generation).
-    ///
-    /// # Errors
-    /// As [`TpmHandle::call`].
-    pub async fn call_with_timeout<T, F>(&self, label: &'static str, timeout: Duration, f: F) -> Result<T, TpmError>
-    where
-        T: Send + 'static,
-        F: FnOnce(&mut Tpm) -> Result<T, TpmError> + Send + 'static,
-    {
-        let (reply_tx, reply_rx) = oneshot::channel();
-        let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
-        self.submit(label, timeout, move |tpm| {
-            let result = match tpm {
-                Some(tpm) => f(tpm),
-                None => Err(TpmError::Timeout(ms)),
-            };
-            let ok = result.is_ok();
-            let _ = reply_tx.send(result);
-            ok
-        })?;
-        let result = match tokio::time::timeout(timeout, reply_rx).await {
-            Ok(Ok(result)) => result,
-            Ok(Err(_)) => Err(TpmError::Unavailable("TPM actor stopped".into())),
-            Err(_) => Err(TpmError::Timeout(ms)),
-        };
-        if let Err(e) = &result {
-            self.shared.count_error(e.class_name());
-        }
-        result
-    }
-
-    /// Runs `f` on the TPM thread and blocks the calling (non-async) thread until it is done.
-    /// For synchronous callers such as rustls' `Signer::sign`; never call it on an async worker
-    /// without `block_in_place`.
-    ///
-    /// # Errors
-    /// As [`TpmHandle::call`].
-    pub fn call_blocking<T, F>(&self, label: &'static str, f: F) -> Result<T, TpmError>
-    where
-        T: Send + 'static,
-        F: FnOnce(&mut Tpm) -> Result<T, TpmError> + Send + 'static,
-    {
-        let (reply_tx, reply_rx) = std::sync::mpsc::sync_channel(1);
-        let timeout = self.timeout;
-        let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
-        self.submit(label, timeout, move |tpm| {
-            let result = match tpm {
-                Some(tpm) => f(tpm),
-                None => Err(TpmError::Timeout(ms)),
-            };
-            let ok = result.is_ok();
-            let _ = reply_tx.send(result);
-            ok
-        })?;
-        let result = match reply_rx.recv_timeout(timeout) {
-            Ok(result) => result,
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(TpmError::Timeout(ms)),
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                Err(TpmError::Unavailable("TPM actor stopped".into()))
-            }
-        };
-        if let Err(e) = &result {
-            self.shared.count_error(e.class_name());
-        }
-        result
-    }
-
-    fn submit(
-        &self,
-        label: &'static str,
-        timeout: Duration,
-        run: impl FnOnce(Option<&mut Tpm>) -> bool + Send + 'static,
-    ) -> Result<(), TpmError> {
-        let job = Job { label, stop: false, deadline: Instant::now() + timeout, run: Box::new(run) };
-        self.shared.queued.fetch_add(1, Ordering::Relaxed);
-        self.tx.try_send(job).map_err(|e| {
-            self.shared.queued.fetch_sub(1, Ordering::Relaxed);
-            match e {
-                mpsc::error::TrySendError::Full(_) => TpmError::QueueFull(self.capacity),
-                mpsc::error::TrySendError::Closed(_) => TpmError::Unavailable("TPM actor stopped".into()),
-            }
-        })
-    }
-
-    /// State shared with the actor (connection state, metrics, queue depth).
-    pub fn shared(&self) -> &Arc<Shared> {
-        &self.shared
-    }
-
-    /// Flushes every object the vault loaded and waits for it. The actor reconnects on the
-    /// next job, so this is safe at any time; it is what shutdown calls.
-    ///
-    /// # Errors
-    /// When the actor cannot be reached.
-    pub async fn flush_all(&self) -> Result<(), TpmError> {
-        self.call("flush", |tpm| {
-            tpm.flush_all();
-            Ok(())
-        })
-        .await
-    }
-
-    /// Stops the actor: jobs already queued run first, later ones fail with `Unavailable`;
-    /// every object the vault loaded is flushed and the TPM connection closed. Waits for the
-    /// thread up to `grace`. Safe to call from any clone, once or more.
-    pub async fn shutdown(&self, grace: Duration) {
-        let job = Job {
-            label: "stop",
-            stop: true,
-            deadline: Instant::now() + grace,
-            run: Box::new(|_: Option<&mut Tpm>| true),
-        };
-        self.shared.queued.fetch_add(1, Ordering::Relaxed);
-        if self.tx.send_timeout(job, grace).await.is_err() {
-            self.shared.queued.fetch_sub(1, Ordering::Relaxed);
-        }
-        let thread = self.thread.lock().ok().and_then(|mut t| t.take());
-        if let Some(thread) = thread {
-            let deadline = Instant::now() + grace;
-            while !thread.is_finished() && Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            if thread.is_finished() {
-                let _ = thread.join();
-            } else {
-                tracing::warn!("TPM thread still busy after {grace:?}; leaving it");
-            }
-        }
-    }
-}
+pub use object::KeyBlob;
+pub use shared::{Shared, TpmState};

@@ -3,15 +3,12 @@
 
 use std::sync::Arc;
 
-use tss_esapi::structures::PublicBuffer;
-use tss_esapi::traits::Marshall;
-
-use super::{blocking, marshal_private, object_name, parse_record, unix_now, Loaded, Vault};
+use super::{blocking, parse_record, unix_now, Loaded, Vault};
 use crate::error::Error;
 use crate::model::{KeyAlg, PcrSelection};
 use crate::store::record::RECORD_VERSION;
-use crate::store::{ak_name, KeyRecord, StoreError};
-use crate::tpm::{convert, templates, TpmError};
+use crate::store::{ak_name, KeyRecord};
+use crate::tpm::{convert, TpmError};
 
 /// Largest nonce accepted (TPM2B_DATA holds at most a digest of the largest hash, 64 bytes).
 pub const MAX_NONCE: usize = 64;
@@ -45,7 +42,7 @@ impl Vault {
     /// TPM and store errors.
     pub async fn attestation_key(&self) -> Result<AkInfo, Error> {
         let loaded = self.ak().await?;
-        Ok(AkInfo { spki: loaded.spki.clone(), name: loaded.record.tpm_name.clone() })
+        Ok(AkInfo { spki: loaded.spki.clone(), name: loaded.record.object.tpm_name.clone() })
     }
 
     /// The attestation key's parsed record: read (or created) once, then kept in memory, so a
@@ -66,19 +63,14 @@ impl Vault {
         if let Some(r) = blocking(move || store.attestation_key()).await? {
             return Ok(r);
         }
-        let template = templates::attestation_key()?;
-        let (public, private) = self.tpm().call("create_ak", move |tpm| tpm.create(template, None, None)).await?;
+        let object = self.tpm().call("create_ak", |tpm| tpm.create_attestation_key()).await?;
         let record = KeyRecord {
             version: RECORD_VERSION,
             name: ak_name(),
             alg: KeyAlg::EccP256,
             created_unix: unix_now(),
             owner_uid: 0,
-            tpm_name: object_name(&public)?,
-            public: PublicBuffer::try_from(public)
-                .and_then(|b| b.marshall())
-                .map_err(|e| TpmError::from_tss("marshal public", e))?,
-            private: marshal_private(&private),
+            object,
             has_auth: false,
             pcr_policy: None,
             cert_chain_pem: None,
@@ -89,11 +81,11 @@ impl Vault {
         let r = record.clone();
         match blocking(move || store.insert_attestation_key(&r)).await {
             Ok(()) => {
-                tracing::info!(name = %hex::encode(&record.tpm_name), "attestation key created");
+                tracing::info!(name = %hex::encode(&record.object.tpm_name), "attestation key created");
                 Ok(record)
             }
             // A concurrent first use created it: use that one.
-            Err(Error::Store(StoreError::Exists(_))) => {
+            Err(Error::KeyExists(_)) => {
                 let store = self.store().clone();
                 blocking(move || store.attestation_key()).await?.ok_or_else(|| Error::Internal("AK vanished".into()))
             }
@@ -116,7 +108,7 @@ impl Vault {
             attest: quote.attest,
             signature: quote.signature,
             values,
-            ak: AkInfo { spki: loaded.spki.clone(), name: loaded.record.tpm_name.clone() },
+            ak: AkInfo { spki: loaded.spki.clone(), name: loaded.record.object.tpm_name.clone() },
         })
     }
 

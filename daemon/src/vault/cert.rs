@@ -226,8 +226,8 @@ impl Vault {
         let r = record.clone();
         // Under `cert_lock`, so a delete cannot slip in between the check and the write.
         let n = name.clone();
-        blocking(move || match store.get(&n)? {
-            Some(_) => store.replace(&r).map(|()| true),
+        blocking(move || match store.keys().get(&n)? {
+            Some(_) => store.keys().replace(&r).map(|()| true),
             None => Ok(false),
         })
         .await?
@@ -287,7 +287,7 @@ fn chain_of(record: &crate::store::KeyRecord) -> Option<StoredChain> {
         name: record.name.clone(),
         chain_pem: pem.clone(),
         version: record.cert_version,
-        tpm_name: record.tpm_name.clone(),
+        tpm_name: record.object.tpm_name.clone(),
     })
 }
 

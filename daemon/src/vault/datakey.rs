@@ -13,18 +13,16 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tss_esapi::structures::{Digest, PublicBuffer, SensitiveData};
-use tss_esapi::traits::Marshall;
 use zeroize::Zeroizing;
 
-use super::{blocking, marshal_private, object_name, unix_now, Vault};
+use super::{blocking, seal, unix_now, Vault};
 use crate::crypto::drbg::Drbg;
 use crate::crypto::stream::{self, Header, Keying};
 use crate::error::Error;
 use crate::model::{KeyName, PcrTarget};
 use crate::store::record::RECORD_VERSION;
-use crate::store::{DataKeyRecord, StoreError};
-use crate::tpm::{pcr, templates, KeyBlob, TpmError};
+use crate::store::DataKeyRecord;
+use crate::tpm::KeyBlob;
 
 /// How long an unsealed data key stays in memory after its last use, by default.
 pub const DEFAULT_IDLE: Duration = Duration::from_secs(300);
@@ -175,27 +173,16 @@ impl Vault {
     ) -> Result<String, Error> {
         let store = self.store().clone();
         let n = name.clone();
-        if blocking(move || store.get_datakey(&n)).await?.is_some() {
-            return Err(Error::KeyExists(name.to_string()));
+        if blocking(move || store.datakeys().get(&n)).await?.is_some() {
+            return Err(Error::KeyExists(name.clone()));
         }
         let pcr_policy = match pcr {
             Some(t) => Some(self.pcr_policy(&t.selection, t.values).await?),
             None => None,
         };
-        let template = match &pcr_policy {
-            Some(p) => templates::sealed(
-                Digest::try_from(pcr::policy_pcr_digest(&p.selection, &p.values)?)
-                    .map_err(|e| TpmError::from_tss("policy digest", e))?,
-            )?,
-            None => templates::sealed_unbound()?,
-        };
-        let mut key = Zeroizing::new([0u8; 32]);
-        self.random(key.as_mut())?;
+        let (object, _key) = self.seal_key256("datakey_create", seal::auth_policy(pcr_policy.as_ref())?).await?;
         let mut key_id = [0u8; 16];
         self.random(&mut key_id)?;
-        let sensitive = SensitiveData::try_from(key.to_vec()).map_err(|e| TpmError::from_tss("sensitive", e))?;
-        let (public, private) =
-            self.tpm().call("datakey_create", move |tpm| tpm.create(template, None, Some(sensitive))).await?;
         let record = DataKeyRecord {
             version: RECORD_VERSION,
             name: name.clone(),
@@ -203,17 +190,10 @@ impl Vault {
             owner_uid,
             key_id: key_id.to_vec(),
             pcr_policy,
-            tpm_name: object_name(&public)?,
-            public: PublicBuffer::try_from(public)
-                .and_then(|b| b.marshall())
-                .map_err(|e| TpmError::from_tss("marshal public", e))?,
-            private: marshal_private(&private),
+            object,
         };
         let store = self.store().clone();
-        blocking(move || store.insert_datakey(&record)).await.map_err(|e| match e {
-            Error::Store(StoreError::Exists(n)) => Error::KeyExists(n.to_string()),
-            other => other,
-        })?;
+        blocking(move || store.datakeys().insert(&record)).await?;
         tracing::info!(key = %name, "data key created");
         Ok(hex::encode(key_id))
     }
@@ -230,13 +210,8 @@ impl Vault {
         let deletions = self.inner.datakeys.deletions();
         let store = self.store().clone();
         let n = name.clone();
-        let record = blocking(move || store.get_datakey(&n)).await?.ok_or_else(|| Error::not_found(name))?;
-        let public = <PublicBuffer as tss_esapi::traits::UnMarshall>::unmarshall(&record.public)
-            .and_then(tss_esapi::structures::Public::try_from)
-            .map_err(|e| TpmError::from_tss("data key public", e))?;
-        let private = super::unmarshal_private(&record.private)
-            .ok_or_else(|| Error::Internal(format!("data key {name}: bad private blob")))?;
-        let blob = KeyBlob { name: record.tpm_name.clone(), public, private };
+        let record = blocking(move || store.datakeys().get(&n)).await?.ok_or_else(|| Error::not_found(name))?;
+        let blob = KeyBlob::try_from(&record.object)?;
         let key = self.unseal_key256(&format!("data key {name}"), blob, record.pcr_policy.as_ref()).await?;
         let mut key_id = [0u8; 16];
         key_id.copy_from_slice(&record.key_id);
@@ -281,7 +256,7 @@ impl Vault {
         self.inner.datakeys.remove(name);
         let store = self.store().clone();
         let n = name.clone();
-        let existed = blocking(move || store.remove_datakey(&n)).await?;
+        let existed = blocking(move || store.datakeys().remove(&n)).await?;
         // An unseal that read the record before the removal must not cache the key now.
         self.inner.datakeys.remove(name);
         if existed {

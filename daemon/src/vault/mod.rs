@@ -10,8 +10,6 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tss_esapi::structures::{Auth, Digest, Private, Public, PublicBuffer};
-use tss_esapi::traits::{Marshall, UnMarshall};
 use zeroize::Zeroizing;
 
 pub mod attest;
@@ -28,8 +26,7 @@ use crate::crypto::verify;
 use crate::error::Error;
 use crate::model::{HashAlg, KeyAlg, KeyName, PcrTarget, Scheme, SignInput};
 use crate::store::{KeyRecord, SealPolicy, Store, StoreError};
-use crate::tpm::actor::ActorConfig;
-use crate::tpm::{convert, templates, KeyBlob, PolicyAuth, QueueConfig, TpmError, TpmHandle, TpmInfo};
+use crate::tpm::{convert, ConnectionConfig, KeyBlob, PolicyAuth, QueueConfig, SignJob, TpmError, TpmHandle, TpmInfo};
 
 /// Key generation can take seconds on a TPM (RSA-3072 especially).
 const CREATE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -37,6 +34,8 @@ const CREATE_TIMEOUT: Duration = Duration::from_secs(120);
 const CACHE_MAX: usize = 4096;
 /// Longest key password the TPM accepts for a SHA-256 name algorithm.
 const MAX_AUTH: usize = 32;
+/// Longest auth value a TPM2B_AUTH holds (a longer password cannot be the key's).
+const MAX_AUTH_VALUE: usize = 64;
 
 /// How to open a vault.
 #[derive(Debug, Clone)]
@@ -91,7 +90,7 @@ impl From<&KeyRecord> for KeyInfo {
         Self {
             name: r.name.clone(),
             alg: r.alg,
-            tpm_name: r.tpm_name.clone(),
+            tpm_name: r.object.tpm_name.clone(),
             created_unix: r.created_unix,
             owner_uid: r.owner_uid,
             has_auth: r.has_auth,
@@ -120,6 +119,13 @@ pub struct SignRequest {
     pub hash: Option<HashAlg>,
     /// Scheme; `None` = the key's default.
     pub scheme: Option<Scheme>,
+}
+
+/// What a finished TPM signature is checked against (the first RSA-PSS signature of a TPM).
+struct SignJobDone {
+    scheme: Scheme,
+    hash: HashAlg,
+    digest: Vec<u8>,
 }
 
 /// A record parsed into what the TPM needs, plus the public key, cached per name.
@@ -182,12 +188,12 @@ impl Vault {
         let store = blocking(move || Store::open(dir)).await?;
         let s = store.clone();
         let expected = blocking(move || s.srk_name()).await?;
-        let actor = ActorConfig {
+        let connection = ConnectionConfig {
             tcti: cfg.tcti.clone(),
             max_loaded: cfg.max_loaded_objects.max(2),
             expected_srk_name: expected.clone(),
         };
-        let (tpm, info) = TpmHandle::open(actor, cfg.queue.clone()).await?;
+        let (tpm, info) = TpmHandle::open(connection, cfg.queue.clone()).await?;
         if expected.is_none() {
             let s = store.clone();
             let name = info.srk_name.clone();
@@ -250,9 +256,9 @@ impl Vault {
         let store = self.inner.store.clone();
         let n = name.clone();
         blocking(move || match kind {
-            Resource::Key => store.get(&n).map(|r| r.map(|r| r.owner_uid)),
-            Resource::Sealed => store.get_sealed(&n).map(|r| r.map(|r| r.owner_uid)),
-            Resource::DataKey => store.get_datakey(&n).map(|r| r.map(|r| r.owner_uid)),
+            Resource::Key => store.keys().get(&n).map(|r| r.map(|r| r.owner_uid)),
+            Resource::Sealed => store.sealed().get(&n).map(|r| r.map(|r| r.owner_uid)),
+            Resource::DataKey => store.datakeys().get(&n).map(|r| r.map(|r| r.owner_uid)),
         })
         .await
     }
@@ -290,23 +296,14 @@ impl Vault {
             }
         }
         if self.load(&name).await.is_ok() {
-            return Err(Error::KeyExists(name.to_string()));
+            return Err(Error::KeyExists(name.clone()));
         }
         let pcr_policy = match pcr {
             Some(t) => Some(self.pcr_policy(&t.selection, t.values).await?),
             None => None,
         };
-        let auth_policy = match &pcr_policy {
-            Some(p) => Some(
-                Digest::try_from(crate::tpm::pcr::policy_pcr_digest(&p.selection, &p.values)?)
-                    .map_err(|e| TpmError::from_tss("policy digest", e))?,
-            ),
-            None => None,
-        };
-        let tpm_auth = match &auth {
-            Some(a) if !a.is_empty() => Some(Auth::try_from(a.to_vec()).map_err(|e| TpmError::from_tss("auth", e))?),
-            _ => None,
-        };
+        let auth_policy = seal::auth_policy(pcr_policy.as_ref())?;
+        let tpm_auth = auth.filter(|a| !a.is_empty());
         let has_auth = tpm_auth.is_some();
         let (object, pq) = match alg.tpm_key() {
             // ML-DSA / ML-KEM: the record's TPM object is the sealed wrapping key.
@@ -315,19 +312,13 @@ impl Vault {
                 (sealed, Some(section))
             }
             Some(_) => {
-                let template = templates::signing_key(alg, auth_policy, has_auth)?;
-                let (public, private) = self
+                let object = self
                     .inner
                     .tpm
-                    .call_with_timeout("create", CREATE_TIMEOUT, move |tpm| tpm.create(template, tpm_auth, None))
+                    .call_with_timeout("create", CREATE_TIMEOUT, move |tpm| {
+                        tpm.create_key(alg, auth_policy.as_deref(), tpm_auth.as_deref().map(Vec::as_slice))
+                    })
                     .await?;
-                let object = crate::store::SealedBlob {
-                    tpm_name: object_name(&public)?,
-                    public: PublicBuffer::try_from(public)
-                        .and_then(|b| b.marshall())
-                        .map_err(|e| TpmError::from_tss("marshal public", e))?,
-                    private: marshal_private(&private),
-                };
                 // A hybrid key's ML-DSA-65 half, sealed under the same PCR policy.
                 let pq = if alg.has_pq() {
                     let (mut section, sealed) = self.seal_pq(&name, alg, pcr_policy.as_ref()).await?;
@@ -345,9 +336,7 @@ impl Vault {
             alg,
             created_unix: unix_now(),
             owner_uid,
-            tpm_name: object.tpm_name,
-            public: object.public,
-            private: object.private,
+            object,
             has_auth,
             pcr_policy,
             cert_chain_pem: None,
@@ -356,10 +345,7 @@ impl Vault {
         };
         let info = KeyInfo::from(&record);
         let store = self.inner.store.clone();
-        blocking(move || store.insert_new(&record)).await.map_err(|e| match e {
-            Error::Store(StoreError::Exists(n)) => Error::KeyExists(n.to_string()),
-            other => other,
-        })?;
+        blocking(move || store.keys().insert(&record)).await?;
         tracing::info!(key = %name, alg = %alg, "key created");
         Ok(info)
     }
@@ -378,7 +364,7 @@ impl Vault {
     /// Store errors.
     pub async fn list(&self, after: Option<KeyName>, limit: usize) -> Result<Vec<KeyInfo>, Error> {
         let store = self.inner.store.clone();
-        let names = blocking(move || store.list(after.as_ref(), limit)).await?;
+        let names = blocking(move || store.keys().list(after.as_ref(), limit)).await?;
         let mut out = Vec::with_capacity(names.len());
         for name in names {
             match self.load(&name).await {
@@ -397,7 +383,7 @@ impl Vault {
     /// Store errors.
     pub async fn key_count(&self) -> Result<usize, Error> {
         let store = self.inner.store.clone();
-        blocking(move || store.count()).await
+        blocking(move || store.keys().count()).await
     }
 
     /// Deletes a key for good (the TPM holds no copy once its object is flushed).
@@ -410,7 +396,7 @@ impl Vault {
         self.inner.pqkeys.remove(name);
         let store = self.inner.store.clone();
         let n = name.clone();
-        let existed = blocking(move || store.remove(&n)).await?;
+        let existed = blocking(move || store.keys().remove(&n)).await?;
         // A load that read the record before the removal must not cache it now.
         if let Ok(mut cache) = self.inner.cache.lock() {
             cache.remove_deleted(name);
@@ -464,8 +450,9 @@ impl Vault {
         if loaded.record.alg.has_pq() {
             return self.sign_pq(&loaded, req).await;
         }
-        let (job, out) = self.prepare_sign(&loaded, req, auth)?;
-        let sig = match self.inner.tpm.call("sign", job).await {
+        let (job, digest) = self.prepare_sign(&loaded, req, auth)?;
+        let done = SignJobDone { scheme: job.scheme, hash: job.hash, digest };
+        let sig = match self.inner.tpm.call("sign", move |tpm| tpm.sign(&job)).await {
             Err(TpmError::PolicyFailed) => {
                 let policy = loaded.record.pcr_policy.clone().map(|pcr| SealPolicy::Pcr { pcr });
                 return Err(match policy {
@@ -475,7 +462,7 @@ impl Vault {
             }
             other => other?,
         };
-        self.finish_sign(&loaded, out, &sig)
+        self.finish_sign(&loaded, done, sig)
     }
 
     /// [`Vault::sign`] for synchronous callers (rustls' `Signer::sign`): blocks the calling
@@ -488,24 +475,19 @@ impl Vault {
         if loaded.record.alg.has_pq() {
             return Err(Error::InvalidArgument(format!("{} keys cannot sign TLS handshakes", loaded.record.alg)));
         }
-        let (job, out) = self.prepare_sign(&loaded, req, None)?;
-        let sig = self.inner.tpm.call_blocking("sign", job)?;
-        self.finish_sign(&loaded, out, &sig)
+        let (job, digest) = self.prepare_sign(&loaded, req, None)?;
+        let done = SignJobDone { scheme: job.scheme, hash: job.hash, digest };
+        let sig = self.inner.tpm.call_blocking("sign", move |tpm| tpm.sign(&job))?;
+        self.finish_sign(&loaded, done, sig)
     }
 
-    #[allow(clippy::type_complexity)]
+    /// The TPM job of a signature, and what [`Vault::finish_sign`] needs of the request.
     fn prepare_sign(
         &self,
         loaded: &Arc<Loaded>,
         req: SignRequest,
         auth: Option<Zeroizing<Vec<u8>>>,
-    ) -> Result<
-        (
-            impl FnOnce(&mut crate::tpm::Tpm) -> Result<tss_esapi::structures::Signature, TpmError> + Send + 'static,
-            (Scheme, HashAlg, Vec<u8>),
-        ),
-        Error,
-    > {
+    ) -> Result<(SignJob, Vec<u8>), Error> {
         let alg = loaded.record.alg;
         let scheme = req.scheme.unwrap_or_else(|| alg.default_scheme());
         let hash = req.hash.unwrap_or_else(|| alg.default_hash());
@@ -515,29 +497,29 @@ impl Vault {
             return Err(TpmError::PssSaltUnsupported.into());
         }
         let auth = match (loaded.record.has_auth, auth) {
-            (true, Some(a)) if !a.is_empty() => {
-                Some(Auth::try_from(a.to_vec()).map_err(|_| Error::InvalidArgument("key password too long".into()))?)
+            (true, Some(a)) if a.len() > MAX_AUTH_VALUE => {
+                return Err(Error::InvalidArgument("key password too long".into()));
             }
+            (true, Some(a)) if !a.is_empty() => Some(a),
             (true, _) => return Err(Error::PermissionDenied(format!("key {} needs its password", loaded.record.name))),
             (false, _) => None,
         };
         let digest = req.input.into_digest(hash)?;
-        let tpm_digest = Digest::try_from(digest.clone())
-            .map_err(|_| Error::InvalidArgument("digest too long for the TPM".into()))?;
-        let blob = loaded.blob.clone();
-        let tpm_scheme = convert::signature_scheme(scheme, hash);
-        let policy = loaded.record.pcr_policy.as_ref().map(|p| PolicyAuth::Pcr(p.selection.clone()));
-        let job = move |tpm: &mut crate::tpm::Tpm| tpm.sign(&blob, tpm_digest, tpm_scheme, auth, policy.as_ref());
-        Ok((job, (scheme, hash, digest)))
+        let job = SignJob {
+            key: loaded.blob.clone(),
+            alg,
+            scheme,
+            hash,
+            digest: digest.clone(),
+            auth,
+            policy: loaded.record.pcr_policy.as_ref().map(|p| PolicyAuth::Pcr(p.selection.clone())),
+        };
+        Ok((job, digest))
     }
 
-    fn finish_sign(
-        &self,
-        loaded: &Loaded,
-        (scheme, hash, digest): (Scheme, HashAlg, Vec<u8>),
-        sig: &tss_esapi::structures::Signature,
-    ) -> Result<SignOutput, Error> {
-        let signature = convert::encode_signature(loaded.record.alg, sig)?;
+    /// Checks the first RSA-PSS signature of this TPM (see below) and wraps the signature.
+    fn finish_sign(&self, loaded: &Loaded, job: SignJobDone, signature: Vec<u8>) -> Result<SignOutput, Error> {
+        let SignJobDone { scheme, hash, digest } = job;
         if scheme == Scheme::RsaPss && self.inner.pss.load(Ordering::Relaxed) != PSS_OK {
             // Some hardware TPMs use the maximum salt length, which TLS 1.3 rejects: check the
             // first PSS signature of this TPM in software and refuse if it is not hash-length.
@@ -625,7 +607,7 @@ impl Vault {
         let seen = self.inner.cache.lock().ok().map(|c| c.deletions());
         let store = self.inner.store.clone();
         let n = name.clone();
-        let record = blocking(move || store.get(&n)).await?.ok_or_else(|| Error::not_found(name))?;
+        let record = blocking(move || store.keys().get(&n)).await?.ok_or_else(|| Error::not_found(name))?;
         let loaded = Arc::new(parse_record(record)?);
         if let (Some(seen), Ok(mut cache)) = (seen, self.inner.cache.lock()) {
             cache.insert_unless_deleted(name.clone(), loaded.clone(), seen);
@@ -637,11 +619,7 @@ impl Vault {
 pub(crate) fn parse_record(record: KeyRecord) -> Result<Loaded, Error> {
     let corrupt =
         |why: String| Error::Store(StoreError::Corrupt { path: PathBuf::from(record.name.as_str()), reason: why });
-    let public = PublicBuffer::unmarshall(&record.public)
-        .and_then(Public::try_from)
-        .map_err(|e| corrupt(format!("public blob: {e}")))?;
-    let private = unmarshal_private(&record.private).ok_or_else(|| corrupt("private blob".into()))?;
-    let blob = KeyBlob { name: record.tpm_name.clone(), public, private };
+    let blob = KeyBlob::try_from(&record.object)?;
     let (spki, wrap, pq_spki) = match (record.alg.tpm_key(), &record.pq) {
         (Some(tpm_alg), None) => (convert::public_key_der(tpm_alg, &blob.public)?, None, None),
         // ML-DSA / ML-KEM: the TPM object is the sealed wrapping key.
@@ -649,13 +627,7 @@ pub(crate) fn parse_record(record: KeyRecord) -> Result<Loaded, Error> {
         // Hybrid: the TPM object is the ECDSA half; the wrapping key is in the section.
         (Some(tpm_alg), Some(pq)) => {
             let w = pq.wrapping_key.as_ref().ok_or_else(|| corrupt("hybrid key without its wrapping key".into()))?;
-            let wrap = KeyBlob {
-                name: w.tpm_name.clone(),
-                public: PublicBuffer::unmarshall(&w.public)
-                    .and_then(Public::try_from)
-                    .map_err(|e| corrupt(format!("wrapping key public blob: {e}")))?,
-                private: unmarshal_private(&w.private).ok_or_else(|| corrupt("wrapping key private blob".into()))?,
-            };
+            let wrap = KeyBlob::try_from(w)?;
             let ml_dsa = crate::crypto::pq::pq_part(record.alg).unwrap_or(KeyAlg::MlDsa65);
             let pq_spki = crate::crypto::pq::spki_der(ml_dsa, &pq.public_key)?;
             (convert::public_key_der(tpm_alg, &blob.public)?, Some(wrap), Some(pq_spki))
@@ -663,33 +635,6 @@ pub(crate) fn parse_record(record: KeyRecord) -> Result<Loaded, Error> {
         (None, None) => return Err(corrupt(format!("a {} key without its post-quantum section", record.alg))),
     };
     Ok(Loaded { record, blob, spki, wrap, pq_spki })
-}
-
-/// TPM object name: nameAlg (SHA-256, 0x000b) || SHA-256(TPMT_PUBLIC).
-pub(crate) fn object_name(public: &Public) -> Result<Vec<u8>, Error> {
-    let tpmt = public.marshall().map_err(|e| TpmError::from_tss("marshal public", e))?;
-    let mut name = vec![0x00, 0x0b];
-    name.extend_from_slice(&HashAlg::Sha256.digest(&tpmt));
-    Ok(name)
-}
-
-/// TPM2B_PRIVATE: 2-byte big-endian size, then the wrapped bytes (what tpm2-tools writes).
-pub(crate) fn marshal_private(p: &Private) -> Vec<u8> {
-    let v = p.value();
-    let mut out = Vec::with_capacity(v.len() + 2);
-    out.extend_from_slice(&(v.len() as u16).to_be_bytes());
-    out.extend_from_slice(v);
-    out
-}
-
-/// Parses a TPM2B_PRIVATE as written by `marshal_private`; `None` if the size prefix does not
-/// match or the blob is too large for the TPM.
-pub fn unmarshal_private(b: &[u8]) -> Option<Private> {
-    let (len, rest) = b.split_first_chunk::<2>()?;
-    if usize::from(u16::from_be_bytes(*len)) != rest.len() {
-        return None;
-    }
-    Private::try_from(rest.to_vec()).ok()
 }
 
 pub(crate) fn unix_now() -> i64 {

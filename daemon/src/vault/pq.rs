@@ -31,20 +31,18 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
 use aws_lc_rs::kem::{Ciphertext, DecapsulationKey};
 use aws_lc_rs::signature::{KeyPair, PqdsaKeyPair};
 use tpm_vault_proto::hybrid;
-use tss_esapi::structures::{Digest, PublicBuffer, SensitiveData};
-use tss_esapi::traits::Marshall;
 use zeroize::Zeroizing;
 
-use super::{blocking, marshal_private, object_name, Loaded, SignOutput, SignRequest, Vault};
+use super::{blocking, seal, Loaded, SignOutput, SignRequest, Vault};
+use crate::crypto::aead;
 use crate::crypto::pq as algs;
 use crate::error::Error;
 use crate::model::{HashAlg, KeyAlg, KeyName, Scheme, SignInput};
-use crate::store::{PcrPolicy, PqSection, SealPolicy, SealedBlob};
-use crate::tpm::{convert, pcr, templates, PolicyAuth, TpmError};
+use crate::store::{PcrPolicy, PqSection, SealPolicy, TpmObject};
+use crate::tpm::{PolicyAuth, SignJob, TpmError};
 
 /// Domain separator at the start of the AES-GCM associated data.
 const AAD_CONTEXT: &[u8] = b"tpm-vault/pq-key/v1\0";
@@ -147,24 +145,6 @@ fn aad(name: &KeyName, alg: KeyAlg, public_key: &[u8]) -> Vec<u8> {
     [AAD_CONTEXT, name.as_str().as_bytes(), b"\0", alg.as_str().as_bytes(), b"\0", public_key].concat()
 }
 
-fn encrypt(key: &[u8], nonce: [u8; 12], aad: &[u8], plain: &[u8]) -> Result<Vec<u8>, Error> {
-    let key = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, key).map_err(|_| Error::Internal("AES key".into()))?);
-    let mut buf = Zeroizing::new(plain.to_vec());
-    key.seal_in_place_append_tag(Nonce::assume_unique_for_key(nonce), Aad::from(aad), &mut *buf)
-        .map_err(|_| Error::Internal("AES-GCM seal".into()))?;
-    Ok(std::mem::take(&mut *buf))
-}
-
-fn decrypt(key: &[u8], nonce: &[u8], aad: &[u8], ciphertext: &[u8]) -> Result<Zeroizing<Vec<u8>>, Error> {
-    let corrupt = || Error::Internal("sealed post-quantum key does not authenticate (state file damaged?)".into());
-    let key = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, key).map_err(|_| corrupt())?);
-    let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| corrupt())?;
-    let mut buf = Zeroizing::new(ciphertext.to_vec());
-    let len = key.open_in_place(nonce, Aad::from(aad), buf.as_mut_slice()).map_err(|_| corrupt())?.len();
-    buf.truncate(len);
-    Ok(buf)
-}
-
 /// Rebuilds the key object from unsealed material, checking it against the stored public key.
 fn expand(alg: KeyAlg, material: &[u8], public_key: &[u8]) -> Result<PqPrivate, Error> {
     let mismatch = || Error::Internal(format!("unsealed {alg} key does not match its public key"));
@@ -227,36 +207,18 @@ impl Vault {
         name: &KeyName,
         alg: KeyAlg,
         pcr: Option<&PcrPolicy>,
-    ) -> Result<(PqSection, SealedBlob), Error> {
+    ) -> Result<(PqSection, TpmObject), Error> {
         let part = algs::pq_part(alg).ok_or_else(|| Error::Internal(format!("{alg} has no post-quantum part")))?;
         let material = self.generate_pq(part)?;
-        let template = match pcr {
-            Some(p) => templates::sealed(
-                Digest::try_from(pcr::policy_pcr_digest(&p.selection, &p.values)?)
-                    .map_err(|e| TpmError::from_tss("policy digest", e))?,
-            )?,
-            None => templates::sealed_unbound()?,
+        let aad = aad(name, alg, &material.public_key);
+        let envelope = self.seal_envelope("pq_seal_create", seal::auth_policy(pcr)?, &aad, &material.private).await?;
+        let section = PqSection {
+            public_key: material.public_key,
+            nonce: envelope.nonce.to_vec(),
+            ciphertext: envelope.ciphertext,
+            wrapping_key: None,
         };
-        let mut wrapping_key = Zeroizing::new([0u8; 32]);
-        self.random(wrapping_key.as_mut())?;
-        let sensitive =
-            SensitiveData::try_from(wrapping_key.to_vec()).map_err(|e| TpmError::from_tss("sensitive", e))?;
-        let (public, private) =
-            self.tpm().call("pq_seal_create", move |tpm| tpm.create(template, None, Some(sensitive))).await?;
-        let mut nonce = [0u8; 12];
-        self.random(&mut nonce)?;
-        let ciphertext =
-            encrypt(wrapping_key.as_ref(), nonce, &aad(name, alg, &material.public_key), &material.private)?;
-        let sealed = SealedBlob {
-            tpm_name: object_name(&public)?,
-            public: PublicBuffer::try_from(public)
-                .and_then(|b| b.marshall())
-                .map_err(|e| TpmError::from_tss("marshal public", e))?,
-            private: marshal_private(&private),
-        };
-        let section =
-            PqSection { public_key: material.public_key, nonce: nonce.to_vec(), ciphertext, wrapping_key: None };
-        Ok((section, sealed))
+        Ok((section, envelope.object))
     }
 
     fn generate_pq(&self, alg: KeyAlg) -> Result<Material, Error> {
@@ -290,8 +252,8 @@ impl Vault {
         }
         let blob = wrap.clone();
         let wrapping_key = self.unseal_key256(&format!("key {name}"), blob, record.pcr_policy.as_ref()).await?;
-        let material =
-            decrypt(wrapping_key.as_slice(), &pq.nonce, &aad(name, record.alg, &pq.public_key), &pq.ciphertext)?;
+        let aad = aad(name, record.alg, &pq.public_key);
+        let material = aead::open(&wrapping_key, &pq.nonce, &aad, &pq.ciphertext, "sealed post-quantum key")?;
         let key = Arc::new(expand(part, &material, &pq.public_key)?);
         self.inner.pqkeys.put(name.clone(), wrap.name.clone(), key.clone());
         Ok(key)
@@ -311,12 +273,16 @@ impl Vault {
         }
         // Hybrid: the TPM signs SHA-256(M') with the ECDSA half while the ML-DSA half signs M'.
         let signed = hybrid::signed_message(&message);
-        let digest = Digest::try_from(HashAlg::Sha256.digest(&signed))
-            .map_err(|_| Error::Internal("digest too long for the TPM".into()))?;
-        let blob = loaded.blob.clone();
-        let policy = loaded.record.pcr_policy.as_ref().map(|p| PolicyAuth::Pcr(p.selection.clone()));
-        let tpm_scheme = convert::signature_scheme(Scheme::Ecdsa, HashAlg::Sha256);
-        let ecdsa = self.tpm().call("sign", move |tpm| tpm.sign(&blob, digest, tpm_scheme, None, policy.as_ref()));
+        let job = SignJob {
+            key: loaded.blob.clone(),
+            alg: KeyAlg::EccP256,
+            scheme: Scheme::Ecdsa,
+            hash: HashAlg::Sha256,
+            digest: HashAlg::Sha256.digest(&signed),
+            auth: None,
+            policy: loaded.record.pcr_policy.as_ref().map(|p| PolicyAuth::Pcr(p.selection.clone())),
+        };
+        let ecdsa = self.tpm().call("sign", move |tpm| tpm.sign(&job));
         let ml_dsa = async {
             let key = self.pq_private(loaded).await?;
             blocking(move || key.sign(&signed)).await
@@ -331,8 +297,7 @@ impl Vault {
             }
             other => other?,
         };
-        let parts =
-            hybrid::HybridSignature { ecdsa: convert::encode_signature(KeyAlg::EccP256, &ecdsa)?, ml_dsa: ml_dsa? };
+        let parts = hybrid::HybridSignature { ecdsa, ml_dsa: ml_dsa? };
         let signature = parts.encode().map_err(|e| Error::Internal(format!("hybrid signature: {e}")))?;
         Ok(SignOutput { signature, scheme, hash: Some(HashAlg::Sha256) })
     }
@@ -406,11 +371,12 @@ mod tests {
         let name = KeyName::try_from("fw").unwrap();
         let other = KeyName::try_from("fw2").unwrap();
         let key = [3u8; 32];
-        let ct = encrypt(&key, [1; 12], &aad(&name, KeyAlg::MlDsa65, b"pk"), b"seed").unwrap();
-        assert_eq!(decrypt(&key, &[1; 12], &aad(&name, KeyAlg::MlDsa65, b"pk"), &ct).unwrap().as_slice(), b"seed");
-        assert!(decrypt(&key, &[1; 12], &aad(&other, KeyAlg::MlDsa65, b"pk"), &ct).is_err());
-        assert!(decrypt(&key, &[1; 12], &aad(&name, KeyAlg::MlDsa44, b"pk"), &ct).is_err());
-        assert!(decrypt(&key, &[1; 12], &aad(&name, KeyAlg::MlDsa65, b"pK"), &ct).is_err());
+        let decrypt = |aad: &[u8], ct: &[u8]| aead::open(&key, &[1; 12], aad, ct, "test");
+        let ct = aead::seal(&key, [1; 12], &aad(&name, KeyAlg::MlDsa65, b"pk"), b"seed").unwrap();
+        assert_eq!(decrypt(&aad(&name, KeyAlg::MlDsa65, b"pk"), &ct).unwrap().as_slice(), b"seed");
+        assert!(decrypt(&aad(&other, KeyAlg::MlDsa65, b"pk"), &ct).is_err());
+        assert!(decrypt(&aad(&name, KeyAlg::MlDsa44, b"pk"), &ct).is_err());
+        assert!(decrypt(&aad(&name, KeyAlg::MlDsa65, b"pK"), &ct).is_err());
     }
 
     #[test]

@@ -6,20 +6,17 @@
 //! software, so a secret can be sealed to PCR values the device only has after the next boot.
 //! Create and unseal run in encrypted sessions: the key never crosses the TPM bus in clear.
 
-use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
 use p256::pkcs8::DecodePublicKey;
 use tpm_vault_proto::signed_policy;
-use tpm_vault_proto::v1 as pb;
-use tss_esapi::structures::{Digest, Public, PublicBuffer, SensitiveData};
-use tss_esapi::traits::{Marshall, UnMarshall};
 use zeroize::Zeroizing;
 
-use super::{blocking, marshal_private, object_name, unix_now, unmarshal_private, Vault};
+use super::{blocking, unix_now, Vault};
+use crate::crypto::aead;
 use crate::error::Error;
 use crate::model::{HashAlg, KeyAlg, KeyName, PcrBank, PcrSelection, Scheme, SignInput};
 use crate::store::record::RECORD_VERSION;
-use crate::store::{PcrPolicy, SealPolicy, SealedRecord, StoreError};
-use crate::tpm::{pcr, templates, KeyBlob, PolicyAuth, TpmError};
+use crate::store::{PcrPolicy, SealPolicy, SealedRecord, TpmObject};
+use crate::tpm::{pcr, KeyBlob, PolicyAuth, TpmError};
 
 /// What a secret is sealed to.
 #[derive(Debug, Clone)]
@@ -38,6 +35,62 @@ pub enum SealTarget {
         /// Authority public key, DER SubjectPublicKeyInfo.
         authority_spki: Vec<u8>,
     },
+}
+
+/// A payload sealed by [`Vault::seal_envelope`]: what a record keeps of it.
+pub(super) struct Envelope {
+    /// The sealed object holding the payload's key.
+    pub(super) object: TpmObject,
+    /// The AES-256-GCM nonce.
+    pub(super) nonce: [u8; aead::NONCE_LEN],
+    /// Ciphertext and tag.
+    pub(super) ciphertext: Vec<u8>,
+}
+
+/// The PolicyPCR digest of a PCR binding, the auth policy of an object bound to it.
+///
+/// # Errors
+/// [`TpmError::Malformed`] for values that do not fit the bank.
+pub(super) fn auth_policy(pcr: Option<&PcrPolicy>) -> Result<Option<Vec<u8>>, TpmError> {
+    pcr.map(|p| pcr::policy_pcr_digest(&p.selection, &p.values)).transpose()
+}
+
+/// An unsealed 256-bit key, copied straight into a wiped-on-drop buffer (no stack copy).
+fn key256(unsealed: &[u8], what: &str) -> Result<Zeroizing<[u8; 32]>, Error> {
+    if unsealed.len() != 32 {
+        return Err(Error::Internal(format!("{what}: unsealed {} bytes", unsealed.len())));
+    }
+    let mut key = Zeroizing::new([0u8; 32]);
+    key.copy_from_slice(unsealed);
+    Ok(key)
+}
+
+/// An approval of PCR values by a policy authority (the `SignedPolicy` of the API, which
+/// `rpc/seal.rs` converts): see `tpm_vault_proto::signed_policy` for the messages signed.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SignedPolicy {
+    /// Format version (1).
+    pub format_version: u32,
+    /// PCR bank name.
+    pub pcr_bank: String,
+    /// PCR indices.
+    pub pcrs: Vec<u32>,
+    /// Approved values, one per PCR.
+    pub pcr_values: Vec<Vec<u8>>,
+    /// PolicyPCR digest of the values.
+    pub approved_policy: Vec<u8>,
+    /// Policy reference (empty).
+    pub policy_ref: Vec<u8>,
+    /// DER ECDSA signature over the approval message (what the TPM checks).
+    pub signature: Vec<u8>,
+    /// Version; approvals older than the newest used are revoked.
+    pub policy_version: u64,
+    /// Expiry, Unix seconds; 0 = never.
+    pub expires_unix: i64,
+    /// DER ECDSA signature over the envelope message (version and expiry included).
+    pub envelope_signature: Vec<u8>,
+    /// The authority's DER SubjectPublicKeyInfo.
+    pub authority_spki: Vec<u8>,
 }
 
 /// What sealing produced.
@@ -66,9 +119,7 @@ impl Vault {
     /// # Errors
     /// TPM errors.
     pub async fn pcr_extend(&self, bank: PcrBank, index: u8, digest: Vec<u8>) -> Result<(), Error> {
-        self.tpm()
-            .call("pcr_extend", move |tpm| tpm.with_context(|ctx, _| pcr::extend(ctx, bank, index, &digest)))
-            .await?;
+        self.tpm().call("pcr_extend", move |tpm| tpm.pcr_extend(bank, index, &digest)).await?;
         Ok(())
     }
 
@@ -106,7 +157,7 @@ impl Vault {
                 (SealPolicy::Pcr { pcr: p }, digest, selection)
             }
             SealTarget::Authorized { selection, authority_spki } => {
-                let authority = authority_public(&authority_spki)?;
+                let authority = authority_key(&authority_spki)?;
                 let key_name = self.tpm().call("load_external", move |tpm| tpm.external_name(&authority)).await?;
                 let digest = pcr::policy_authorize_digest(&key_name, &[]);
                 let policy =
@@ -114,17 +165,8 @@ impl Vault {
                 (policy, digest, selection)
             }
         };
-        let mut data_key = Zeroizing::new([0u8; 32]);
-        aws_lc_rs::rand::fill(data_key.as_mut()).map_err(|_| Error::Internal("RNG failure".into()))?;
-        let template = templates::sealed(
-            Digest::try_from(policy_digest.clone()).map_err(|e| TpmError::from_tss("policy digest", e))?,
-        )?;
-        let sensitive = SensitiveData::try_from(data_key.to_vec()).map_err(|e| TpmError::from_tss("sensitive", e))?;
-        let (public, private) =
-            self.tpm().call("seal_create", move |tpm| tpm.create(template, None, Some(sensitive))).await?;
-        let mut nonce = [0u8; 12];
-        aws_lc_rs::rand::fill(&mut nonce).map_err(|_| Error::Internal("RNG failure".into()))?;
-        let ciphertext = aead_seal(&data_key, nonce, name.as_str(), secret)?;
+        let envelope =
+            self.seal_envelope("seal_create", Some(policy_digest.clone()), name.as_str().as_bytes(), &secret).await?;
         let record = SealedRecord {
             version: RECORD_VERSION,
             name: name.clone(),
@@ -132,39 +174,29 @@ impl Vault {
             owner_uid,
             policy,
             policy_digest: policy_digest.clone(),
-            tpm_name: object_name(&public)?,
-            public: PublicBuffer::try_from(public)
-                .and_then(|b| b.marshall())
-                .map_err(|e| TpmError::from_tss("marshal public", e))?,
-            private: marshal_private(&private),
-            nonce: nonce.to_vec(),
-            ciphertext,
+            object: envelope.object,
+            nonce: envelope.nonce.to_vec(),
+            ciphertext: envelope.ciphertext,
         };
         let store = self.store().clone();
-        blocking(move || store.put_sealed(&record, overwrite)).await.map_err(|e| match e {
-            Error::Store(StoreError::Exists(n)) => Error::KeyExists(n.to_string()),
-            other => other,
-        })?;
+        blocking(move || if overwrite { store.sealed().replace(&record) } else { store.sealed().insert(&record) })
+            .await?;
         tracing::info!(secret = %name, pcrs = %selection, "secret sealed");
         Ok(SealInfo { policy_digest, selection })
     }
 
-    /// Unseals a secret. Authorized-policy secrets need a [`pb::SignedPolicy`] approving the
+    /// Unseals a secret. Authorized-policy secrets need a [`SignedPolicy`] approving the
     /// current PCR values.
     ///
     /// # Errors
     /// [`Error::KeyNotFound`]; [`Error::PcrMismatch`] naming the PCRs that differ;
     /// [`Error::InvalidArgument`] / [`Error::PermissionDenied`] for a missing, malformed,
     /// expired, revoked or foreign approval; TPM errors.
-    pub async fn unseal(
-        &self,
-        name: &KeyName,
-        approval: Option<&pb::SignedPolicy>,
-    ) -> Result<Zeroizing<Vec<u8>>, Error> {
+    pub async fn unseal(&self, name: &KeyName, approval: Option<&SignedPolicy>) -> Result<Zeroizing<Vec<u8>>, Error> {
         let store = self.store().clone();
         let n = name.clone();
-        let record = blocking(move || store.get_sealed(&n)).await?.ok_or_else(|| Error::not_found(name))?;
-        let blob = sealed_blob(&record)?;
+        let record = blocking(move || store.sealed().get(&n)).await?.ok_or_else(|| Error::not_found(name))?;
+        let blob = KeyBlob::try_from(&record.object)?;
         let (auth, raise_to) = match &record.policy {
             SealPolicy::Pcr { pcr } => (PolicyAuth::Pcr(pcr.selection.clone()), None),
             SealPolicy::Authorized { selection, authority_spki, min_policy_version } => {
@@ -195,12 +227,14 @@ impl Vault {
             }
             Err(e) => return Err(e.into()),
         };
-        let plain = aead_open(&data_key, &record.nonce, name.as_str(), &record.ciphertext)?;
+        let data_key = key256(&data_key, "sealed secret")?;
+        let plain =
+            aead::open(&data_key, &record.nonce, name.as_str().as_bytes(), &record.ciphertext, "sealed ciphertext")?;
         if let Some(v) = raise_to {
             // Once a newer approval has been used, older ones are revoked for this secret.
             let store = self.store().clone();
             let n = name.clone();
-            blocking(move || store.raise_min_policy_version(&n, &record.tpm_name, v)).await?;
+            blocking(move || store.raise_min_policy_version(&n, &record.object.tpm_name, v)).await?;
         }
         Ok(plain)
     }
@@ -212,7 +246,7 @@ impl Vault {
     pub async fn delete_sealed(&self, name: &KeyName) -> Result<(), Error> {
         let store = self.store().clone();
         let n = name.clone();
-        if blocking(move || store.remove_sealed(&n)).await? {
+        if blocking(move || store.sealed().remove(&n)).await? {
             Ok(())
         } else {
             Err(Error::not_found(name))
@@ -230,7 +264,7 @@ impl Vault {
         values: Vec<Vec<u8>>,
         policy_version: u64,
         expires_unix: i64,
-    ) -> Result<pb::SignedPolicy, Error> {
+    ) -> Result<SignedPolicy, Error> {
         let (alg, spki) = self.public_key(key).await?;
         if alg != KeyAlg::EccP256 {
             return Err(Error::InvalidArgument(format!("policy authority {key} must be an ecc-p256 key")));
@@ -245,7 +279,7 @@ impl Vault {
         let signature = self.sign(key, sign(signed_policy::approval_message(&approved, &[])), None).await?.signature;
         let envelope = signed_policy::envelope_message(&approved, &[], policy_version, expires_unix);
         let envelope_signature = self.sign(key, sign(envelope), None).await?.signature;
-        Ok(pb::SignedPolicy {
+        Ok(SignedPolicy {
             format_version: 1,
             pcr_bank: selection.bank.as_str().into(),
             pcrs: selection.pcrs.iter().map(|&p| u32::from(p)).collect(),
@@ -283,13 +317,46 @@ impl Vault {
             }
             Err(e) => return Err(e.into()),
         };
-        if unsealed.len() != 32 {
-            return Err(Error::Internal(format!("{what}: unsealed {} bytes", unsealed.len())));
-        }
-        // Copied straight into the wiped-on-drop buffer (no stack copy of the key).
+        key256(&unsealed, what)
+    }
+
+    /// Seals a fresh 256-bit key from the DRBG in a new TPM sealed object, bound to
+    /// `auth_policy` (a PolicyPCR or PolicyAuthorize digest) or to none. Returns the object to
+    /// store and the key. The counterpart of [`Vault::unseal_key256`].
+    ///
+    /// # Errors
+    /// TPM and DRBG errors.
+    pub(super) async fn seal_key256(
+        &self,
+        label: &'static str,
+        auth_policy: Option<Vec<u8>>,
+    ) -> Result<(TpmObject, Zeroizing<[u8; 32]>), Error> {
         let mut key = Zeroizing::new([0u8; 32]);
-        key.copy_from_slice(&unsealed);
-        Ok(key)
+        self.random(key.as_mut())?;
+        let sealed = key.clone();
+        let object = self.tpm().call(label, move |tpm| tpm.seal_key(auth_policy.as_deref(), sealed.as_slice())).await?;
+        Ok((object, key))
+    }
+
+    /// The vault's one envelope: a fresh key sealed in the TPM ([`Vault::seal_key256`]) and
+    /// `plain` AES-256-GCM-encrypted in-core under it ([`aead`]) with `aad` as associated data
+    /// and a nonce from the DRBG. Opened with [`Vault::unseal_key256`] (or a policy unseal) and
+    /// [`aead::open`].
+    ///
+    /// # Errors
+    /// TPM, DRBG and cipher errors.
+    pub(super) async fn seal_envelope(
+        &self,
+        label: &'static str,
+        auth_policy: Option<Vec<u8>>,
+        aad: &[u8],
+        plain: &[u8],
+    ) -> Result<Envelope, Error> {
+        let (object, key) = self.seal_key256(label, auth_policy).await?;
+        let mut nonce = [0u8; aead::NONCE_LEN];
+        self.random(&mut nonce)?;
+        let ciphertext = aead::seal(&key, nonce, aad, plain)?;
+        Ok(Envelope { object, nonce, ciphertext })
     }
 
     /// Explains `cause`, the TPM's refusal of a PCR-bound object: the FAILED_PRECONDITION error
@@ -335,7 +402,7 @@ pub(super) fn describe_mismatch(sel: &PcrSelection, current: &[Vec<u8>], expecte
 /// [`Error::InvalidArgument`] for a malformed approval or one for other PCRs;
 /// [`Error::PermissionDenied`] for a foreign, expired or revoked one.
 pub fn check_approval(
-    approval: &pb::SignedPolicy,
+    approval: &SignedPolicy,
     selection: &PcrSelection,
     authority_spki: &[u8],
     min_version: u64,
@@ -377,27 +444,18 @@ pub fn check_approval(
             approval.policy_version
         )));
     }
-    let (r, s) = sig.split_bytes();
-    let tpm_sig = tss_esapi::structures::Signature::EcDsa(
-        tss_esapi::structures::EccSignature::create(
-            tss_esapi::interface_types::algorithm::HashingAlgorithm::Sha256,
-            tss_esapi::structures::EccParameter::try_from(r.to_vec()).map_err(|e| TpmError::from_tss("sig r", e))?,
-            tss_esapi::structures::EccParameter::try_from(s.to_vec()).map_err(|e| TpmError::from_tss("sig s", e))?,
-        )
-        .map_err(|e| TpmError::from_tss("signature", e))?,
-    );
     Ok(PolicyAuth::Authorized {
         selection: selection.clone(),
-        authority: authority_public(authority_spki)?,
+        authority: authority_key(authority_spki)?,
         approved_policy: approval.approved_policy.clone(),
         policy_ref: approval.policy_ref.clone(),
-        signature: tpm_sig,
+        signature: sig,
     })
 }
 
-/// The TPM public area of an ECC P-256 authority key given as DER (or PEM) SPKI.
-pub(super) fn authority_public(spki: &[u8]) -> Result<Public, Error> {
-    let key = p256::PublicKey::from_public_key_der(spki)
+/// An ECC P-256 authority key given as DER (or PEM) SPKI.
+fn authority_key(spki: &[u8]) -> Result<p256::PublicKey, Error> {
+    p256::PublicKey::from_public_key_der(spki)
         .or_else(|_| {
             std::str::from_utf8(spki)
                 .map_err(|_| ())
@@ -405,13 +463,7 @@ pub(super) fn authority_public(spki: &[u8]) -> Result<Public, Error> {
         })
         .map_err(|()| {
             Error::InvalidArgument("policy authority must be an ECC P-256 public key (SPKI DER or PEM)".into())
-        })?;
-    use p256::elliptic_curve::sec1::ToEncodedPoint;
-    let point = key.to_encoded_point(false);
-    let (Some(x), Some(y)) = (point.x(), point.y()) else {
-        return Err(Error::InvalidArgument("policy authority key is the identity point".into()));
-    };
-    Ok(templates::external_p256(x, y)?)
+        })
 }
 
 /// Normalises an authority key to DER SPKI.
@@ -420,45 +472,8 @@ pub(super) fn authority_public(spki: &[u8]) -> Result<Public, Error> {
 /// [`Error::InvalidArgument`] if it is not an ECC P-256 key.
 pub fn authority_der(spki_der_or_pem: &[u8]) -> Result<Vec<u8>, Error> {
     use p256::pkcs8::EncodePublicKey;
-    let key = p256::PublicKey::from_public_key_der(spki_der_or_pem)
-        .or_else(|_| {
-            std::str::from_utf8(spki_der_or_pem)
-                .map_err(|_| ())
-                .and_then(|pem| p256::PublicKey::from_public_key_pem(pem).map_err(|_| ()))
-        })
-        .map_err(|()| {
-            Error::InvalidArgument("policy authority must be an ECC P-256 public key (SPKI DER or PEM)".into())
-        })?;
-    key.to_public_key_der()
+    authority_key(spki_der_or_pem)?
+        .to_public_key_der()
         .map(|d| d.as_bytes().to_vec())
         .map_err(|e| Error::Internal(format!("encode authority key: {e}")))
-}
-
-fn sealed_blob(record: &SealedRecord) -> Result<KeyBlob, Error> {
-    let corrupt =
-        |why: &str| Error::Store(StoreError::Corrupt { path: record.name.as_str().into(), reason: why.into() });
-    let public = PublicBuffer::unmarshall(&record.public)
-        .and_then(Public::try_from)
-        .map_err(|_| corrupt("sealed public blob"))?;
-    let private = unmarshal_private(&record.private).ok_or_else(|| corrupt("sealed private blob"))?;
-    Ok(KeyBlob { name: record.tpm_name.clone(), public, private })
-}
-
-fn aead_seal(key: &[u8; 32], nonce: [u8; 12], aad: &str, plain: Zeroizing<Vec<u8>>) -> Result<Vec<u8>, Error> {
-    let key = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, key).map_err(|_| Error::Internal("AES key".into()))?);
-    let mut buf = plain.to_vec();
-    key.seal_in_place_append_tag(Nonce::assume_unique_for_key(nonce), Aad::from(aad.as_bytes()), &mut buf)
-        .map_err(|_| Error::Internal("AES-GCM seal".into()))?;
-    Ok(buf)
-}
-
-fn aead_open(key: &[u8], nonce: &[u8], aad: &str, ciphertext: &[u8]) -> Result<Zeroizing<Vec<u8>>, Error> {
-    let corrupt = || Error::Internal("sealed ciphertext does not authenticate (state file damaged?)".into());
-    let key = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, key).map_err(|_| corrupt())?);
-    let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| corrupt())?;
-    let mut buf = Zeroizing::new(ciphertext.to_vec());
-    let plain_len =
-        key.open_in_place(nonce, Aad::from(aad.as_bytes()), buf.as_mut_slice()).map_err(|_| corrupt())?.len();
-    buf.truncate(plain_len);
-    Ok(buf)
 }

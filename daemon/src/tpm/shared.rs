@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use super::actor::TpmInfo;
+use super::connection::TpmInfo;
 use crate::metrics::Metrics;
 
 /// Connection state.

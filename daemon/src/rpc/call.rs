@@ -1,0 +1,133 @@
+//! The call guard: every RPC's one accounting. A [`Call`] starts with the request, carries the
+//! policy decisions made for it, and records the call's latency and outcome in the metrics and
+//! its audit record in the audit log exactly once, with the gRPC code as the outcome: when a
+//! unary handler returns, when a response stream ends, or, if neither happens because the
+//! client went away, when the call is dropped (`Cancelled`).
+//!
+//! Audit records: a granted call writes the grant's record with the outcome; a denied one the
+//! denial (written by [`Access::authorize`](crate::auth::Access::authorize)); a call with no
+//! policy decision (ListKeys, which filters its answer by the policy, or a request refused as
+//! malformed before the check) writes a record with the decision `none` and the outcome.
+
+use std::time::Instant;
+
+use tonic::{Code, Request, Response, Status};
+
+use super::Ctx;
+use crate::auth::{identity, Grant, Identity, Operation};
+use crate::error::Error;
+use crate::model::KeyName;
+use crate::vault::Resource;
+
+/// One RPC in flight; see the module docs.
+#[derive(Debug)]
+pub(crate) struct Call {
+    ctx: Ctx,
+    rpc: &'static str,
+    op: Operation,
+    start: Instant,
+    who: Option<Identity>,
+    /// The record the call acts on, once known (for the audit record of a refused call).
+    key: Option<String>,
+    /// Every grant made for the call (a self-signed certificate needs two); each gets its
+    /// record.
+    grants: Vec<Grant>,
+    /// A denial already wrote the call's record.
+    denied: bool,
+    /// The outcome is recorded.
+    ended: bool,
+}
+
+impl Call {
+    /// The call `rpc` of `req`, which needs `op`.
+    pub(crate) fn start<R>(ctx: &Ctx, rpc: &'static str, op: Operation, req: &Request<R>) -> Self {
+        Self {
+            ctx: ctx.clone(),
+            rpc,
+            op,
+            start: Instant::now(),
+            who: identity(req),
+            key: None,
+            grants: Vec::new(),
+            denied: false,
+            ended: false,
+        }
+    }
+
+    /// Checks the access policy for the call's operation on the record `key` names (for
+    /// owner-only rules, its owner is read from that kind's own records: a signing key, a
+    /// sealed secret and a data key may share a name), and keeps the grant.
+    ///
+    /// # Errors
+    /// [`Error::PermissionDenied`]; store errors reading the owner; the client's TPM slots
+    /// being exhausted.
+    pub(crate) async fn authorize(&mut self, key: Option<(&KeyName, Resource)>) -> Result<(), Error> {
+        self.authorize_as(self.op, key).await
+    }
+
+    /// [`Call::authorize`] for another operation the call also needs.
+    ///
+    /// # Errors
+    /// As [`Call::authorize`].
+    pub(crate) async fn authorize_as(&mut self, op: Operation, key: Option<(&KeyName, Resource)>) -> Result<(), Error> {
+        self.key = key.map(|(k, _)| k.to_string());
+        let owner = match key {
+            Some((k, kind)) if self.ctx.access.current().has_owner_rules() => self.ctx.vault.owner(k, kind).await?,
+            _ => None,
+        };
+        let mut grant = match self.ctx.access.authorize(self.who.clone(), op, key.map(|(k, _)| k), owner) {
+            Ok(grant) => grant,
+            Err(e) => {
+                self.denied = true;
+                return Err(e);
+            }
+        };
+        // Operations that queue TPM commands take one of the client's slots.
+        let queues =
+            matches!(op, Operation::Create | Operation::Sign | Operation::Quote | Operation::Seal | Operation::Unseal);
+        let slot = if queues { self.ctx.access.take_slot(&mut grant).await } else { Ok(()) };
+        self.grants.push(grant);
+        slot
+    }
+
+    /// Ends a unary call: records its outcome and turns the result into the response.
+    ///
+    /// # Errors
+    /// The call's error as a status ([`super::status`]).
+    pub(crate) fn end<T>(mut self, result: Result<T, Error>) -> Result<Response<T>, Status> {
+        match result {
+            Ok(v) => {
+                self.record(None);
+                Ok(Response::new(v))
+            }
+            Err(e) => {
+                let status = Status::from(&e);
+                tracing::debug!(rpc = self.rpc, error = %e, "request failed");
+                self.record(Some(status.code()));
+                Err(status)
+            }
+        }
+    }
+
+    /// Records the outcome (`None` = OK) once; later calls do nothing. For streams, whose
+    /// outcome is known when the response stream ends.
+    pub(crate) fn record(&mut self, code: Option<Code>) {
+        if std::mem::replace(&mut self.ended, true) {
+            return;
+        }
+        self.ctx.metrics.observe(self.rpc, self.start.elapsed(), code.is_none());
+        let outcome = code.map_or_else(|| "ok".to_owned(), |c| format!("{c:?}"));
+        for grant in &self.grants {
+            self.ctx.access.finish(grant, &outcome);
+        }
+        if self.grants.is_empty() && !self.denied {
+            self.ctx.access.undecided(self.who.as_ref(), self.op, self.key.as_deref(), &outcome);
+        }
+    }
+}
+
+impl Drop for Call {
+    fn drop(&mut self) {
+        self.record(Some(Code::Cancelled));
+    }
+}
