@@ -1,5 +1,5 @@
-//! Bulk cryptography: what the vault does in-core against OpenSSL on the same core, and the
-//! daemon's encrypt stream over its Unix socket.
+//! Bulk cryptography (issue #18): what the vault does in-core, in the caller's process and
+//! through the daemon, against OpenSSL on one core of the same machine in the same round.
 //!
 //! - **AES-256-GCM in-core**: the vault's own stream format ([`Encryptor`] from
 //!   `daemon/src/crypto/stream.rs`: 64 KiB chunks, per-chunk nonce and associated data, the
@@ -8,21 +8,28 @@
 //! - **SHA-256 in-core**: the vault's hash (`HashAlg::Sha256.digest`, aws-lc-rs) of 16 KiB
 //!   blocks, one digest per block as `openssl speed -elapsed sha256` does, against its 16 KiB
 //!   column.
-//! - **Through the daemon**: one `CryptoService/Encrypt` stream of [`OpsSetup::stream_bytes`]
-//!   plaintext with the client library (`Client::copy_encrypt`, 256 KiB messages) from a
-//!   generated source into a counting sink, on the daemon of the [`crate::ops`] phase: once on
-//!   a current-thread runtime of its own, as `tpm-vault encrypt` runs it (the target's figure),
-//!   once driven by `block_on` on the benchmark's multi-thread runtime; the daemon's RSS is
-//!   sampled every 10 ms during the stream. A short stream is encrypted and
-//!   decrypted back first (checked, and it unseals the data key so the timed stream does not
-//!   include the TPM). After the timed encrypt, up to [`DECRYPT_MAX_BYTES`] of plaintext is
-//!   encrypted into memory (untimed) and one `CryptoService/Decrypt` stream of it is timed from
-//!   memory into a counting sink (`Client::copy_decrypt`).
+//! - **`tpm-vault encrypt` / `decrypt`** ([`cli_round`]): the real CLI binary on a file of
+//!   [`CliSetup::bytes`] (page cache warm: the files are read once before) to `/dev/null`,
+//!   pinned to one CPU with `taskset -c 0` and on every CPU; wall time of the process, so the
+//!   stream-key RPC and the connection are in it.
+//! - **The client library from memory** ([`library`]): `Client::copy_encrypt` of up to
+//!   [`LIBRARY_MAX_BYTES`] of plaintext in memory into a counting sink, and `copy_decrypt` of its
+//!   ciphertext, on one thread (`with_bulk_threads(1)`) and on every CPU.
+//! - **Through the daemon** ([`stream`], `--in-daemon`): one `CryptoService/Encrypt` stream of
+//!   [`OpsSetup::stream_bytes`] plaintext (`Client::copy_encrypt_in_daemon`, 256 KiB messages)
+//!   from a generated source into a counting sink, on a current-thread runtime of its own as the
+//!   CLI runs it; the daemon's RSS is sampled every 10 ms during the stream. A short stream is
+//!   encrypted in-process and decrypted in the daemon first (checked, and it unseals the data
+//!   key so the timed stream does not include the TPM). Then up to [`DECRYPT_MAX_BYTES`] of
+//!   ciphertext is decrypted by one `CryptoService/Decrypt` stream from memory.
+//! - **Opening a stream** ([`stream_key_rpc`]): `CreateStreamKey` round trips (the data key is
+//!   cached, so no TPM command), set against one raw TPM command in the report.
 //! - `openssl speed -elapsed ecdsap256` sign/s: not a peer of the vault, only this CPU's speed
 //!   next to the published figures the device model ([`crate::device`]) scales to.
 //!
 //! [`OpsSetup::stream_bytes`]: crate::ops::OpsSetup::stream_bytes
 
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,8 +45,8 @@ use tpm_vault_daemon::crypto::stream::{wrap, DataKeyId, Encryptor, Header, CHUNK
 use tpm_vault_daemon::model::HashAlg;
 
 use crate::procfs::{self, Proc};
-use crate::sign::{timed_loop, CpuSnapshot, Pids, Timing};
-use crate::stats::CpuUse;
+use crate::sign::{timed_async, timed_loop, CpuSnapshot, Pids, Timing};
+use crate::stats::{CpuUse, Measurement};
 
 /// The daemon's data key the stream uses (created on first use).
 pub const DATA_KEY: &str = "bench-data";
@@ -109,17 +116,53 @@ pub struct BulkRound {
     pub streams: Streams,
 }
 
-/// The daemon's encrypt streams of one round.
+/// The streams of one round, in the caller's process and through the daemon.
 #[derive(Debug, Clone, Default)]
 pub struct Streams {
-    /// Through the client library on a current-thread runtime of its own, as `tpm-vault
-    /// encrypt` runs it ([`stream_current_thread`]).
-    pub cli: StreamRound,
-    /// Through the client library driven by `block_on` on this benchmark's multi-thread runtime
-    /// (the shape of a `#[tokio::main]` program).
-    pub multi: StreamRound,
+    /// Through the daemon's `Encrypt`/`Decrypt` RPCs (`--in-daemon`), the client library on a
+    /// current-thread runtime of its own, as `tpm-vault encrypt --in-daemon` runs it
+    /// ([`stream_current_thread`]).
+    pub daemon: StreamRound,
     /// Through tonic directly ([`stream_tuned`]).
     pub tuned: StreamRound,
+    /// The client library from memory on one thread.
+    pub library_one: LocalRates,
+    /// The same on every CPU ([`LocalRates::threads`] threads).
+    pub library_all: LocalRates,
+    /// `CreateStreamKey` round trips.
+    pub stream_key: Measurement,
+    /// `tpm-vault encrypt`/`decrypt` of a file.
+    pub cli: Option<CliRound>,
+}
+
+/// Encryption and decryption in this process, from memory into a counting sink.
+#[derive(Debug, Clone, Default)]
+pub struct LocalRates {
+    /// Threads sealing and opening chunks.
+    pub threads: usize,
+    /// Plaintext bytes per stream.
+    pub bytes: u64,
+    /// Plaintext bytes/s encrypted.
+    pub encrypt: f64,
+    /// Plaintext bytes/s decrypted.
+    pub decrypt: f64,
+}
+
+/// `tpm-vault encrypt` and `decrypt` of a file to `/dev/null`, plaintext bytes/s.
+#[derive(Debug, Clone, Default)]
+pub struct CliRound {
+    /// Plaintext bytes of the file.
+    pub bytes: u64,
+    /// CPUs the unpinned runs could use.
+    pub cpus: usize,
+    /// `taskset -c 0 tpm-vault encrypt`.
+    pub encrypt_one: f64,
+    /// `taskset -c 0 tpm-vault decrypt`.
+    pub decrypt_one: f64,
+    /// `tpm-vault encrypt` on every CPU.
+    pub encrypt_all: f64,
+    /// `tpm-vault decrypt` on every CPU.
+    pub decrypt_all: f64,
 }
 
 /// Whether `openssl` can run (for `openssl speed` here and `s_server`/`s_time` in the TLS phase).
@@ -265,7 +308,8 @@ async fn ensure_data_key(client: &Client) -> Result<()> {
     }
 }
 
-/// One checked round trip of a short stream, then the timed encrypt stream of `bytes`.
+/// One checked round trip of a short stream (encrypted in this process, decrypted in the
+/// daemon), then the timed `Encrypt` stream of `bytes` through the daemon and a timed `Decrypt`.
 ///
 /// # Errors
 /// RPC errors, a round trip that does not give the plaintext back, a stream of the wrong length.
@@ -280,8 +324,8 @@ pub async fn stream(client: &Client, pids: Pids, bytes: u64) -> Result<StreamRou
         "the stream header does not name {DATA_KEY}"
     );
     let mut opened = Vec::new();
-    client.copy_decrypt(CONTEXT, &mut sealed.as_slice(), &mut opened).await.context("Decrypt RPC")?;
-    ensure!(opened == plain, "decrypting the daemon's stream did not give the plaintext back");
+    client.copy_decrypt_in_daemon(CONTEXT, &mut sealed.as_slice(), &mut opened).await.context("Decrypt RPC")?;
+    ensure!(opened == plain, "decrypting in the daemon did not give the plaintext back");
 
     let rss_before_kib = procfs::rss_kib(Proc::Pid(daemon))?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -302,7 +346,7 @@ pub async fn stream(client: &Client, pids: Pids, bytes: u64) -> Result<StreamRou
     let start = Instant::now();
     let mut source = tokio::io::repeat(0x5a).take(bytes);
     let mut sink = Counter::default();
-    let result = client.copy_encrypt(DATA_KEY, CONTEXT, &mut source, &mut sink).await;
+    let result = client.copy_encrypt_in_daemon(DATA_KEY, CONTEXT, &mut source, &mut sink).await;
     let elapsed = start.elapsed();
     let cpu = CpuSnapshot::take(pids)?.since(&cpu_start);
     stop.store(true, Ordering::Relaxed);
@@ -325,8 +369,8 @@ pub async fn stream(client: &Client, pids: Pids, bytes: u64) -> Result<StreamRou
     })
 }
 
-/// [`stream`] as `tpm-vault encrypt` runs it: a client of its own on a current-thread runtime,
-/// on a thread of its own.
+/// [`stream`] as `tpm-vault encrypt --in-daemon` runs it: a client of its own on a
+/// current-thread runtime, on a thread of its own.
 ///
 /// # Errors
 /// As [`stream`]; the thread or its runtime failing to start.
@@ -344,6 +388,153 @@ pub fn stream_current_thread(socket: &std::path::Path, pids: Pids, bytes: u64) -
         .context("starting the stream thread")?
         .join()
         .map_err(|_| anyhow::anyhow!("the stream thread panicked"))?
+}
+
+/// Most plaintext of the library's streams from memory (it and its ciphertext are held).
+pub const LIBRARY_MAX_BYTES: u64 = 256 * 1024 * 1024;
+
+/// `Client::copy_encrypt` of `bytes` (at most [`LIBRARY_MAX_BYTES`]) of plaintext held in
+/// memory into a counting sink, then `copy_decrypt` of its ciphertext, on `threads` threads.
+///
+/// # Errors
+/// RPC errors; a stream of the wrong length.
+pub async fn library(client: &Client, threads: usize, bytes: u64) -> Result<LocalRates> {
+    let bytes = bytes.min(LIBRARY_MAX_BYTES);
+    let client = client.clone().with_bulk_threads(threads);
+    ensure_data_key(&client).await?;
+    let plain = vec![0x5au8; usize::try_from(bytes).context("plaintext size")?];
+    let mut sealed = Vec::with_capacity(usize::try_from(sealed_len(bytes)?).context("ciphertext size")?);
+    client.copy_encrypt(DATA_KEY, CONTEXT, &mut plain.as_slice(), &mut sealed).await.context("encrypting")?;
+    ensure!(sealed.len() as u64 == sealed_len(bytes)?, "the encrypted stream has {} bytes", sealed.len());
+    let mut sink = Counter::default();
+    let start = Instant::now();
+    client.copy_encrypt(DATA_KEY, CONTEXT, &mut plain.as_slice(), &mut sink).await.context("encrypting")?;
+    let encrypt = start.elapsed();
+    let mut sink = Counter::default();
+    let start = Instant::now();
+    client.copy_decrypt(CONTEXT, &mut sealed.as_slice(), &mut sink).await.context("decrypting")?;
+    let decrypt = start.elapsed();
+    ensure!(sink.0 == bytes, "decryption gave {} bytes, expected {bytes}", sink.0);
+    Ok(LocalRates { threads, bytes, encrypt: per_sec(bytes, encrypt), decrypt: per_sec(bytes, decrypt) })
+}
+
+/// `CreateStreamKey` round trips on one connection, [`DATA_KEY`] cached in the daemon.
+///
+/// # Errors
+/// RPC errors.
+pub async fn stream_key_rpc(client: &Client, timing: Timing, pids: Pids) -> Result<Measurement> {
+    ensure_data_key(client).await?;
+    timed_async(timing, pids, || async {
+        let mut sink = Vec::new();
+        // An empty stream: the one RPC, and a final chunk sealed in this process.
+        client.copy_encrypt(DATA_KEY, CONTEXT, &mut tokio::io::empty(), &mut sink).await.context("CreateStreamKey")?;
+        Ok(())
+    })
+    .await
+}
+
+/// The `tpm-vault` binary and the files its runs read.
+#[derive(Debug, Clone)]
+pub struct CliSetup {
+    /// The CLI binary.
+    pub binary: PathBuf,
+    /// The plaintext file.
+    pub plain: PathBuf,
+    /// Its ciphertext, written by each round's first (untimed) run.
+    pub sealed: PathBuf,
+    /// Plaintext bytes.
+    pub bytes: u64,
+    /// Whether `taskset` can pin a run to one CPU (else those runs are skipped: NaN).
+    pub taskset: bool,
+    /// The scratch directory (short: the SSH agent's socket lives here too).
+    pub dir: PathBuf,
+}
+
+impl CliSetup {
+    /// Writes `bytes` of generated plaintext into `dir`.
+    ///
+    /// # Errors
+    /// File errors.
+    pub fn new(binary: PathBuf, dir: &Path, bytes: u64) -> Result<Self> {
+        use std::io::Write as _;
+        let plain = dir.join("plain");
+        let mut file = std::io::BufWriter::new(std::fs::File::create(&plain).context("creating the plaintext file")?);
+        let block: Vec<u8> = (0..1 << 20).map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        let mut left = bytes;
+        while left > 0 {
+            let n = left.min(block.len() as u64) as usize;
+            file.write_all(&block[..n]).context("writing the plaintext file")?;
+            left -= n as u64;
+        }
+        file.flush().context("writing the plaintext file")?;
+        Ok(Self { binary, sealed: dir.join("sealed"), plain, bytes, taskset: taskset_available(), dir: dir.to_owned() })
+    }
+
+    /// Runs `tpm-vault ARGS < input > output` (pinned to CPU 0 when `pin`); returns its wall time.
+    fn time(&self, socket: &Path, args: &[&str], input: &Path, output: &Path, pin: bool) -> Result<Duration> {
+        let mut cmd = if pin {
+            let mut c = Command::new("taskset");
+            c.args(["-c", "0"]).arg(&self.binary);
+            c
+        } else {
+            Command::new(&self.binary)
+        };
+        cmd.close_inherited_fds().arg("--socket").arg(socket).args(args);
+        let stdin = std::fs::File::open(input).with_context(|| format!("{}", input.display()))?;
+        let stdout = std::fs::File::create(output).with_context(|| format!("{}", output.display()))?;
+        cmd.stdin(stdin).stdout(stdout).stderr(Stdio::piped());
+        let start = Instant::now();
+        let out = cmd.output().with_context(|| format!("running {}", self.binary.display()))?;
+        let elapsed = start.elapsed();
+        ensure!(
+            out.status.success(),
+            "tpm-vault {} exited with {}: {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        Ok(elapsed)
+    }
+}
+
+/// Whether `taskset` can run (to pin the CLI to one CPU).
+fn taskset_available() -> bool {
+    Command::new("taskset")
+        .close_inherited_fds()
+        .args(["-c", "0", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// `tpm-vault encrypt` and `decrypt` of the setup's file to `/dev/null`, pinned to one CPU and
+/// on every CPU, against the daemon at `socket`. The first run writes the ciphertext (checked
+/// by decrypting it back into a file), and each file is read once before: the page cache is warm.
+///
+/// # Errors
+/// A run failing, a round trip that does not give the plaintext back.
+pub fn cli_round(setup: &CliSetup, socket: &Path) -> Result<CliRound> {
+    let null = Path::new("/dev/null");
+    setup.time(socket, &["encrypt", DATA_KEY, "--context", "bench"], &setup.plain, &setup.sealed, false)?;
+    let back = setup.sealed.with_extension("back");
+    setup.time(socket, &["decrypt", DATA_KEY, "--context", "bench"], &setup.sealed, &back, false)?;
+    let same = std::fs::read(&back)? == std::fs::read(&setup.plain)?;
+    std::fs::remove_file(&back).ok();
+    ensure!(same, "tpm-vault decrypt did not give the plaintext back");
+    let rate = |d: Duration| per_sec(setup.bytes, d);
+    let encrypt = |pin| setup.time(socket, &["encrypt", DATA_KEY, "--context", "bench"], &setup.plain, null, pin);
+    let decrypt = |pin| setup.time(socket, &["decrypt", "--context", "bench"], &setup.sealed, null, pin);
+    let (encrypt_one, decrypt_one) =
+        if setup.taskset { (rate(encrypt(true)?), rate(decrypt(true)?)) } else { (f64::NAN, f64::NAN) };
+    Ok(CliRound {
+        bytes: setup.bytes,
+        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        encrypt_one,
+        decrypt_one,
+        encrypt_all: rate(encrypt(false)?),
+        decrypt_all: rate(decrypt(false)?),
+    })
 }
 
 /// Bytes per second, 0 for no time.
@@ -367,8 +558,10 @@ async fn decrypt_stream(client: &Client, bytes: u64) -> Result<Duration> {
     client.copy_encrypt(DATA_KEY, CONTEXT, &mut source, &mut sealed).await.context("Encrypt RPC (decrypt input)")?;
     let mut sink = Counter::default();
     let start = Instant::now();
-    let written =
-        client.copy_decrypt(CONTEXT, &mut sealed.as_slice(), &mut sink).await.context("Decrypt RPC (timed stream)")?;
+    let written = client
+        .copy_decrypt_in_daemon(CONTEXT, &mut sealed.as_slice(), &mut sink)
+        .await
+        .context("Decrypt RPC (timed stream)")?;
     let elapsed = start.elapsed();
     ensure!(written == bytes && sink.0 == bytes, "the decrypted stream has {written} bytes, expected {bytes}");
     Ok(elapsed)

@@ -322,7 +322,7 @@ impl RunFigures {
             openssl_sha: ossl(|o| o.sha256),
             aes: median(rounds, |r| Some(r.bulk.aes)),
             sha: median(rounds, |r| Some(r.bulk.sha)),
-            stream: median(rounds, |r| Some(r.bulk.streams.cli.bytes_per_sec())),
+            stream: median(rounds, |r| Some(r.bulk.streams.daemon.bytes_per_sec())),
             random: median(rounds, |r| Some(r.ops.random_daemon.bytes_per_sec())),
             daemon_cpu_ms_per_1000_signs: median(rounds, |r| {
                 let l = r.daemon.levels.iter().find(|l| l.clients == daemon_clients)?;

@@ -28,6 +28,7 @@
 //! operation through the [`tap`] and projects the run onto the Jetson Orin and i.MX95.
 #![forbid(unsafe_code)]
 
+mod agent;
 mod algs;
 mod bulk;
 mod device;
@@ -287,6 +288,32 @@ fn daemon_binary(explicit: Option<&Path>, workspace: &Path, notes: &mut Vec<Stri
     Ok(candidate)
 }
 
+/// A binary of the client crate (`--bin tpm-vault`, `--example tls_server`): `cargo build` with
+/// this benchmark's profile, so it is built from the same source as what else is measured;
+/// `relative` is its path next to this executable.
+fn client_binary(workspace: &Path, target: &[&str], relative: &Path) -> Result<PathBuf> {
+    let exe = std::env::current_exe().context("locating this executable")?;
+    let dir = exe.parent().context("this executable has no parent directory")?;
+    let candidate = dir.join(relative);
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut build = Command::new(cargo);
+    build.close_inherited_fds();
+    build.args(["build", "-p", "tpm-vault-client"]).args(target).current_dir(workspace);
+    if !cfg!(debug_assertions) {
+        build.arg("--release");
+    }
+    let built = build.status().map(|s| s.success()).unwrap_or(false);
+    ensure!(
+        candidate.is_file(),
+        "{} is not at {} (cargo build {}); build it with `cargo build -p tpm-vault-client {}`",
+        relative.display(),
+        candidate.display(),
+        if built { "succeeded" } else { "failed" },
+        target.join(" ")
+    );
+    Ok(candidate)
+}
+
 fn progress(stage: &str, msg: &str) {
     eprintln!("[{stage}] {msg}");
 }
@@ -389,7 +416,7 @@ fn run(args: &Args) -> Result<()> {
             ));
         }
     }
-    let more = MoreSetup::new(&plan, &setup, tmp.path(), &key, &rt, &mut notes)?;
+    let more = MoreSetup::new(&plan, &workspace, &setup, tmp.path(), &key, &rt, &mut notes)?;
     check_clean(&tcti, "setup of the key sets", &mut notes)?;
     progress("setup", "building the PKCS#11 module (cargo build -p tpm-vault-pkcs11) and the tpm2-pkcs11 token");
     let p11_daemon = daemon::Setup { work: tmp.path().join("p"), ..setup.clone() };
@@ -460,7 +487,7 @@ fn run(args: &Args) -> Result<()> {
             p11_rounds.push(p11_r);
             check_clean(&tcti, &format!("the PKCS#11 phase (round {r})"), &mut notes)?;
         }
-        let (ops_r, bulk_r, scale_r, algs_r) = more.round(&plan, r, swtpm_pid, &rt, &stage, &mut notes)?;
+        let (ops_r, bulk_r, scale_r, algs_r, agent_r) = more.round(&plan, r, swtpm_pid, &rt, &stage, &mut notes)?;
         rounds.push(Round {
             raw: raw_m,
             actor: actor_m,
@@ -473,6 +500,7 @@ fn run(args: &Args) -> Result<()> {
             bulk: bulk_r,
             scale: scale_r,
             algs: algs_r,
+            agent: agent_r,
         });
     }
     let measuring = measuring.elapsed();
@@ -551,6 +579,7 @@ struct MoreSetup {
 impl MoreSetup {
     fn new(
         plan: &Plan,
+        workspace: &Path,
         setup: &daemon::Setup,
         tmp: &Path,
         key: &raw::RawKey,
@@ -576,9 +605,17 @@ impl MoreSetup {
             eprintln!("warning: {note}");
             notes.push(note);
         }
-        let (ops_work, scale_work) = (tmp.join("o"), tmp.join("s"));
-        for d in [&ops_work, &scale_work] {
+        let (ops_work, scale_work, cli_work) = (tmp.join("o"), tmp.join("s"), tmp.join("c"));
+        for d in [&ops_work, &scale_work, &cli_work] {
             std::fs::create_dir_all(d).with_context(|| format!("{}", d.display()))?;
+        }
+        progress("setup", "building the CLI (cargo build -p tpm-vault-client --bin tpm-vault)");
+        let binary = client_binary(workspace, &["--bin", "tpm-vault"], Path::new("tpm-vault"))?;
+        let cli = bulk::CliSetup::new(binary, &cli_work, plan.stream_bytes)?;
+        if !cli.taskset {
+            let note = "`taskset` is not installed: the `tpm-vault encrypt`/`decrypt` runs on one CPU were skipped";
+            eprintln!("warning: {note}");
+            notes.push(note.to_owned());
         }
         Ok(Self {
             ops: ops::OpsSetup {
@@ -586,6 +623,7 @@ impl MoreSetup {
                 ak,
                 key: key.clone(),
                 stream_bytes: plan.stream_bytes,
+                cli,
             },
             scale: scale::ScaleSetup { daemon: daemon::Setup { work: scale_work, ..setup.clone() }, sets },
             algs,
@@ -603,10 +641,21 @@ impl MoreSetup {
         rt: &tokio::runtime::Runtime,
         stage: &str,
         notes: &mut Vec<String>,
-    ) -> Result<(ops::OpsRound, bulk::BulkRound, scale::ScaleRound, algs::AlgsRound)> {
+    ) -> Result<(ops::OpsRound, bulk::BulkRound, scale::ScaleRound, algs::AlgsRound, agent::AgentRound)> {
         let tcti = &self.ops.daemon.tcti;
-        let (ops_r, streams) = ops::run(&self.ops, r, plan.short, swtpm_pid, rt, |m| progress(stage, m))
+        let (ops_r, streams, agent_r) = ops::run(&self.ops, r, plan.short, swtpm_pid, rt, |m| progress(stage, m))
             .context("quote, seal and random phase")?;
+        for l in &agent_r.levels {
+            progress(
+                stage,
+                &format!(
+                    "ssh-agent, {} client(s): {} signs/s through the agent, {} through gRPC `Sign`",
+                    l.clients,
+                    num(l.agent, 0),
+                    num(l.grpc, 0)
+                ),
+            );
+        }
         check_clean(tcti, &format!("quote, seal and random (round {r})"), notes)?;
         let pids = Pids { swtpm: swtpm_pid, daemon: None };
         let bulk_r = bulk::run(plan.short, pids, streams, self.openssl).context("bulk crypto phase")?;
@@ -632,7 +681,7 @@ impl MoreSetup {
         let algs_r = algs::run(&self.algs, r, plan.short, swtpm_pid, rt).context("key algorithm phase")?;
         progress(stage, &format!("key algorithms: {}", algs::describe(&algs_r)));
         check_clean(tcti, &format!("the key algorithms (round {r})"), notes)?;
-        Ok((ops_r, bulk_r, scale_r, algs_r))
+        Ok((ops_r, bulk_r, scale_r, algs_r, agent_r))
     }
 
     /// What the command census needs (its daemon reuses the quote/seal phase's scratch dir).

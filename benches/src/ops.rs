@@ -32,9 +32,9 @@
 //!   reading `/dev/urandom`.
 //!
 //! Raw ESAPI runs first (swtpm serves one connection at a time), then a fresh daemon on the
-//! benchmark's state directory; the bulk-crypto streams ([`crate::bulk::stream`],
-//! [`crate::bulk::stream_current_thread`], [`crate::bulk::stream_tuned`]) run on that daemon
-//! too. Every path's result is checked once before timing: quotes verify in-core
+//! benchmark's state directory; the bulk-crypto streams ([`crate::bulk::stream_key_rpc`],
+//! [`crate::bulk::library`], [`crate::bulk::stream_tuned`], [`crate::bulk::stream_current_thread`],
+//! [`crate::bulk::cli_round`]) run on that daemon too. Every path's result is checked once before timing: quotes verify in-core
 //! (`Quote::verify`) and carry the nonce, unsealed secrets equal the sealed ones.
 
 use std::io::Read;
@@ -57,6 +57,7 @@ use tss_esapi::structures::{
 };
 use tss_esapi::Context;
 
+use crate::agent::{self, AgentRound};
 use crate::bulk::{self, Streams};
 use crate::sign::daemon::{policy_allow_all, Daemon, Setup};
 use crate::sign::raw::{connect, create_srk, null_hashcheck, RawKey};
@@ -590,6 +591,8 @@ pub struct OpsSetup {
     pub key: RawKey,
     /// Plaintext bytes of the daemon's encrypt stream.
     pub stream_bytes: u64,
+    /// The `tpm-vault` binary and the files of its `encrypt`/`decrypt` runs.
+    pub cli: bulk::CliSetup,
 }
 
 /// One round: raw ESAPI, `/dev/urandom`, then a daemon (operations, then the encrypt stream
@@ -604,7 +607,7 @@ pub fn run(
     swtpm_pid: u32,
     rt: &Runtime,
     mut progress: impl FnMut(&str),
-) -> Result<(OpsRound, Streams)> {
+) -> Result<(OpsRound, Streams, AgentRound)> {
     let pids = Pids { swtpm: swtpm_pid, daemon: None };
     let mut raw = RawOps::open(&setup.daemon.tcti, &setup.ak, &setup.key)?;
     let quote_raw = timed_loop(timing, pids, || raw.quote().map(drop))?;
@@ -644,34 +647,50 @@ pub fn run(
         let unseal = timed_async(timing, pids, || ops.unseal()).await?;
         let unseal_auth = timed_async(timing, pids, || ops.unseal_authorized()).await?;
         let random = timed_async(timing, pids, || ops.random()).await?;
-        let multi = bulk::stream(ops.client(), pids, setup.stream_bytes).await?;
+        let stream_key = bulk::stream_key_rpc(ops.client(), timing, pids).await?;
+        let all = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
+        let library_one = bulk::library(ops.client(), 1, setup.stream_bytes).await?;
+        let library_all = bulk::library(ops.client(), all, setup.stream_bytes).await?;
         let tuned = bulk::stream_tuned(daemon.socket(), pids, setup.stream_bytes.min(bulk::TUNED_MAX_BYTES)).await?;
-        anyhow::Ok((quote, seal, (unseal, unseal_auth), random, (multi, tuned)))
+        anyhow::Ok((quote, seal, (unseal, unseal_auth), random, (stream_key, library_one, library_all, tuned)))
     });
     let measured = measured.and_then(|m| {
-        let cli = bulk::stream_current_thread(daemon.socket(), pids, setup.stream_bytes)?;
-        Ok((m, cli))
+        let in_daemon = bulk::stream_current_thread(daemon.socket(), pids, setup.stream_bytes)?;
+        let cli = bulk::cli_round(&setup.cli, daemon.socket())?;
+        let agent = agent::run(&setup.cli.binary, daemon.socket(), &setup.cli.dir, timing, rt)?;
+        Ok((m, in_daemon, cli, agent))
     });
-    let ((quote_daemon, seal_daemon, (unseal_daemon, unseal_auth_daemon), random_m, (multi, tuned)), cli) =
-        match measured {
-            Ok(m) => m,
-            Err(e) => return Err(e.context(format!("daemon log:\n{}", daemon.log_tail()))),
-        };
-    let streams = Streams { cli, multi, tuned };
+    let (
+        (
+            quote_daemon,
+            seal_daemon,
+            (unseal_daemon, unseal_auth_daemon),
+            random_m,
+            (stream_key, library_one, library_all, tuned),
+        ),
+        in_daemon,
+        cli,
+        agent,
+    ) = match measured {
+        Ok(m) => m,
+        Err(e) => return Err(e.context(format!("daemon log:\n{}", daemon.log_tail()))),
+    };
+    let streams = Streams { daemon: in_daemon, tuned, library_one, library_all, stream_key, cli: Some(cli) };
     daemon.stop()?;
     let random_daemon = ByteRate { m: random_m, bytes_per_op: RANDOM_REQUEST as f64 };
     progress(&format!(
         "daemon: quote p50 {:.0} µs, seal {:.0} µs, unseal {:.0} µs, authorized unseal {:.0} µs, \
-         GetRandom {:.0} MiB/s, encrypt stream {:.0} MiB/s (multi-thread client: {:.0}; tonic directly, \
-         1 MiB messages: {:.0})",
+         GetRandom {:.0} MiB/s, encrypt stream in the daemon {:.0} MiB/s (tonic directly, 1 MiB messages: \
+         {:.0}), client library from memory on 1 thread {:.0} MiB/s, CreateStreamKey p50 {:.0} µs",
         us(&quote_daemon),
         us(&seal_daemon),
         us(&unseal_daemon),
         us(&unseal_auth_daemon),
         random_daemon.bytes_per_sec() / MIB,
-        streams.cli.bytes_per_sec() / MIB,
-        streams.multi.bytes_per_sec() / MIB,
-        streams.tuned.bytes_per_sec() / MIB
+        streams.daemon.bytes_per_sec() / MIB,
+        streams.tuned.bytes_per_sec() / MIB,
+        streams.library_one.encrypt / MIB,
+        us(&streams.stream_key)
     ));
     let r = OpsRound {
         quote_raw,
@@ -688,7 +707,7 @@ pub fn run(
         random_urandom,
         random_daemon,
     };
-    Ok((r, streams))
+    Ok((r, streams, agent))
 }
 
 const MIB: f64 = 1024.0 * 1024.0;

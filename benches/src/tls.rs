@@ -112,24 +112,7 @@ pub struct TlsSetup {
 /// # Errors
 /// When it cannot be built and is not there.
 pub fn example_binary(workspace: &Path) -> Result<PathBuf> {
-    let exe = std::env::current_exe().context("locating this executable")?;
-    let dir = exe.parent().context("this executable has no parent directory")?;
-    let candidate = dir.join("examples").join("tls_server");
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut build = Command::new(cargo);
-    build.close_inherited_fds();
-    build.args(["build", "-p", "tpm-vault-client", "--example", "tls_server"]).current_dir(workspace);
-    if !cfg!(debug_assertions) {
-        build.arg("--release");
-    }
-    let built = build.status().map(|s| s.success()).unwrap_or(false);
-    ensure!(
-        candidate.is_file(),
-        "the tls_server example is not at {} (cargo build {}); build it with `cargo build -p tpm-vault-client --example tls_server`",
-        candidate.display(),
-        if built { "succeeded" } else { "failed" }
-    );
-    Ok(candidate)
+    crate::client_binary(workspace, &["--example", "tls_server"], Path::new("examples/tls_server"))
 }
 
 /// The OpenSSL peers that can run here, and a note for each one that cannot.

@@ -5,13 +5,11 @@
 
 use std::io::{Read, Write};
 use std::path::Path;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::runtime::Runtime;
 use zeroize::Zeroizing;
 
+use crate::sync_io::SyncIo;
 use crate::{
     AccessCheck, AttestationKey, Operation, PcrValues, PolicyApproval, Quote, SealInfo, SealOptions, SignedPolicy,
 };
@@ -336,34 +334,6 @@ impl BlockingClient {
     ) -> Result<u64, Error> {
         let (mut reader, mut writer) = (SyncIo(reader), SyncIo(writer));
         self.runtime.block_on(self.inner.copy_decrypt_in_daemon(context, &mut reader, &mut writer))
-    }
-}
-
-/// A blocking reader or writer used as a tokio one: each poll does the blocking call.
-///
-/// Fine on the blocking client's private current-thread runtime, whose only other work is
-/// the call these bytes feed; never use it on a shared runtime.
-struct SyncIo<'a, T: ?Sized>(&'a mut T);
-
-impl<T: Read + ?Sized> AsyncRead for SyncIo<'_, T> {
-    fn poll_read(self: Pin<&mut Self>, _cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
-        let n = self.get_mut().0.read(buf.initialize_unfilled())?;
-        buf.advance(n);
-        Poll::Ready(Ok(()))
-    }
-}
-
-impl<T: Write + ?Sized> AsyncWrite for SyncIo<'_, T> {
-    fn poll_write(self: Pin<&mut Self>, _cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
-        Poll::Ready(self.get_mut().0.write(buf))
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Poll::Ready(self.get_mut().0.flush())
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        self.poll_flush(cx)
     }
 }
 

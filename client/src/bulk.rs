@@ -3,146 +3,250 @@
 //! [`Client::copy_decrypt`](crate::Client::copy_decrypt) call it once per stream), and the
 //! AES-256-GCM work on the data runs here, on the CPU's AES instructions.
 //!
-//! Chunks are independent (each has its own counter nonce), so a batch of them is sealed or
-//! opened on a few threads at once ([`threads`], started once per stream) and written in order. Memory stays bounded:
-//! one batch ([`CHUNKS_PER_THREAD`] chunks per thread) is read, processed and written at a time.
-//! Decryption writes a chunk only after every chunk before it and itself authenticated; a
-//! failing chunk ends the stream with an error naming it, before any of its bytes.
+//! The data path is one pipeline for both directions ([`run`]):
+//! - **Batches.** Input is read straight into a [`Batch`]: [`BATCH_CHUNKS`] chunk slots of
+//!   `chunk + TAG` bytes back to back, so a chunk is sealed or opened in place where it was read
+//!   (the tag lands in its slot's tail) and written from there. No chunk is copied in user space;
+//!   the only copies are the kernel's `read` and `write`. A sealed batch is one contiguous run of
+//!   output, written with one call; an opened one is written chunk by chunk (its tags stay
+//!   behind). The batches are allocated once per stream and reused; they are wiped when the
+//!   stream ends.
+//! - **Threads.** With one thread ([`threads`] on a process pinned to one CPU) each batch is
+//!   processed on the calling thread between its read and its write: no hand-off at all. With
+//!   more, a pool started once per stream takes batches from one queue (an idle thread takes the
+//!   next, so a CPU busy with something else slows only its own batch), while the calling thread
+//!   reads the next batches and writes the finished ones in order. At most
+//!   [`IN_FLIGHT_PER_THREAD`] batches per thread are out at once: memory stays bounded.
+//! - **Order and authenticity.** Batches are written in the order they were read. Decryption
+//!   writes a chunk only once it and every chunk before it authenticated; a failing chunk ends
+//!   the stream with an error naming it, before any of its bytes.
+//!
+//! The I/O is the caller's `AsyncRead`/`AsyncWrite`. The CLI and
+//! [`BlockingClient`](crate::BlockingClient) hand in plain blocking files through
+//! [`SyncIo`](crate::sync_io::SyncIo), so their data path is `read`, AES, `write`, with no
+//! runtime thread in between.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::{mpsc, Arc, Mutex};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::oneshot;
 use tpm_vault_proto::stream::{ChunkCipher, StreamError, TAG};
 use zeroize::Zeroizing;
 
 use crate::Error;
 
-/// Chunks each thread processes per batch: 16 × 64 KiB, so a batch is large enough that the
-/// hand-off to the threads costs little next to the AES work.
-pub const CHUNKS_PER_THREAD: usize = 16;
+/// Chunks per batch: 16 × 64 KiB, so a hand-off to a thread moves 1 MiB and costs little next
+/// to its AES work.
+pub const BATCH_CHUNKS: usize = 16;
 
-/// The threads that seal or open chunks: the CPUs this process may use, at most 8. Read once:
-/// `available_parallelism` reads the cgroup's files on every call.
+/// Batches out at a thread per thread: one being processed and one waiting, so a thread never
+/// idles while the calling thread writes.
+pub const IN_FLIGHT_PER_THREAD: usize = 2;
+
+/// The threads that seal or open chunks by default: the CPUs this process may use (its
+/// affinity: 1 under `taskset -c 0`), at most 8. Read once: `available_parallelism` reads the
+/// cgroup's files on every call.
 pub fn threads() -> usize {
     static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8))
 }
 
-/// One chunk of a batch: its index, whether it is the stream's last, and its bytes (plaintext
-/// or sealed, transformed in place).
-struct Chunk {
-    /// Index in the stream.
-    index: u32,
-    /// The final chunk.
+/// Which way a stream goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Direction {
+    /// Plaintext in, sealed chunks out.
+    Seal,
+    /// Sealed chunks in, plaintext out.
+    Open,
+}
+
+/// Up to [`BATCH_CHUNKS`] consecutive chunks of a stream, in their slots.
+struct Batch {
+    /// Index of the first chunk in the stream.
+    first: u32,
+    /// The slots, `chunk + TAG` bytes each, back to back.
+    buf: Zeroizing<Vec<u8>>,
+    /// Per chunk read: its input length; after processing, its output length (and only the
+    /// chunks before a failing one are left).
+    lens: Vec<usize>,
+    /// The batch ends with the stream's final chunk.
     last: bool,
-    /// Its bytes.
-    data: Zeroizing<Vec<u8>>,
+    /// The first chunk that failed, if one did.
+    failed: Option<StreamError>,
 }
 
-/// Reads into `buf`'s spare capacity until it is full or the input ends; true at the end.
-async fn fill<R: AsyncRead + Unpin + ?Sized>(reader: &mut R, buf: &mut Vec<u8>, want: usize) -> Result<bool, Error> {
-    while buf.len() < want {
-        let spare = want - buf.len();
-        let n = (&mut *reader).take(spare as u64).read_buf(buf).await.map_err(Error::Read)?;
-        if n == 0 {
-            return Ok(true);
+impl Batch {
+    /// An empty batch for slots of `slot` bytes.
+    fn new(slot: usize) -> Batch {
+        Batch {
+            first: 0,
+            buf: Zeroizing::new(vec![0; BATCH_CHUNKS * slot]),
+            lens: Vec::with_capacity(BATCH_CHUNKS),
+            last: false,
+            failed: None,
         }
     }
-    Ok(false)
-}
 
-/// An empty chunk buffer of `capacity` bytes: one of the last batch's, wiped (a freshly allocated
-/// one per chunk costs a page fault per 4 KiB each batch, as the allocator returns freed batches
-/// to the kernel).
-fn buffer(spare: &mut Vec<Zeroizing<Vec<u8>>>, capacity: usize) -> Zeroizing<Vec<u8>> {
-    match spare.pop() {
-        Some(mut b) => {
-            zeroize::Zeroize::zeroize(&mut *b);
-            b.reserve(capacity);
-            b
-        }
-        None => Zeroizing::new(Vec::with_capacity(capacity)),
-    }
-}
-
-/// What a worker does to a chunk: seal or open it in place.
-type Work = fn(&ChunkCipher, &mut Chunk) -> Result<(), StreamError>;
-
-/// A group of chunks sent to a worker, and where it sends them back.
-type Job = (Vec<Chunk>, tokio::sync::oneshot::Sender<Vec<(Chunk, Result<(), StreamError>)>>);
-
-/// The threads of one stream ([`threads`] of them), kept for the stream's life: a thread per
-/// batch would cost a thread start each time and make the allocator hand the batch's memory
-/// back to the kernel and fault it in again, one page fault per 4 KiB of data.
-struct Workers {
-    /// One job queue per thread; dropping them ends the threads.
-    queues: Vec<std::sync::mpsc::Sender<Job>>,
-}
-
-impl Workers {
-    /// Starts the threads, each doing `work` with `cipher`.
-    fn start(cipher: &Arc<ChunkCipher>, work: Work) -> Result<Workers, Error> {
-        let mut queues = Vec::with_capacity(threads());
-        for n in 0..threads() {
-            let (tx, rx) = std::sync::mpsc::channel::<Job>();
-            let cipher = Arc::clone(cipher);
-            std::thread::Builder::new()
-                .name(format!("tpm-vault-aes-{n}"))
-                .spawn(move || {
-                    while let Ok((mut group, reply)) = rx.recv() {
-                        let done = group.drain(..).map(|mut c| {
-                            let r = work(&cipher, &mut c);
-                            (c, r)
-                        });
-                        let _ = reply.send(done.collect());
-                    }
-                })
-                .map_err(Error::Runtime)?;
-            queues.push(tx);
-        }
-        Ok(Workers { queues })
-    }
-
-    /// Runs the work on every chunk of `batch`, split over the threads; the chunks come back
-    /// in order, each with its result.
-    async fn run(&self, mut batch: Vec<Chunk>) -> Result<Vec<(Chunk, Result<(), StreamError>)>, Error> {
-        let per = batch.len().div_ceil(self.queues.len()).max(1);
-        let mut replies = Vec::with_capacity(self.queues.len());
-        for queue in &self.queues {
-            if batch.is_empty() {
+    /// Reads the chunks from `first` on: up to `input` bytes into each slot, until the batch
+    /// is full or a chunk comes up short. A full chunk is never the stream's last; the short
+    /// (possibly empty) one at the end of the input is.
+    async fn fill<R>(&mut self, reader: &mut R, first: u32, slot: usize, input: usize) -> Result<(), Error>
+    where
+        R: AsyncRead + Unpin + ?Sized,
+    {
+        self.first = first;
+        self.lens.clear();
+        self.last = false;
+        self.failed = None;
+        for start in (0..BATCH_CHUNKS).map(|j| j * slot) {
+            let n = read_full(reader, &mut self.buf[start..start + input]).await?;
+            self.lens.push(n);
+            if n < input {
+                self.last = true;
                 break;
             }
-            let rest = batch.split_off(per.min(batch.len()));
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            queue.send((std::mem::replace(&mut batch, rest), tx)).map_err(|_| gone())?;
-            replies.push(rx);
         }
-        let mut done = Vec::new();
-        for reply in replies {
-            done.extend(reply.await.map_err(|_| gone())?);
+        Ok(())
+    }
+
+    /// Index of the batch's last chunk.
+    fn last_index(&self) -> u32 {
+        // invariant: `run` checked that every index of the batch fits in a u32.
+        self.first + (self.lens.len() as u32).saturating_sub(1)
+    }
+
+    /// Seals or opens every chunk in place, stopping at the first that fails.
+    fn process(&mut self, cipher: &ChunkCipher, direction: Direction, slot: usize) {
+        let count = self.lens.len();
+        for j in 0..count {
+            let (start, len) = (j * slot, self.lens[j]);
+            // invariant: `run` checked that every index of the batch fits in a u32.
+            let index = self.first + j as u32;
+            let last = self.last && j + 1 == count;
+            let done = match direction {
+                Direction::Seal => {
+                    cipher.seal(index, last, &mut self.buf[start..start + len + TAG]).map(|()| len + TAG)
+                }
+                Direction::Open => cipher.open(index, last, &mut self.buf[start..start + len]),
+            };
+            match done {
+                Ok(out) => self.lens[j] = out,
+                Err(e) => {
+                    self.lens.truncate(j);
+                    self.failed = Some(e);
+                    return;
+                }
+            }
         }
-        Ok(done)
+    }
+
+    /// Writes the output of the chunks that succeeded, adjacent ones in one call; then the
+    /// error of the one that failed, if any. Returns the bytes written.
+    async fn write<W>(&mut self, writer: &mut W, slot: usize) -> Result<u64, Error>
+    where
+        W: AsyncWrite + Unpin + ?Sized,
+    {
+        let mut written = 0;
+        let mut run = 0..0;
+        for (j, &len) in self.lens.iter().enumerate() {
+            let start = j * slot;
+            if start != run.end {
+                writer.write_all(&self.buf[run.clone()]).await.map_err(Error::Write)?;
+                run.start = start;
+            }
+            run.end = start + len;
+            written += len as u64;
+        }
+        writer.write_all(&self.buf[run]).await.map_err(Error::Write)?;
+        match self.failed.take() {
+            Some(e) => Err(Error::InvalidInput(e.0)),
+            None => Ok(written),
+        }
     }
 }
 
-impl Workers {
-    /// Runs the work on `batch` and writes the chunks to `writer` in order, up to the first
-    /// that failed (whose error it returns); the buffers go back to `spare`. Returns the bytes
-    /// written.
-    async fn write<W: AsyncWrite + Unpin + ?Sized>(
-        &self,
-        batch: Vec<Chunk>,
-        writer: &mut W,
-        spare: &mut Vec<Zeroizing<Vec<u8>>>,
-    ) -> Result<u64, Error> {
-        let mut written = 0;
-        for (chunk, result) in self.run(batch).await? {
-            result.map_err(|e| Error::InvalidInput(e.0))?;
-            writer.write_all(&chunk.data).await.map_err(Error::Write)?;
-            written += chunk.data.len() as u64;
-            spare.push(chunk.data);
+/// Reads until `buf` is full or the input ends; returns the bytes read.
+async fn read_full<R: AsyncRead + Unpin + ?Sized>(reader: &mut R, buf: &mut [u8]) -> Result<usize, Error> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        // `read` into an initialised slice: no zeroing of the buffer on each call.
+        match reader.read(&mut buf[filled..]).await.map_err(Error::Read)? {
+            0 => break,
+            n => filled += n,
         }
-        Ok(written)
+    }
+    Ok(filled)
+}
+
+/// A batch handed to the pool, and where it goes back.
+type Job = (Batch, oneshot::Sender<Batch>);
+
+/// Where the chunks are sealed or opened: on the calling thread, or on a pool of threads kept
+/// for the stream's life (a thread per batch would cost a thread start each time).
+struct Workers {
+    /// The stream's cipher.
+    cipher: Arc<ChunkCipher>,
+    /// Which way.
+    direction: Direction,
+    /// Bytes per slot.
+    slot: usize,
+    /// The pool's queue; `None` processes on the calling thread. Dropping it ends the threads.
+    queue: Option<mpsc::Sender<Job>>,
+}
+
+impl Workers {
+    /// `threads` threads (none for 1: the calling thread does the work).
+    fn start(cipher: ChunkCipher, direction: Direction, threads: usize) -> Result<Workers, Error> {
+        let slot = cipher.chunk_size() + TAG;
+        let cipher = Arc::new(cipher);
+        let queue = if threads > 1 {
+            let (tx, rx) = mpsc::channel::<Job>();
+            let rx = Arc::new(Mutex::new(rx));
+            for n in 0..threads {
+                let (rx, cipher) = (Arc::clone(&rx), Arc::clone(&cipher));
+                std::thread::Builder::new()
+                    .name(format!("tpm-vault-aes-{n}"))
+                    .spawn(move || loop {
+                        // The lock is held only to take the next job; a poisoned one (another
+                        // thread panicked) ends this thread too, and the stream sees `gone`.
+                        let job = match rx.lock() {
+                            Ok(rx) => rx.recv(),
+                            Err(_) => return,
+                        };
+                        let Ok((mut batch, reply)) = job else { return };
+                        batch.process(&cipher, direction, slot);
+                        let _ = reply.send(batch);
+                    })
+                    .map_err(Error::Runtime)?;
+            }
+            Some(tx)
+        } else {
+            None
+        };
+        Ok(Workers { cipher, direction, slot, queue })
+    }
+
+    /// Batches out at once.
+    fn depth(&self, threads: usize) -> usize {
+        if self.queue.is_some() {
+            threads * IN_FLIGHT_PER_THREAD
+        } else {
+            1
+        }
+    }
+
+    /// Hands `batch` to the pool (or processes it here); the receiver gives it back processed.
+    fn submit(&self, mut batch: Batch) -> Result<oneshot::Receiver<Batch>, Error> {
+        let (tx, rx) = oneshot::channel();
+        match &self.queue {
+            Some(queue) => queue.send((batch, tx)).map_err(|_| gone())?,
+            None => {
+                batch.process(&self.cipher, self.direction, self.slot);
+                let _ = tx.send(batch);
+            }
+        }
+        Ok(rx)
     }
 }
 
@@ -151,14 +255,17 @@ fn gone() -> Error {
     Error::Runtime(std::io::Error::other("an encryption thread stopped"))
 }
 
-/// Encrypts everything `reader` yields with `cipher` and writes `header` and the chunks to
-/// `writer`; returns the bytes written.
+/// Seals (or opens) everything `reader` yields with `cipher` on `threads` threads and writes
+/// it to `writer` in order; returns the bytes written.
 ///
 /// # Errors
-/// [`Error::Read`], [`Error::Write`]; [`Error::InvalidInput`] past 2^32 chunks.
-pub(crate) async fn encrypt<R, W>(
+/// [`Error::Read`], [`Error::Write`]; [`Error::InvalidInput`] past 2^32 chunks, and for
+/// decryption naming the failing chunk (tampered, reordered, truncated, spliced, wrong key or
+/// context): `writer` then holds the plaintext of chunks before the failing one only.
+pub(crate) async fn run<R, W>(
     cipher: ChunkCipher,
-    header: &[u8],
+    direction: Direction,
+    threads: usize,
     reader: &mut R,
     writer: &mut W,
 ) -> Result<u64, Error>
@@ -166,67 +273,143 @@ where
     R: AsyncRead + Unpin + ?Sized,
     W: AsyncWrite + Unpin + ?Sized,
 {
-    let cipher = Arc::new(cipher);
-    let size = cipher.chunk_size();
-    let workers = Workers::start(&cipher, |c, chunk| c.seal(chunk.index, chunk.last, &mut chunk.data, 0))?;
-    writer.write_all(header).await.map_err(Error::Write)?;
-    let mut written = header.len() as u64;
-    let mut index: u32 = 0;
-    let mut spare = Vec::new();
-    loop {
-        let mut batch = Vec::with_capacity(threads() * CHUNKS_PER_THREAD);
-        let mut eof = false;
-        while batch.len() < threads() * CHUNKS_PER_THREAD && !eof {
-            let mut data = buffer(&mut spare, size + TAG);
-            eof = fill(reader, &mut data, size).await?;
-            // A full chunk is never the last; the last is the short (maybe empty) one at the end.
-            batch.push(Chunk { index, last: eof, data });
-            index = index.checked_add(1).ok_or_else(|| Error::InvalidInput("stream too long".into()))?;
+    let slot = cipher.chunk_size() + TAG;
+    let input = match direction {
+        Direction::Seal => cipher.chunk_size(),
+        Direction::Open => slot,
+    };
+    let workers = Workers::start(cipher, direction, threads)?;
+    let depth = workers.depth(threads);
+    let mut spare: Vec<Batch> = Vec::with_capacity(depth);
+    let mut out: VecDeque<oneshot::Receiver<Batch>> = VecDeque::with_capacity(depth);
+    let mut written = 0u64;
+    let mut next = Some(0u32);
+    while let Some(first) = next {
+        let mut batch = spare.pop().unwrap_or_else(|| Batch::new(slot));
+        batch.fill(reader, first, slot, input).await?;
+        if direction == Direction::Open && batch.last && batch.lens.last().is_some_and(|&n| n < TAG) {
+            // The final chunk is the short one at the end, at least a tag long. An input that
+            // ends on a chunk boundary (or inside a tag) has lost its final chunk.
+            return Err(Error::InvalidInput(format!(
+                "stream truncated: no final chunk after chunk {}",
+                batch.last_index()
+            )));
         }
-        written += workers.write(batch, writer, &mut spare).await?;
-        if eof {
-            writer.flush().await.map_err(Error::Write)?;
-            return Ok(written);
+        let after = first.checked_add(batch.lens.len() as u32);
+        next = match (batch.last, after) {
+            (true, _) => None,
+            (false, Some(after)) => Some(after),
+            (false, None) => return Err(Error::InvalidInput("stream too long".into())),
+        };
+        out.push_back(workers.submit(batch)?);
+        while out.len() >= depth || (next.is_none() && !out.is_empty()) {
+            let Some(pending) = out.pop_front() else { break };
+            let mut done = pending.await.map_err(|_| gone())?;
+            written += done.write(writer, slot).await?;
+            spare.push(done);
         }
     }
+    writer.flush().await.map_err(Error::Write)?;
+    Ok(written)
 }
 
-/// Decrypts the chunks that follow a stream's header in `reader` with `cipher` and writes the
-/// plaintext to `writer`, a chunk only once it authenticated; returns the bytes written.
+/// Writes `header`, then encrypts everything `reader` yields with `cipher` into `writer`;
+/// returns the bytes written.
 ///
 /// # Errors
-/// [`Error::InvalidInput`] naming the failing chunk (tampered, reordered, truncated, spliced, wrong
-/// key or context); [`Error::Read`], [`Error::Write`]. `writer` then holds the plaintext of
-/// the chunks before the failing one only.
-pub(crate) async fn decrypt<R, W>(cipher: ChunkCipher, reader: &mut R, writer: &mut W) -> Result<u64, Error>
+/// As [`run`].
+pub(crate) async fn encrypt<R, W>(
+    cipher: ChunkCipher,
+    header: &[u8],
+    threads: usize,
+    reader: &mut R,
+    writer: &mut W,
+) -> Result<u64, Error>
 where
     R: AsyncRead + Unpin + ?Sized,
     W: AsyncWrite + Unpin + ?Sized,
 {
-    let cipher = Arc::new(cipher);
-    let sealed = cipher.chunk_size() + TAG;
-    let workers = Workers::start(&cipher, |c, chunk| c.open(chunk.index, chunk.last, &mut chunk.data, 0))?;
-    let mut written = 0u64;
-    let mut index: u32 = 0;
-    let mut spare = Vec::new();
-    loop {
-        let mut batch = Vec::with_capacity(threads() * CHUNKS_PER_THREAD);
-        let mut eof = false;
-        while batch.len() < threads() * CHUNKS_PER_THREAD && !eof {
-            let mut data = buffer(&mut spare, sealed);
-            eof = fill(reader, &mut data, sealed).await?;
-            // A full sealed chunk is never the last: the last is the short one at the end. An
-            // input that ends on a chunk boundary (or inside a tag) has lost its final chunk.
-            if eof && data.len() < TAG {
-                return Err(Error::InvalidInput(format!("stream truncated: no final chunk after chunk {index}")));
+    writer.write_all(header).await.map_err(Error::Write)?;
+    Ok(header.len() as u64 + run(cipher, Direction::Seal, threads, reader, writer).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use tpm_vault_proto::stream::{wrap, DataKeyId, Decryptor, Encryptor, Header, CHUNK};
+
+    use super::*;
+
+    fn header(key: &[u8; 32]) -> Header {
+        wrap(&[3; 32], DataKeyId { name: "dk", id: [1; 16] }, CHUNK as u32, b"ctx", [4; 12], key)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn cipher(key: &[u8; 32]) -> ChunkCipher {
+        ChunkCipher::new(key, &header(key), b"ctx").unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// What the daemon's single-threaded [`Encryptor`] makes of `data` (without the header).
+    fn reference(key: &[u8; 32], data: &[u8]) -> Vec<u8> {
+        let h = header(key);
+        let mut e = Encryptor::new(key, &h, b"ctx").unwrap_or_else(|e| panic!("{e}"));
+        let mut out = Vec::new();
+        e.update(data, &mut out).unwrap_or_else(|e| panic!("{e}"));
+        e.finish(&mut out).unwrap_or_else(|e| panic!("{e}"));
+        out.split_off(h.encode().len())
+    }
+
+    async fn pipe(direction: Direction, threads: usize, input: &[u8]) -> (Result<u64, Error>, Vec<u8>) {
+        let mut out = Vec::new();
+        let r = run(cipher(&[9; 32]), direction, threads, &mut &input[..], &mut out).await;
+        (r, out)
+    }
+
+    #[tokio::test]
+    async fn every_length_and_thread_count_matches_the_reference() {
+        let batch = BATCH_CHUNKS * CHUNK;
+        for len in [0, 1, CHUNK - 1, CHUNK, CHUNK + 1, batch - 1, batch, batch + 1, 3 * batch + CHUNK / 2] {
+            let data: Vec<u8> = (0..len).map(|i| (i % 253) as u8).collect();
+            let sealed = reference(&[9; 32], &data);
+            for threads in [1, 2, 3] {
+                let (r, out) = pipe(Direction::Seal, threads, &data).await;
+                assert_eq!(r.unwrap_or_else(|e| panic!("{e}")), sealed.len() as u64, "{len} bytes, {threads} threads");
+                assert!(out == sealed, "{len} bytes on {threads} threads differ from the reference");
+                let (r, out) = pipe(Direction::Open, threads, &sealed).await;
+                assert_eq!(r.unwrap_or_else(|e| panic!("{e}")), len as u64);
+                assert!(out == data, "{len} bytes on {threads} threads do not round-trip");
             }
-            batch.push(Chunk { index, last: eof, data });
-            index = index.checked_add(1).ok_or_else(|| Error::InvalidInput("stream too long".into()))?;
         }
-        written += workers.write(batch, writer, &mut spare).await?;
-        if eof {
-            writer.flush().await.map_err(Error::Write)?;
-            return Ok(written);
+    }
+
+    #[tokio::test]
+    async fn a_failing_chunk_releases_only_the_chunks_before_it() {
+        let data = vec![7u8; 3 * BATCH_CHUNKS * CHUNK + 5];
+        let sealed = reference(&[9; 32], &data);
+        let bad_chunk = BATCH_CHUNKS + 3;
+        for threads in [1, 2] {
+            let mut tampered = sealed.clone();
+            tampered[bad_chunk * (CHUNK + TAG) + 10] ^= 1;
+            let (r, out) = pipe(Direction::Open, threads, &tampered).await;
+            let err = r.err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(err.starts_with(&format!("chunk {bad_chunk} does not authenticate")), "{err}");
+            assert_eq!(out.len(), bad_chunk * CHUNK, "{threads} threads");
         }
+    }
+
+    #[tokio::test]
+    async fn truncation_is_named() {
+        let data = vec![1u8; 2 * CHUNK];
+        let sealed = reference(&[9; 32], &data);
+        for (cut, after) in [(2 * (CHUNK + TAG), 2), (2 * (CHUNK + TAG) + TAG - 1, 2), (0, 0)] {
+            let (r, _) = pipe(Direction::Open, 2, &sealed[..cut]).await;
+            let err = r.err().map(|e| e.to_string()).unwrap_or_default();
+            assert_eq!(err, format!("stream truncated: no final chunk after chunk {after}"));
+        }
+        // And the daemon's decryptor agrees that the whole stream is fine.
+        let mut d = Decryptor::new(&[9; 32], &header(&[9; 32]), b"ctx").unwrap_or_else(|e| panic!("{e}"));
+        let mut out = Vec::new();
+        d.update(&sealed, &mut out).unwrap_or_else(|e| panic!("{e}"));
+        d.finish(&mut out).unwrap_or_else(|e| panic!("{e}"));
+        assert!(out == data);
     }
 }

@@ -79,6 +79,8 @@ pub struct Client {
     /// Opens a connection of its own for each encryption or decryption stream (see
     /// `crate::crypto`); `None` for a client made [`from_channel`](Client::from_channel).
     pub(crate) dialer: Option<Dialer>,
+    /// Threads that seal and open the chunks of an in-process stream (`crate::bulk`).
+    pub(crate) bulk_threads: usize,
 }
 
 impl Client {
@@ -122,7 +124,17 @@ impl Client {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             create_timeout: DEFAULT_CREATE_TIMEOUT,
             dialer: None,
+            bulk_threads: crate::bulk::threads(),
         }
+    }
+
+    /// The same client with `threads` threads sealing and opening the chunks of
+    /// [`copy_encrypt`](Client::copy_encrypt) and [`copy_decrypt`](Client::copy_decrypt)
+    /// streams (at least 1). The default is one per CPU this process may run on (its
+    /// affinity), at most 8; with 1 the calling thread does the AES work itself.
+    pub fn with_bulk_threads(mut self, threads: usize) -> Client {
+        self.bulk_threads = threads.max(1);
+        self
     }
 
     /// Creates a key inside the TPM. `KeyAlgorithm::Unspecified` means `ecc-p256`.

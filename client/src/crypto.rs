@@ -58,6 +58,30 @@ const PIPE_SIZE: usize = 2 * MESSAGE_SIZE;
 /// The largest response message the client accepts from `CryptoService` (a full `GetRandom`).
 pub(crate) const MAX_RESPONSE: usize = MAX_RANDOM_REQUEST + RANDOM_FRAMING;
 
+/// Reads `reader` until a stream header is complete (never past it: at most
+/// [`MAX_STREAM_HEADER`] bytes) and parses it; the bytes read are appended to `head`, to be sent
+/// on. Returns the header and its encoded length.
+///
+/// # Errors
+/// [`Error::InvalidInput`] for input that does not start a stream, or ends inside its header;
+/// [`Error::Read`].
+pub(crate) async fn read_header<R>(reader: &mut R, head: &mut Vec<u8>) -> Result<(Header, usize), Error>
+where
+    R: AsyncRead + Unpin + ?Sized,
+{
+    loop {
+        let want = MAX_STREAM_HEADER.saturating_sub(head.len()) as u64;
+        let n = (&mut *reader).take(want).read_buf(head).await.map_err(Error::Read)?;
+        match Header::parse(head).map_err(|e| Error::InvalidInput(e.0))? {
+            Some(parsed) => return Ok(parsed),
+            None if n == 0 => {
+                return Err(Error::InvalidInput("stream truncated: it ended before the tpm-vault stream header".into()))
+            }
+            None => {}
+        }
+    }
+}
+
 /// A data key's public facts. The key itself never leaves the daemon.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DataKey {
@@ -270,7 +294,7 @@ impl Client {
             self.request(proto::CreateStreamKeyRequest { key_name: key.to_owned(), context: context.to_vec() });
         let stream_key = StreamKey::from_proto(self.crypto.clone().create_stream_key(request).await?.into_inner())?;
         let cipher = stream_key.cipher(context)?;
-        bulk::encrypt(cipher, &stream_key.encoded, reader, writer).await
+        bulk::encrypt(cipher, &stream_key.encoded, self.bulk_threads, reader, writer).await
     }
 
     /// [`Client::copy_encrypt`] with the AES work done in the daemon (the `Encrypt` RPC), for
@@ -341,23 +365,7 @@ impl Client {
         W: AsyncWrite + Unpin + ?Sized,
     {
         let mut head = Vec::with_capacity(MAX_STREAM_HEADER);
-        let header = loop {
-            let n = (&mut *reader)
-                .take((MAX_STREAM_HEADER - head.len()) as u64)
-                .read_buf(&mut head)
-                .await
-                .map_err(Error::Read)?;
-            match Header::parse(&head).map_err(|e| Error::InvalidInput(e.0))? {
-                Some(parsed) => break parsed,
-                None if n == 0 => {
-                    return Err(Error::InvalidInput(
-                        "stream truncated: it ended before the tpm-vault stream header".into(),
-                    ))
-                }
-                None => {}
-            }
-        };
-        let (header, used) = header;
+        let (header, used) = read_header(reader, &mut head).await?;
         if header.version() == stream::VERSION_1 {
             // A 0.1 stream is keyed by the data key itself, which only the daemon holds.
             let mut rest = std::io::Cursor::new(head).chain(reader);
@@ -371,7 +379,7 @@ impl Client {
         let stream_key = StreamKey::from_proto(self.crypto.clone().open_stream_key(request).await?.into_inner())?;
         let cipher = stream_key.cipher(context)?;
         let mut rest = std::io::Cursor::new(head.split_off(used)).chain(reader);
-        bulk::decrypt(cipher, &mut rest, writer).await
+        bulk::run(cipher, bulk::Direction::Open, self.bulk_threads, &mut rest, writer).await
     }
 
     /// [`Client::copy_decrypt`] with the AES work done in the daemon (the `Decrypt` RPC), for

@@ -76,6 +76,7 @@ mod seal;
 mod sign;
 pub mod ssh_agent;
 mod status;
+mod sync_io;
 pub mod tls;
 
 pub use access::{AccessCheck, AccessDecision, Operation};

@@ -300,39 +300,36 @@ impl ChunkCipher {
         Nonce::assume_unique_for_key(n)
     }
 
-    /// Seals the plaintext `buf[start..]` in place as chunk `index`, appending its tag.
+    /// Seals chunk `index` in place: `slot` holds the plaintext followed by [`TAG`] bytes of
+    /// room, which receive the tag. Nothing is copied: the batch buffers of the client's
+    /// pipeline and the [`Encryptor`]'s output are sealed where they lie.
     ///
     /// # Errors
-    /// [`StreamError`] if the cipher fails (nothing is appended then).
-    pub fn seal(&self, index: u32, last: bool, buf: &mut Vec<u8>, start: usize) -> Result<(), StreamError> {
+    /// [`StreamError`] if `slot` is shorter than a tag or the cipher fails.
+    pub fn seal(&self, index: u32, last: bool, slot: &mut [u8]) -> Result<(), StreamError> {
+        let plain =
+            slot.len().checked_sub(TAG).ok_or_else(|| StreamError("chunk slot without room for a tag".into()))?;
+        let (data, tag_room) = slot.split_at_mut(plain);
         let tag = self
             .key
-            .seal_in_place_separate_tag(self.nonce(index, last), Aad::from(self.aad.as_slice()), &mut buf[start..])
+            .seal_in_place_separate_tag(self.nonce(index, last), Aad::from(self.aad.as_slice()), data)
             .map_err(|_| StreamError("AES-GCM seal".into()))?;
-        buf.extend_from_slice(tag.as_ref());
+        tag_room.copy_from_slice(tag.as_ref());
         Ok(())
     }
 
-    /// Opens the sealed chunk `buf[start..]` (ciphertext and tag) in place as chunk `index`:
-    /// `buf` then ends with its plaintext, or, if it does not authenticate, ends at `start`.
+    /// Opens the sealed chunk `index` (ciphertext and tag) in place; returns the length of the
+    /// plaintext, which then starts `sealed`. On failure no byte of `sealed` may be released.
     ///
     /// # Errors
     /// [`StreamError`] naming the chunk.
-    pub fn open(&self, index: u32, last: bool, buf: &mut Vec<u8>, start: usize) -> Result<(), StreamError> {
-        match self.key.open_in_place(self.nonce(index, last), Aad::from(self.aad.as_slice()), &mut buf[start..]) {
-            Ok(plain) => {
-                let len = plain.len();
-                buf.truncate(start + len);
-                Ok(())
-            }
-            Err(_) => {
-                // Never release a byte of a chunk that does not authenticate.
-                buf.truncate(start);
-                Err(StreamError(format!(
-                    "chunk {index} does not authenticate (tampered, reordered, truncated, from another stream, \
-                     or wrong key or context)"
-                )))
-            }
+    pub fn open(&self, index: u32, last: bool, sealed: &mut [u8]) -> Result<usize, StreamError> {
+        match self.key.open_in_place(self.nonce(index, last), Aad::from(self.aad.as_slice()), sealed) {
+            Ok(plain) => Ok(plain.len()),
+            Err(_) => Err(StreamError(format!(
+                "chunk {index} does not authenticate (tampered, reordered, truncated, from another stream, \
+                 or wrong key or context)"
+            ))),
         }
     }
 }
@@ -395,9 +392,10 @@ impl Encryptor {
         out.reserve(self.pending.len() + second.len() + TAG);
         out.extend_from_slice(&self.pending);
         out.extend_from_slice(second);
+        out.resize(out.len() + TAG, 0);
         self.pending.clear();
         let index = self.counter.next()?;
-        self.cipher.seal(index, last, out, start).inspect_err(|_| out.truncate(start))
+        self.cipher.seal(index, last, &mut out[start..]).inspect_err(|_| out.truncate(start))
     }
 
     /// Adds plaintext; appends any finished output (header first) to `out`.
@@ -477,7 +475,10 @@ impl Decryptor {
         out.extend_from_slice(second);
         self.buf.clear();
         let index = self.counter.next()?;
-        self.cipher.open(index, last, out, start)
+        // Never release a byte of a chunk that does not authenticate.
+        let plain = self.cipher.open(index, last, &mut out[start..]).inspect_err(|_| out.truncate(start))?;
+        out.truncate(start + plain);
+        Ok(())
     }
 
     /// Adds ciphertext (after the header); appends verified plaintext to `out`.
@@ -698,7 +699,8 @@ mod tests {
         for (i, chunk) in data.chunks(CHUNK).enumerate() {
             let start = out.len();
             out.extend_from_slice(chunk);
-            cipher.seal(i as u32, chunk.len() < CHUNK, &mut out, start).unwrap_or_else(|e| panic!("{e}"));
+            out.resize(out.len() + TAG, 0);
+            cipher.seal(i as u32, chunk.len() < CHUNK, &mut out[start..]).unwrap_or_else(|e| panic!("{e}"));
         }
         assert!(out == whole);
     }

@@ -6,15 +6,19 @@
 //! A progress line goes to stderr for long streams when it is a terminal. For `decrypt NAME`,
 //! NAME is compared with the key named in the stream header.
 
+use std::fs::File;
 use std::io::{self, IsTerminal, Write};
+use std::os::fd::AsFd;
 use std::path::Path;
 
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::crypto::read_header;
 use crate::pcr::parse_selection;
-use crate::{stream_key_name, DataKey, Error, PcrBinding, MAX_STREAM_HEADER};
+use crate::sync_io::SyncIo;
+use crate::{DataKey, Error, PcrBinding};
 
 use super::error::CliError;
 use super::output::{fields, Report};
@@ -94,9 +98,14 @@ pub(crate) struct EncryptArgs {
     pub(crate) in_daemon: bool,
 }
 
-/// Buffer between standard input or output and the stream: large reads and writes, so the
-/// tokio stdio threads are woken once per 4 MiB rather than once per 64 KiB chunk.
-const STDIO_BUFFER: usize = 4 << 20;
+/// Standard input and output as plain blocking files (duplicates of fds 0 and 1), for the bulk
+/// data: read straight into the stream's chunk buffers and written straight from them
+/// ([`SyncIo`]). The daemon is called once per stream, before the data flows.
+fn stdio() -> Result<(SyncIo<File>, SyncIo<File>), CliError> {
+    let input = io::stdin().as_fd().try_clone_to_owned().map_err(CliError::read(Path::new("-")))?;
+    let output = io::stdout().as_fd().try_clone_to_owned().map_err(CliError::stdout)?;
+    Ok((SyncIo(File::from(input)), SyncIo(File::from(output))))
+}
 
 impl EncryptArgs {
     pub(crate) async fn run(self, ctx: &mut Context) -> Result<(), CliError> {
@@ -107,9 +116,8 @@ impl EncryptArgs {
             .into());
         }
         let client = ctx.client().await?;
-        let stdin = tokio::io::BufReader::with_capacity(STDIO_BUFFER, tokio::io::stdin());
+        let (stdin, mut output) = stdio()?;
         let mut input = Progress::new(stdin, "encrypting", stdin_size());
-        let mut output = tokio::io::BufWriter::with_capacity(STDIO_BUFFER, tokio::io::stdout());
         let context = self.context.as_bytes();
         let done = if self.in_daemon {
             client.copy_encrypt_in_daemon(&self.name, context, &mut input, &mut output).await
@@ -141,10 +149,11 @@ pub(crate) struct DecryptArgs {
 
 impl DecryptArgs {
     pub(crate) async fn run(self, ctx: &mut Context) -> Result<(), CliError> {
-        let mut stdin = tokio::io::BufReader::with_capacity(STDIO_BUFFER, tokio::io::stdin());
+        let (mut stdin, mut output) = stdio()?;
         let mut head = Vec::new();
         if let Some(expected) = &self.name {
-            let found = read_header(&mut stdin, &mut head).await?;
+            let (header, _) = read_header(&mut stdin, &mut head).await.map_err(stream_error)?;
+            let found = header.key_name;
             if &found != expected {
                 return Err(Error::InvalidInput(format!(
                     "the input was encrypted with data key {found:?}, not {expected:?}"
@@ -154,7 +163,6 @@ impl DecryptArgs {
         }
         let client = ctx.client().await?;
         let mut input = Progress::new(io::Cursor::new(head).chain(stdin), "decrypting", stdin_size());
-        let mut output = tokio::io::BufWriter::with_capacity(STDIO_BUFFER, tokio::io::stdout());
         let context = self.context.as_bytes();
         let done = if self.in_daemon {
             client.copy_decrypt_in_daemon(context, &mut input, &mut output).await
@@ -186,25 +194,6 @@ impl RandomArgs {
         let mut output = Progress::new(tokio::io::stdout(), "random", Some(self.len));
         client.write_random(self.len, &mut output).await.map_err(stream_error)?;
         Ok(())
-    }
-}
-
-/// Reads standard input until the stream header is complete; returns the key it names. The
-/// bytes read are left in `head`, to be sent on.
-async fn read_header<R: AsyncRead + Unpin>(input: &mut R, head: &mut Vec<u8>) -> Result<String, CliError> {
-    let mut buf = [0u8; MAX_STREAM_HEADER];
-    loop {
-        if let Some(name) = stream_key_name(head)? {
-            return Ok(name);
-        }
-        let n = input.read(&mut buf).await.map_err(CliError::read(Path::new("-")))?;
-        if n == 0 {
-            return Err(Error::InvalidInput(
-                "stream truncated: it ended before the tpm-vault stream header".to_owned(),
-            )
-            .into());
-        }
-        head.extend_from_slice(&buf[..n]);
     }
 }
 
@@ -283,12 +272,15 @@ mod tests {
         assert!(parse(&["datakey", "create", "dk", "--pcr", "sha256:99"]).is_err());
     }
 
+    /// A v1 header (key id 0, 64 KiB chunks, nonce prefix 0).
     fn header(name: &str) -> Vec<u8> {
         let mut h = b"TPMVAEAD".to_vec();
         h.push(1);
         h.push(name.len() as u8);
         h.extend_from_slice(name.as_bytes());
-        h.extend_from_slice(&[0u8; 27]);
+        h.extend_from_slice(&[0u8; 16]);
+        h.extend_from_slice(&65536u32.to_be_bytes());
+        h.extend_from_slice(&[0u8; 7]);
         h
     }
 
@@ -298,7 +290,7 @@ mod tests {
         stream.extend_from_slice(&[9u8; 1000]);
         let mut input = &stream[..];
         let mut head = Vec::new();
-        assert_eq!(read_header(&mut input, &mut head).await.unwrap(), "backups");
+        assert_eq!(read_header(&mut input, &mut head).await.unwrap().0.key_name, "backups");
         // Nothing is lost: what was read is in `head`, the rest still in the input.
         let mut rest = head.clone();
         rest.extend_from_slice(input);
@@ -309,10 +301,10 @@ mod tests {
     async fn short_or_foreign_input() {
         let h = header("k");
         let mut input = &h[..h.len() - 1];
-        let err = read_header(&mut input, &mut Vec::new()).await.unwrap_err();
+        let err = stream_error(read_header(&mut input, &mut Vec::new()).await.unwrap_err());
         assert!(err.to_string().starts_with("stream truncated"), "{err}");
         let mut input = &b"plain text, not encrypted"[..];
-        let err = read_header(&mut input, &mut Vec::new()).await.unwrap_err();
+        let err = stream_error(read_header(&mut input, &mut Vec::new()).await.unwrap_err());
         assert_eq!(err.to_string(), "not a tpm-vault encrypted stream: bad magic");
         assert_eq!(err.exit_code(), 2);
     }
