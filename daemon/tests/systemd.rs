@@ -352,7 +352,11 @@ async fn watchdog_keepalives_follow_the_tpm_actor() {
 }
 
 /// Every file `cargo deb -p tpm-vault-daemon` packages exists, and every unit, sysusers.d and
-/// tmpfiles.d file and the example config are packaged where systemd looks for them.
+/// tmpfiles.d file and the example config are packaged where systemd looks for them: the system
+/// units through `systemd-units` (cargo-deb finds them by `unit-name` and writes the steps that
+/// enable and start them), the user units as assets. The changelog's version is the crate's, and
+/// the postinst keeps the `#DEBHELPER#` token cargo-deb replaces. (`scripts/package-check`
+/// builds the package itself, runs lintian and installs it into a scratch root.)
 #[test]
 fn deb_package_assets_exist_and_cover_the_units() {
     let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -363,7 +367,9 @@ fn deb_package_assets_exist_and_cover_the_units() {
         .and_then(|p| p.get("metadata"))
         .and_then(|m| m.get("deb"))
         .expect("[package.metadata.deb]");
-    assert_eq!(deb.get("name").and_then(|n| n.as_str()), Some("tpm-vault"));
+    let text = |key: &str| deb.get(key).and_then(|v| v.as_str()).unwrap_or_else(|| panic!("{key}"));
+    assert_eq!(text("name"), "tpm-vault");
+    assert_eq!(text("profile"), "deb");
     let assets = deb.get("assets").and_then(|a| a.as_array()).expect("assets");
     let mut packaged = Vec::new();
     for asset in assets {
@@ -378,8 +384,6 @@ fn deb_package_assets_exist_and_cover_the_units() {
         packaged.push((src.trim_start_matches("../").to_owned(), dest.to_owned()));
     }
     for (src, dest) in [
-        ("systemd/tpm-vaultd.service", "usr/lib/systemd/system/"),
-        ("systemd/tpm-vaultd.socket", "usr/lib/systemd/system/"),
         ("systemd/tpm-vault-acme-renew.service", "usr/lib/systemd/system/"),
         ("systemd/tpm-vault-acme-renew.timer", "usr/lib/systemd/system/"),
         ("systemd/sysusers.d/tpm-vault.conf", "usr/lib/sysusers.d/"),
@@ -390,11 +394,45 @@ fn deb_package_assets_exist_and_cover_the_units() {
         ("target/release/tpm-vault", "usr/bin/"),
         ("target/release/libtpm_vault_pkcs11.so", "usr/lib/x86_64-linux-gnu/pkcs11/"),
         ("pkcs11/tpm-vault.module", "usr/share/p11-kit/modules/"),
+        ("debian/lintian-overrides", "usr/share/lintian/overrides/tpm-vault"),
     ] {
         assert!(packaged.iter().any(|(s, d)| s == src && d == dest), "{src} -> {dest} not packaged");
     }
+
+    // cargo-deb installs `<unit-name>.<type>` from `unit-scripts` into /usr/lib/systemd/system.
+    let units = deb.get("systemd-units").and_then(|u| u.as_array()).expect("systemd-units = [...]");
+    let mut by_cargo_deb = Vec::new();
+    for entry in units {
+        let name = entry.get("unit-name").and_then(|n| n.as_str()).expect("unit-name");
+        let dir = entry.get("unit-scripts").and_then(|d| d.as_str()).expect("unit-scripts");
+        for unit in unit_files() {
+            let file = unit.file_name().expect("name").to_string_lossy().into_owned();
+            if file.rsplit_once('.').is_some_and(|(stem, _)| stem == name) {
+                assert_eq!(manifest_dir.join(dir).join(&file).canonicalize().ok(), unit.canonicalize().ok());
+                by_cargo_deb.push(format!("systemd/{file}"));
+            }
+        }
+    }
+    assert!(by_cargo_deb.contains(&"systemd/tpm-vaultd.service".to_owned()), "{by_cargo_deb:?}");
+    assert!(by_cargo_deb.contains(&"systemd/tpm-vaultd.socket".to_owned()), "{by_cargo_deb:?}");
     for unit in unit_files() {
         let name = format!("systemd/{}", unit.file_name().expect("name").to_string_lossy());
-        assert!(packaged.iter().any(|(s, _)| *s == name), "{name} not packaged");
+        let as_asset = packaged.iter().any(|(s, _)| *s == name);
+        assert!(
+            as_asset != by_cargo_deb.contains(&name),
+            "{name}: packaged {} (once, either by systemd-units or as an asset)",
+            if as_asset { "twice" } else { "not at all" }
+        );
     }
+
+    let scripts = manifest_dir.join(text("maintainer-scripts"));
+    let postinst = std::fs::read_to_string(scripts.join("postinst")).expect("debian/postinst");
+    assert!(postinst.contains("#DEBHELPER#"), "postinst lost the #DEBHELPER# token");
+    let changelog = std::fs::read_to_string(manifest_dir.join(text("changelog"))).expect("debian/changelog");
+    let top = changelog.lines().next().unwrap_or_default();
+    assert!(
+        top.starts_with(&format!("tpm-vault ({}-1) ", env!("CARGO_PKG_VERSION"))),
+        "debian/changelog's newest entry {top:?} is not for version {}-1",
+        env!("CARGO_PKG_VERSION")
+    );
 }
