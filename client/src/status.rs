@@ -37,6 +37,17 @@ pub struct DaemonStatus {
     pub metrics: Vec<Metric>,
     /// The last TPM error, if there was one.
     pub last_tpm_error: Option<String>,
+    /// TPM vendor string, e.g. `SW   TPM` for swtpm.
+    pub tpm_vendor: String,
+    /// Why the TPM is taken for a software TPM (its keys are then not hardware-protected);
+    /// `None` when it looks like hardware.
+    pub software_tpm: Option<String>,
+    /// Reconnections to the TPM after it went away or was reset.
+    pub tpm_reconnects: u64,
+    /// Access rules in force: 0 means every request is denied.
+    pub policy_rules: u32,
+    /// Where the rules came from (the policy directory, or the built-in default policy).
+    pub policy_source: String,
 }
 
 /// A call counter with a latency summary.
@@ -70,6 +81,17 @@ impl From<proto::Status> for DaemonStatus {
             tpm_queue_depth: status.tpm_queue_depth,
             metrics: status.metrics.into_iter().map(Metric::from).collect(),
             last_tpm_error: Some(status.last_tpm_error).filter(|e| !e.is_empty()),
+            tpm_vendor: status.tpm_vendor,
+            software_tpm: status.software_tpm.then(|| {
+                if status.software_tpm_reason.is_empty() {
+                    "reason not given".to_owned()
+                } else {
+                    status.software_tpm_reason
+                }
+            }),
+            tpm_reconnects: status.tpm_reconnects,
+            policy_rules: status.policy_rules,
+            policy_source: status.policy_source,
         }
     }
 }
@@ -103,5 +125,12 @@ mod tests {
         assert_eq!(status.uptime, Duration::from_secs(61));
         assert_eq!(status.metrics[0].p50, Duration::from_micros(750));
         assert_eq!(status.last_tpm_error, None);
+        assert_eq!(status.software_tpm, None);
+        let software = DaemonStatus::from(proto::Status {
+            software_tpm: true,
+            software_tpm_reason: "TCTI swtpm: (swtpm's TCP protocol)".into(),
+            ..Default::default()
+        });
+        assert_eq!(software.software_tpm.as_deref(), Some("TCTI swtpm: (swtpm's TCP protocol)"));
     }
 }

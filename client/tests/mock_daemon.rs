@@ -227,6 +227,12 @@ impl StatusService for Mock {
             simulator: true,
             tpm_state: TpmState::Ready.into(),
             tpm_manufacturer: "IBM".into(),
+            tpm_vendor: "SW   TPM".into(),
+            software_tpm: true,
+            software_tpm_reason: "TCTI swtpm: (swtpm's TCP protocol)".into(),
+            tpm_reconnects: 2,
+            policy_rules: 0,
+            policy_source: "/etc/tpm-vault/policies (1 file(s))".into(),
             key_count: self.key_count as u64,
             uptime_seconds: 3_725,
             metrics: vec![proto::Metric { name: "rpc/Sign".into(), count: 10, errors: 1, p50_us: 800, p99_us: 2_500 }],
@@ -557,8 +563,19 @@ fn cli_status() {
     assert!(text.contains("simulator:       yes (keys are NOT hardware-protected)"), "{text}");
     assert!(text.contains("uptime:          1h 2m 5s"), "{text}");
     assert!(text.contains("rpc/Sign"), "{text}");
+    for row in [
+        "software tpm:    YES: TCTI swtpm: (swtpm's TCP protocol). Keys are NOT hardware-protected\n",
+        "tpm:             IBM \"SW   TPM\"\n",
+        "tpm reconnects:  2\n",
+        "policy:          NO rules in force: every request is denied (/etc/tpm-vault/policies (1 file(s)))\n",
+    ] {
+        assert!(text.contains(row), "{row:?} in\n{text}");
+    }
     let out = daemon.cli(&["status", "--output", "json"], None);
     let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(value["tpm_state"], "ready");
     assert_eq!(value["metrics"][0]["p99_us"], 2500);
+    assert_eq!(value["software_tpm"], true);
+    assert_eq!(value["policy_rules"], 0);
+    assert_eq!(value["tpm_reconnects"], 2);
 }

@@ -22,7 +22,7 @@
 //!   the `--listen` gRPC-over-TLS listener with client certificates.
 //! - [`logwriter`]: log and audit lines to stderr in batches, off the request path.
 //! - [`systemd`], [`telemetry`]: readiness, stopping and watchdog messages to systemd, and the
-//!   optional Prometheus endpoint.
+//!   optional Prometheus endpoint, with the `process_*` figures of [`process_metrics`].
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![deny(missing_docs, missing_debug_implementations)]
 // One audited exception: `spawn` runs a close_range hook between fork and exec.
@@ -36,6 +36,7 @@ pub mod error;
 pub mod logwriter;
 pub mod metrics;
 pub mod model;
+pub mod process_metrics;
 pub mod rpc;
 pub mod server;
 pub mod simulator;

@@ -1,4 +1,5 @@
-//! Request counters and latency histograms, per RPC and per TPM command.
+//! Request counters and latency histograms, per RPC and per TPM command; failed RPCs also by
+//! their gRPC code.
 //!
 //! Cheap enough for the hot path: one short mutex section per observation, log2-spaced
 //! microsecond buckets (so percentiles are accurate to a factor of two at worst, interpolated
@@ -20,13 +21,24 @@ pub struct Series {
     pub errors: u64,
     /// Sum of latencies, microseconds.
     pub sum_us: u64,
+    /// Failed observations by error code (the gRPC code's name for RPCs, e.g. `NotFound`);
+    /// empty where failures carry no code (TPM commands).
+    pub codes: BTreeMap<String, u64>,
     buckets: [u64; BUCKETS],
 }
 
 impl Series {
-    fn observe(&mut self, us: u64, ok: bool) {
+    fn observe(&mut self, us: u64, ok: bool, code: Option<&str>) {
         self.count += 1;
         self.errors += u64::from(!ok);
+        if let Some(code) = code {
+            match self.codes.get_mut(code) {
+                Some(n) => *n += 1,
+                None => {
+                    self.codes.insert(code.to_owned(), 1);
+                }
+            }
+        }
         self.sum_us = self.sum_us.saturating_add(us);
         let i = (64 - us.max(1).leading_zeros() as usize - 1).min(BUCKETS - 1);
         self.buckets[i] += 1;
@@ -69,13 +81,23 @@ pub struct Metrics {
 impl Metrics {
     /// Records one observation of `name`.
     pub fn observe(&self, name: &str, elapsed: Duration, ok: bool) {
+        self.record(name, elapsed, ok, None);
+    }
+
+    /// Records one observation of `name` that succeeded (`error` `None`) or failed with the
+    /// error code `error` (counted by code as well).
+    pub fn observe_outcome(&self, name: &str, elapsed: Duration, error: Option<&str>) {
+        self.record(name, elapsed, error.is_none(), error);
+    }
+
+    fn record(&self, name: &str, elapsed: Duration, ok: bool, code: Option<&str>) {
         let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
         if let Ok(mut map) = self.series.lock() {
             match map.get_mut(name) {
-                Some(s) => s.observe(us, ok),
+                Some(s) => s.observe(us, ok, code),
                 None => {
                     let mut s = Series::default();
-                    s.observe(us, ok);
+                    s.observe(us, ok, code);
                     map.insert(name.to_owned(), s);
                 }
             }
@@ -107,5 +129,19 @@ mod tests {
         assert!((64..=128).contains(&p50), "{p50}");
         let p99 = s.percentile_us(0.99);
         assert!((8192..=16384).contains(&p99), "{p99}");
+        assert!(s.codes.is_empty(), "no codes without observe_outcome");
+    }
+
+    #[test]
+    fn failures_are_counted_by_code() {
+        let m = Metrics::default();
+        m.observe_outcome("GetKey", Duration::from_micros(10), None);
+        m.observe_outcome("GetKey", Duration::from_micros(10), Some("NotFound"));
+        m.observe_outcome("GetKey", Duration::from_micros(10), Some("NotFound"));
+        m.observe_outcome("GetKey", Duration::from_micros(10), Some("PermissionDenied"));
+        let s = &m.snapshot()["GetKey"];
+        assert_eq!((s.count, s.errors), (4, 3));
+        let codes: Vec<(&str, u64)> = s.codes.iter().map(|(c, n)| (c.as_str(), *n)).collect();
+        assert_eq!(codes, [("NotFound", 2), ("PermissionDenied", 1)]);
     }
 }

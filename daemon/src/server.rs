@@ -191,6 +191,14 @@ pub async fn run(
         datakey_idle: config.datakey_idle,
     })
     .await?;
+    // As loud as --simulator's own warning (which already said it when starting the swtpm).
+    if let (Some(software), false) = (vault.software_tpm(), config.simulator) {
+        tracing::warn!(
+            tcti = %config.tcti,
+            "the TPM is a software TPM ({software}). Keys are NOT hardware-protected: use a hardware TPM \
+             (device:/dev/tpmrm0) in production."
+        );
+    }
     let metrics = Arc::new(Metrics::default());
     let result = serve_vault(&config, vault.clone(), metrics, access, activated, shutdown).await;
     // Requests are answered by now, but jobs they queued may still be waiting for the TPM;
@@ -215,7 +223,7 @@ async fn serve_vault(
     let metrics_task = match config.metrics_listen {
         Some(addr) => {
             let listener = telemetry::bind(addr).await.map_err(|source| ServerError::Metrics { addr, source })?;
-            let source = MetricsSource { rpc: metrics.clone(), vault: vault.clone() };
+            let source = MetricsSource { rpc: metrics.clone(), vault: vault.clone(), access: access.clone() };
             Some(AbortOnDrop(telemetry::spawn(listener, source)))
         }
         None => None,

@@ -1,10 +1,13 @@
 //! The optional Prometheus endpoint (`metrics_listen`): renders the daemon's counters in the
 //! Prometheus text exposition format (0.0.4) and serves them with a minimal HTTP/1.1 responder.
 //!
-//! It owns no counters: per-RPC series come from the [`Metrics`] the RPC layer records into,
-//! per-TPM-command series, queue depth, loaded objects and TPM state from the TPM actor's
-//! [`Shared`](crate::tpm::Shared) state, the key count from the [`Vault`]. `tpm-vault status`
-//! shows the same numbers over gRPC (`StatusService`).
+//! It owns no counters: per-RPC series (failures by gRPC code) come from the [`Metrics`] the
+//! RPC layer records into, per-TPM-command series, queue depth, loaded objects, TPM state and
+//! reconnections from the TPM actor's [`Shared`](crate::tpm::Shared) state, the key count and
+//! whether the TPM is a software TPM from the [`Vault`], the rules in force and the denials by
+//! operation from the [`Access`] policy, and the `process_*` figures from procfs
+//! ([`crate::process_metrics`]). `tpm-vault status` shows most of the same numbers over gRPC
+//! (`StatusService`). docs/METRICS.md lists every metric; docs/alerts.yml alerts on them.
 //!
 //! The endpoint is plain HTTP without authentication, so [`crate::config`] only accepts a
 //! loopback address for it. The responder answers `GET`/`HEAD` of `/metrics` (and `/`), one
@@ -24,7 +27,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
+use crate::auth::Access;
 use crate::metrics::{Metrics, Series};
+use crate::process_metrics::ProcessSample;
 use crate::tpm::TpmState;
 use crate::vault::Vault;
 
@@ -48,12 +53,15 @@ pub struct MetricsSource {
     pub rpc: Arc<Metrics>,
     /// The vault: TPM actor state and per-command series, key count, uptime.
     pub vault: Vault,
+    /// The access policy: rules in force, denials by operation.
+    pub access: Arc<Access>,
 }
 
 impl MetricsSource {
     /// Renders every metric in the Prometheus text format.
     pub async fn render(&self) -> String {
         let keys = self.vault.key_count().await.ok();
+        let process = tokio::task::spawn_blocking(ProcessSample::read).await.ok().flatten();
         let shared = self.vault.tpm().shared();
         let snapshot = Snapshot {
             rpc: self.rpc.snapshot(),
@@ -65,6 +73,11 @@ impl MetricsSource {
             keys,
             uptime: self.vault.uptime(),
             simulator: self.vault.is_simulator(),
+            software_tpm: self.vault.software_tpm().is_some(),
+            reconnects: shared.reconnects(),
+            policy_rules: self.access.current().len(),
+            denied: self.access.denials().map(|(op, n)| (op.as_str(), n)).collect(),
+            process,
         };
         snapshot.render()
     }
@@ -238,6 +251,12 @@ struct Snapshot {
     keys: Option<usize>,
     uptime: Duration,
     simulator: bool,
+    software_tpm: bool,
+    reconnects: u64,
+    policy_rules: usize,
+    /// Denials by operation name, every operation listed.
+    denied: Vec<(&'static str, u64)>,
+    process: Option<ProcessSample>,
 }
 
 impl Snapshot {
@@ -253,6 +272,22 @@ impl Snapshot {
             "1 when the TPM is the daemon's own swtpm (keys NOT hardware-protected).",
             u64::from(self.simulator),
         );
+        gauge(
+            o,
+            "tpm_vault_software_tpm",
+            "1 when the TPM is a software TPM (--simulator, a swtpm:/mssim: TCTI, or swtpm's identity): keys NOT hardware-protected.",
+            u64::from(self.software_tpm),
+        );
+        gauge(
+            o,
+            "tpm_vault_policy_rules",
+            "Access rules in force (0: every request is denied).",
+            self.policy_rules as u64,
+        );
+        header(o, "tpm_vault_access_denied_total", "counter", "Requests denied by the access policy, by operation.");
+        for (op, n) in &self.denied {
+            line(o, "tpm_vault_access_denied_total", &[("operation", op)], *n);
+        }
         if let Some(keys) = self.keys {
             gauge(o, "tpm_vault_keys", "Keys in the state directory.", keys as u64);
         }
@@ -273,8 +308,18 @@ impl Snapshot {
         for (class, n) in &self.tpm_errors {
             line(o, "tpm_vault_tpm_errors_total", &[("class", class)], *n);
         }
+        header(
+            o,
+            "tpm_vault_tpm_reconnects_total",
+            "counter",
+            "Reconnections to the TPM after it went away or was reset.",
+        );
+        line(o, "tpm_vault_tpm_reconnects_total", &[], self.reconnects);
         family(o, &RPC, &self.rpc);
         family(o, &TPM, &self.tpm);
+        if let Some(p) = &self.process {
+            process(o, p);
+        }
         out
     }
 }
@@ -289,6 +334,8 @@ struct Family {
     latency: &'static str,
     /// Label naming the series (`rpc`, `command`).
     label: &'static str,
+    /// Failures are counted by error code, under this label (`code`), not per series only.
+    code_label: Option<&'static str>,
     /// What is counted, for the HELP lines.
     what: &'static str,
 }
@@ -298,6 +345,7 @@ const RPC: Family = Family {
     errors: "tpm_vault_rpc_errors_total",
     latency: "tpm_vault_rpc_latency_seconds",
     label: "rpc",
+    code_label: Some("code"),
     what: "gRPC requests",
 };
 
@@ -306,6 +354,7 @@ const TPM: Family = Family {
     errors: "tpm_vault_tpm_command_errors_total",
     latency: "tpm_vault_tpm_command_latency_seconds",
     label: "command",
+    code_label: None,
     what: "TPM actor jobs (queueing excluded)",
 };
 
@@ -316,9 +365,21 @@ fn family(o: &mut String, f: &Family, series: &BTreeMap<String, Series>) {
     for (name, s) in series {
         line(o, f.requests, &[(label, name)], s.count);
     }
-    header(o, f.errors, "counter", &format!("{} that failed.", f.what));
-    for (name, s) in series {
-        line(o, f.errors, &[(label, name)], s.errors);
+    match f.code_label {
+        Some(code_label) => {
+            header(o, f.errors, "counter", &format!("{} that failed, by gRPC code (as tonic::Code names it).", f.what));
+            for (name, s) in series {
+                for (code, n) in &s.codes {
+                    line(o, f.errors, &[(label, name), (code_label, code)], *n);
+                }
+            }
+        }
+        None => {
+            header(o, f.errors, "counter", &format!("{} that failed.", f.what));
+            for (name, s) in series {
+                line(o, f.errors, &[(label, name)], s.errors);
+            }
+        }
     }
     header(o, f.latency, "histogram", &format!("{}: latency in seconds.", f.what));
     let bucket = format!("{}_bucket", f.latency);
@@ -333,6 +394,28 @@ fn family(o: &mut String, f: &Family, series: &BTreeMap<String, Series>) {
         let _ = writeln!(o, "{}_sum{{{label}=\"{}\"}} {}", f.latency, escape(name), s.sum_us as f64 / 1e6);
         line(o, &format!("{}_count", f.latency), &[(label, name)], s.count);
     }
+}
+
+/// The `process_*` family of the Prometheus client libraries.
+fn process(o: &mut String, p: &ProcessSample) {
+    let float = |o: &mut String, name: &str, kind: &str, help: &str, value: f64| {
+        header(o, name, kind, help);
+        let _ = writeln!(o, "{name} {value}");
+    };
+    float(o, "process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.", p.cpu_seconds);
+    gauge(o, "process_resident_memory_bytes", "Resident memory size in bytes.", p.resident_bytes);
+    gauge(o, "process_virtual_memory_bytes", "Virtual memory size in bytes.", p.virtual_bytes);
+    gauge(o, "process_open_fds", "Number of open file descriptors.", p.open_fds);
+    if let Some(max) = p.max_fds {
+        gauge(o, "process_max_fds", "Maximum number of open file descriptors.", max);
+    }
+    float(
+        o,
+        "process_start_time_seconds",
+        "gauge",
+        "Start time of the process since unix epoch in seconds.",
+        p.start_time_seconds,
+    );
 }
 
 fn header(o: &mut String, name: &str, kind: &str, help: &str) {
@@ -394,8 +477,9 @@ mod tests {
     #[test]
     fn renders_prometheus_text() {
         let rpc = Metrics::default();
-        rpc.observe("Sign", Duration::from_micros(100), true);
-        rpc.observe("Sign", Duration::from_micros(3000), false);
+        rpc.observe_outcome("Sign", Duration::from_micros(100), None);
+        rpc.observe_outcome("Sign", Duration::from_micros(3000), Some("PermissionDenied"));
+        rpc.observe_outcome("GetStatus", Duration::from_micros(50), None);
         let tpm = Metrics::default();
         tpm.observe("sign", Duration::from_micros(700), true);
         let text = Snapshot {
@@ -408,12 +492,25 @@ mod tests {
             keys: Some(5),
             uptime: Duration::from_secs(7),
             simulator: true,
+            software_tpm: true,
+            reconnects: 2,
+            policy_rules: 0,
+            denied: vec![("sign", 1), ("seal", 0)],
+            process: Some(ProcessSample {
+                cpu_seconds: 1.5,
+                resident_bytes: 4096,
+                virtual_bytes: 8192,
+                start_time_seconds: 1_764_700_000.25,
+                open_fds: 9,
+                max_fds: Some(1024),
+            }),
         }
         .render();
         for want in [
             "# TYPE tpm_vault_rpc_requests_total counter\n",
             "tpm_vault_rpc_requests_total{rpc=\"Sign\"} 2\n",
-            "tpm_vault_rpc_errors_total{rpc=\"Sign\"} 1\n",
+            "# TYPE tpm_vault_rpc_errors_total counter\n",
+            "tpm_vault_rpc_errors_total{rpc=\"Sign\",code=\"PermissionDenied\"} 1\n",
             "# TYPE tpm_vault_rpc_latency_seconds histogram\n",
             "tpm_vault_rpc_latency_seconds_bucket{rpc=\"Sign\",le=\"0.000016\"} 0\n",
             "tpm_vault_rpc_latency_seconds_bucket{rpc=\"Sign\",le=\"0.000128\"} 1\n",
@@ -433,16 +530,34 @@ mod tests {
             "tpm_vault_keys 5\n",
             "tpm_vault_simulator 1\n",
             "tpm_vault_uptime_seconds 7\n",
+            "tpm_vault_software_tpm 1\n",
+            "tpm_vault_policy_rules 0\n",
+            "# TYPE tpm_vault_access_denied_total counter\n",
+            "tpm_vault_access_denied_total{operation=\"sign\"} 1\n",
+            "tpm_vault_access_denied_total{operation=\"seal\"} 0\n",
+            "# TYPE tpm_vault_tpm_reconnects_total counter\n",
+            "tpm_vault_tpm_reconnects_total 2\n",
+            "tpm_vault_rpc_requests_total{rpc=\"GetStatus\"} 1\n",
+            "# TYPE process_cpu_seconds_total counter\n",
+            "process_cpu_seconds_total 1.5\n",
+            "process_resident_memory_bytes 4096\n",
+            "process_virtual_memory_bytes 8192\n",
+            "process_open_fds 9\n",
+            "process_max_fds 1024\n",
+            "process_start_time_seconds 1764700000.25\n",
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");
         }
         // Buckets are cumulative and non-decreasing.
         let mut last = 0u64;
-        for l in text.lines().filter(|l| l.starts_with("tpm_vault_rpc_latency_seconds_bucket")) {
+        for l in text.lines().filter(|l| l.starts_with("tpm_vault_rpc_latency_seconds_bucket{rpc=\"Sign\"")) {
             let v: u64 = l.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(u64::MAX);
             assert!(v >= last, "{l}");
             last = v;
         }
         assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+        // A call without failures has no error series; the TPM family keeps one per command.
+        assert!(!text.contains("tpm_vault_rpc_errors_total{rpc=\"GetStatus\""), "{text}");
+        assert!(!text.lines().any(|l| l.starts_with("tpm_vault_rpc_errors_total{rpc=\"Sign\"}")), "{text}");
     }
 }

@@ -241,9 +241,8 @@ async fn metrics_endpoint_serves_prometheus_text() {
     assert!(head.contains("Content-Type: text/plain; version=0.0.4"), "{head}");
     for want in [
         "tpm_vault_rpc_requests_total{rpc=\"Sign\"} 1",
-        "tpm_vault_rpc_errors_total{rpc=\"Sign\"} 0",
         "tpm_vault_rpc_requests_total{rpc=\"GetKey\"} 1",
-        "tpm_vault_rpc_errors_total{rpc=\"GetKey\"} 1",
+        "tpm_vault_rpc_errors_total{rpc=\"GetKey\",code=\"NotFound\"} 1",
         "tpm_vault_rpc_latency_seconds_count{rpc=\"Sign\"} 1",
         "tpm_vault_rpc_latency_seconds_bucket{rpc=\"Sign\",le=\"+Inf\"} 1",
         "tpm_vault_tpm_commands_total{command=\"sign\"} 1",
@@ -256,6 +255,7 @@ async fn metrics_endpoint_serves_prometheus_text() {
         assert!(body.lines().any(|l| l == want), "missing {want:?} in:\n{body}");
     }
     assert!(body.contains("tpm_vault_tpm_loaded_objects "), "{body}");
+    assert!(!body.contains("tpm_vault_rpc_errors_total{rpc=\"Sign\""), "Sign never failed:\n{body}");
     let post = http(&addr, "POST /metrics HTTP/1.1\r\n\r\n").await;
     assert!(post.starts_with("HTTP/1.1 405 "), "{post}");
     let missing = http(&addr, "GET /nope HTTP/1.1\r\n\r\n").await;

@@ -30,22 +30,40 @@ impl Report for StatusReport {
     fn text(&self, out: &mut dyn Write) -> io::Result<()> {
         let s = &self.0;
         let simulator = if s.simulator { "yes (keys are NOT hardware-protected)" } else { "no" };
+        let software = match &s.software_tpm {
+            Some(reason) => format!("YES: {reason}. Keys are NOT hardware-protected"),
+            None => "no".to_owned(),
+        };
         let mut tpm = s.tpm_manufacturer.clone();
+        if !s.tpm_vendor.is_empty() {
+            tpm.push_str(&format!(" {:?}", s.tpm_vendor));
+        }
         if !s.tpm_firmware.is_empty() {
             tpm.push_str(&format!(" (firmware {})", s.tpm_firmware));
         }
+        // A daemon older than these fields reports no policy source: no row then.
+        let policy = match (s.policy_rules, s.policy_source.as_str()) {
+            (_, "") => None,
+            (0, source) => Some(format!("NO rules in force: every request is denied ({source})")),
+            (n, source) => Some(format!("{n} rule(s) from {source}")),
+        };
         let mut rows = vec![
             ("version", s.version.clone()),
             ("tpm state", s.tpm_state.name().to_owned()),
             ("tpm", tpm),
             ("tcti", s.tcti.clone()),
             ("simulator", simulator.to_owned()),
+            ("software tpm", software),
             ("srk name", s.srk_name.clone()),
+            ("tpm reconnects", s.tpm_reconnects.to_string()),
             ("keys", s.key_count.to_string()),
             ("loaded objects", s.loaded_objects.to_string()),
             ("tpm queue depth", s.tpm_queue_depth.to_string()),
             ("uptime", uptime(s.uptime)),
         ];
+        if let Some(policy) = policy {
+            rows.push(("policy", policy));
+        }
         if let Some(error) = &s.last_tpm_error {
             rows.push(("last tpm error", error.clone()));
         }
@@ -86,6 +104,12 @@ impl Report for StatusReport {
             "tpm_state": s.tpm_state.name(),
             "tpm_manufacturer": s.tpm_manufacturer,
             "tpm_firmware": s.tpm_firmware,
+            "tpm_vendor": s.tpm_vendor,
+            "software_tpm": s.software_tpm.is_some(),
+            "software_tpm_reason": s.software_tpm,
+            "tpm_reconnects": s.tpm_reconnects,
+            "policy_rules": s.policy_rules,
+            "policy_source": s.policy_source,
             "srk_name": s.srk_name,
             "key_count": s.key_count,
             "loaded_objects": s.loaded_objects,

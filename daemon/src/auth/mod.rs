@@ -10,6 +10,7 @@ pub mod peer;
 pub mod policy;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 pub use peer::{identity, Identity, Peer, UnixIdentity};
@@ -27,6 +28,9 @@ pub struct Access {
     policy: RwLock<Arc<Policy>>,
     audit: audit::AuditLog,
     limits: limits::ClientLimits,
+    /// Requests the policy denied, by operation in the order of [`Operation::ALL`] (the
+    /// `tpm_vault_access_denied_total` counter: a spike is an attack or a broken deployment).
+    denied: [AtomicU64; Operation::ALL.len()],
 }
 
 /// A granted request, carried to the audit event once the operation finished.
@@ -65,12 +69,19 @@ impl Access {
             policy: RwLock::new(Arc::new(policy)),
             audit,
             limits: Default::default(),
+            denied: Default::default(),
         })
     }
 
     /// A fixed policy (tests, embedding).
     pub fn with_policy(policy: Policy, audit: audit::AuditLog) -> Self {
-        Self { dir: None, policy: RwLock::new(Arc::new(policy)), audit, limits: Default::default() }
+        Self {
+            dir: None,
+            policy: RwLock::new(Arc::new(policy)),
+            audit,
+            limits: Default::default(),
+            denied: Default::default(),
+        }
     }
 
     /// Sets the per-client limit of TPM requests in flight.
@@ -113,6 +124,31 @@ impl Access {
         self.policy.read().map(|p| p.clone()).unwrap_or_default()
     }
 
+    /// Where the policy in force came from, for status: the directory and its file count, the
+    /// built-in default policy, or a fixed policy given by the embedding program.
+    pub fn source(&self) -> String {
+        let policy = self.current();
+        match &self.dir {
+            Some((dir, _)) if policy.is_builtin() => {
+                format!("built-in default policy (no directory {})", dir.display())
+            }
+            Some((dir, _)) => format!("{} ({} file(s))", dir.display(), policy.files().len()),
+            None => "fixed policy (embedded)".to_owned(),
+        }
+    }
+
+    /// Requests denied by the policy so far, for every operation (zeros included), in the
+    /// order of [`Operation::ALL`].
+    pub fn denials(&self) -> impl Iterator<Item = (Operation, u64)> + '_ {
+        Operation::ALL.into_iter().zip(&self.denied).map(|(op, n)| (op, n.load(Ordering::Relaxed)))
+    }
+
+    fn count_denial(&self, op: Operation) {
+        if let Some(n) = Operation::ALL.iter().position(|o| *o == op).and_then(|i| self.denied.get(i)) {
+            n.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// Checks `op` on `key` (owned by `owner`) for `who`; denies (and audits the denial) with
     /// a message naming the operation.
     ///
@@ -126,16 +162,27 @@ impl Access {
         owner: Option<u32>,
     ) -> Result<Grant, Error> {
         let Some(who) = who else {
+            self.count_denial(op);
             self.audit.record(&Identity::Unknown, op, key.map(KeyName::as_str), "deny", None, "no client identity");
             return Err(Error::PermissionDenied(format!("{} denied: client identity unknown", op.as_str())));
         };
-        match self.current().decide(&who, op, key, owner) {
+        let policy = self.current();
+        match policy.decide(&who, op, key, owner) {
             Decision::Allow(rule) => Ok(Grant { who, op, key: key.map(|k| k.to_string()), rule, slot: None }),
             Decision::Deny => {
+                self.count_denial(op);
                 self.audit.record(&who, op, key.map(KeyName::as_str), "deny", None, "denied");
+                // With no rule in force the caller (an administrator running `tpm-vault
+                // status`, say) is told so plainly: nobody can do anything until rules are
+                // added.
+                let why = if policy.is_empty() {
+                    "by the access policy: no access rules are in force, so every request is denied"
+                } else {
+                    "by the access policy"
+                };
                 Err(Error::PermissionDenied(match key {
-                    Some(k) => format!("{} on key {k} denied for {who} by the access policy", op.as_str()),
-                    None => format!("{} denied for {who} by the access policy", op.as_str()),
+                    Some(k) => format!("{} on key {k} denied for {who} {why}", op.as_str()),
+                    None => format!("{} denied for {who} {why}", op.as_str()),
                 }))
             }
         }
@@ -151,5 +198,51 @@ impl Access {
     /// `none`, and the outcome.
     pub fn undecided(&self, who: Option<&Identity>, op: Operation, key: Option<&str>, outcome: &str) {
         self.audit.record(who.unwrap_or(&Identity::Unknown), op, key, "none", None, outcome);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client whose uid no user has (so its identity does not depend on the machine).
+    fn alice() -> Identity {
+        Identity::Unix(UnixIdentity::resolve(4_000_000, 4_000_000, None))
+    }
+
+    fn access(text: &str) -> Access {
+        let mut policy = Policy::default();
+        policy.add_file(Path::new("t.toml"), text).unwrap_or_else(|e| panic!("{e}"));
+        Access::with_policy(policy, audit::AuditLog::tracing_only())
+    }
+
+    #[test]
+    fn denials_are_counted_by_operation() {
+        let a =
+            access("[[rule]]\nname = \"s\"\nclients = [\"uid:4000000\"]\nkeys = [\"*\"]\noperations = [\"sign\"]\n");
+        assert!(a.denials().all(|(_, n)| n == 0));
+        assert_eq!(a.denials().count(), Operation::ALL.len(), "every operation listed, from 0");
+        assert!(a.authorize(Some(alice()), Operation::Sign, None, None).is_ok());
+        for op in [Operation::Delete, Operation::Delete, Operation::Unseal] {
+            assert!(a.authorize(Some(alice()), op, None, None).is_err());
+        }
+        assert!(a.authorize(None, Operation::Random, None, None).is_err(), "no identity");
+        let denied: Vec<(&str, u64)> = a.denials().filter(|(_, n)| *n > 0).map(|(op, n)| (op.as_str(), n)).collect();
+        assert_eq!(denied, [("delete", 2), ("unseal", 1), ("random", 1)]);
+        assert_eq!(a.source(), "fixed policy (embedded)");
+    }
+
+    #[test]
+    fn with_no_rules_a_denial_says_every_request_is_denied() {
+        let a = access("# no rules\n");
+        let Err(Error::PermissionDenied(message)) = a.authorize(Some(alice()), Operation::Admin, None, None) else {
+            panic!("denied expected");
+        };
+        assert!(message.contains("no access rules are in force, so every request is denied"), "{message}");
+        let b = access("[[rule]]\nname = \"s\"\nclients = [\"uid:0\"]\nkeys = [\"*\"]\noperations = [\"sign\"]\n");
+        let Err(Error::PermissionDenied(message)) = b.authorize(Some(alice()), Operation::Admin, None, None) else {
+            panic!("denied expected");
+        };
+        assert_eq!(message, "admin denied for uid 4000000 by the access policy");
     }
 }

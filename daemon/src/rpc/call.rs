@@ -115,8 +115,10 @@ impl Call {
         if std::mem::replace(&mut self.ended, true) {
             return;
         }
-        self.ctx.metrics.observe(self.rpc, self.start.elapsed(), code.is_none());
+        // The gRPC code's name, as `tonic::Code` spells it: the audit outcome and the metrics'
+        // `code` label are the same word.
         let outcome = code.map_or_else(|| "ok".to_owned(), |c| format!("{c:?}"));
+        self.ctx.metrics.observe_outcome(self.rpc, self.start.elapsed(), code.is_some().then_some(outcome.as_str()));
         for grant in &self.grants {
             self.ctx.access.finish(grant, &outcome);
         }

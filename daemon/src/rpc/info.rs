@@ -75,6 +75,8 @@ impl StatusRpc {
         let shared = vault.tpm().shared();
         let info = vault.tpm_info();
         let key_count = vault.key_count().await? as u64;
+        let software = vault.software_tpm();
+        let policy = self.ctx.access.current();
         let tpm_state = match shared.state() {
             TpmState::Ready => pb::TpmState::Ready,
             TpmState::Down => pb::TpmState::Down,
@@ -109,6 +111,7 @@ impl StatusRpc {
             tpm_state: tpm_state as i32,
             tpm_manufacturer: info.manufacturer,
             tpm_firmware: info.firmware,
+            tpm_vendor: info.vendor,
             srk_name: hex::encode(info.srk_name),
             key_count,
             loaded_objects: shared.loaded() as u32,
@@ -116,6 +119,11 @@ impl StatusRpc {
             tpm_queue_depth: shared.queued.load(Ordering::Relaxed) as u32,
             metrics,
             last_tpm_error: shared.last_error().unwrap_or_default(),
+            policy_rules: u32::try_from(policy.len()).unwrap_or(u32::MAX),
+            policy_source: self.ctx.access.source(),
+            software_tpm: software.is_some(),
+            software_tpm_reason: software.map(|s| s.to_string()).unwrap_or_default(),
+            tpm_reconnects: shared.reconnects(),
         })
     }
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tss_esapi::attributes::SessionAttributesBuilder;
-use tss_esapi::constants::{CapabilityType, SessionType, StartupType};
+use tss_esapi::constants::{CapabilityType, PropertyTag, SessionType, StartupType};
 use tss_esapi::handles::{KeyHandle, ObjectHandle, PersistentTpmHandle, TpmHandle as RawTpmHandle};
 use tss_esapi::interface_types::algorithm::HashingAlgorithm;
 use tss_esapi::interface_types::resource_handles::Hierarchy;
@@ -26,7 +26,7 @@ use super::error::{rc, ResponseCode, TpmError};
 use super::object::{self, KeyBlob};
 use super::shared::{Shared, TpmState};
 use super::templates;
-use super::{convert, pcr};
+use super::{convert, pcr, software};
 use crate::model::{HashAlg, KeyAlg, PcrBank, PcrSelection, Scheme};
 use crate::store::TpmObject;
 
@@ -79,6 +79,8 @@ pub struct TpmInfo {
     pub manufacturer: String,
     /// Firmware version, hex.
     pub firmware: String,
+    /// Vendor string (TPM_PT_VENDOR_STRING_1..4), e.g. `SW   TPM` for swtpm/libtpms.
+    pub vendor: String,
     /// True if the SRK came from the persistent handle 0x81000001.
     pub srk_persistent: bool,
 }
@@ -187,6 +189,7 @@ impl Tpm {
                 self.backoff = BACKOFF_MIN;
                 self.refused = None;
                 self.shared.set_state(TpmState::Ready, None, Some(info.clone()));
+                self.shared.count_connect();
                 tracing::info!(srk = %hex::encode(&info.srk_name), manufacturer = %info.manufacturer, "TPM connected");
             }
             Err(e @ TpmError::SrkMismatch { .. }) => {
@@ -228,6 +231,16 @@ impl Tpm {
         let manufacturer = manufacturer
             .map(|m| m.to_be_bytes().iter().filter(|b| b.is_ascii_graphic()).map(|&b| b as char).collect())
             .unwrap_or_default();
+        let mut vendor = Vec::with_capacity(4);
+        for tag in [
+            PropertyTag::VendorString1,
+            PropertyTag::VendorString2,
+            PropertyTag::VendorString3,
+            PropertyTag::VendorString4,
+        ] {
+            vendor.push(ctx.get_tpm_property(tag).map_err(wrap("TPM2_GetCapability"))?);
+        }
+        let vendor = software::vendor_string(&vendor);
         flush_leftovers(&mut ctx);
         let (srk, srk_transient) = Self::load_srk(&mut ctx)?;
         let (_, srk_name, _) = ctx.read_public(srk).map_err(wrap("TPM2_ReadPublic"))?;
@@ -236,6 +249,7 @@ impl Tpm {
             srk_name: srk_name.clone(),
             manufacturer,
             firmware: format!("{fw1:08x}"),
+            vendor,
             srk_persistent: !srk_transient,
         };
         if let Some(expected) = &self.cfg.expected_srk_name {

@@ -10,7 +10,8 @@
 //! - [`templates`]: object templates; [`pcr`]: PCR reads, extends and policy digests;
 //!   [`attest`]: quotes, the EK and credential activation;
 //! - [`error`]: the response-code classification; [`convert`]: signature and public-key
-//!   encoding; [`shared`]: the state and counters shared with the rest of the daemon.
+//!   encoding; [`shared`]: the state and counters shared with the rest of the daemon;
+//!   [`software`]: whether the TPM is a software TPM.
 //!
 //! It speaks the vault's own types (key algorithms, schemes, digests, stored objects) and
 //! knows nothing of files or gRPC.
@@ -23,6 +24,7 @@ pub mod error;
 pub mod object;
 pub mod pcr;
 pub mod shared;
+pub mod software;
 pub mod templates;
 
 pub use actor::{QueueConfig, TpmHandle};
@@ -30,3 +32,4 @@ pub use connection::{ConnectionConfig, PolicyAuth, SignJob, Tpm, TpmInfo};
 pub use error::TpmError;
 pub use object::KeyBlob;
 pub use shared::{Shared, TpmState};
+pub use software::SoftwareTpm;

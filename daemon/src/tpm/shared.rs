@@ -1,7 +1,7 @@
 //! State the TPM actor shares with the rest of the daemon: connection state, last error, TPM
 //! facts, queue depth and per-command metrics. Written by the actor, read by status and health.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use super::connection::TpmInfo;
@@ -37,6 +37,8 @@ pub struct Shared {
     pub metrics: Metrics,
     /// TPM errors by class ([`super::TpmError::class_name`]).
     errors: Mutex<std::collections::BTreeMap<&'static str, u64>>,
+    /// Successful connections, the first included (see [`Shared::reconnects`]).
+    connects: AtomicU64,
 }
 
 impl Default for Shared {
@@ -47,6 +49,7 @@ impl Default for Shared {
             loaded: AtomicUsize::new(0),
             metrics: Metrics::default(),
             errors: Mutex::new(std::collections::BTreeMap::new()),
+            connects: AtomicU64::new(0),
         }
     }
 }
@@ -90,6 +93,17 @@ impl Shared {
     /// TPM errors so far, by class.
     pub fn errors_by_class(&self) -> std::collections::BTreeMap<&'static str, u64> {
         self.errors.lock().map(|e| e.clone()).unwrap_or_default()
+    }
+
+    /// Counts one successful connection to the TPM (SRK checked).
+    pub fn count_connect(&self) {
+        self.connects.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Reconnections after the TPM went away or was reset: successful connections after the
+    /// first.
+    pub fn reconnects(&self) -> u64 {
+        self.connects.load(Ordering::Relaxed).saturating_sub(1)
     }
 
     /// Records the loaded-object count.

@@ -236,6 +236,12 @@ impl Vault {
         self.inner.simulator
     }
 
+    /// Why the TPM is taken for a software TPM (`--simulator`, a software TPM's TCTI, or its
+    /// reported identity); `None` when it looks like hardware.
+    pub fn software_tpm(&self) -> Option<crate::tpm::SoftwareTpm> {
+        crate::tpm::software::detect(self.inner.simulator, &self.inner.tcti, &self.tpm_info())
+    }
+
     /// Time since the vault was opened.
     pub fn uptime(&self) -> Duration {
         self.inner.started.elapsed()

@@ -4032,6 +4032,27 @@ pub struct Status {
     /// Last TPM error, if any.
     #[prost(string, tag = "13")]
     pub last_tpm_error: ::prost::alloc::string::String,
+    /// Access rules in force. 0: every request is denied (nobody may even read this status:
+    /// such a daemon answers every call PERMISSION_DENIED, saying so).
+    #[prost(uint32, tag = "14")]
+    pub policy_rules: u32,
+    /// Where the rules came from: the policy directory and its file count, or the built-in
+    /// default policy.
+    #[prost(string, tag = "15")]
+    pub policy_source: ::prost::alloc::string::String,
+    /// True when the TPM is a software TPM (`--simulator`, a `swtpm:`/`mssim:` TCTI, or a TPM
+    /// reporting swtpm/libtpms' identity): keys are NOT hardware-protected.
+    #[prost(bool, tag = "16")]
+    pub software_tpm: bool,
+    /// Why the TPM is taken for a software TPM (every sign found); empty when it is not.
+    #[prost(string, tag = "17")]
+    pub software_tpm_reason: ::prost::alloc::string::String,
+    /// TPM vendor string (TPM_PT_VENDOR_STRING_1..4), e.g. "SW   TPM" for swtpm.
+    #[prost(string, tag = "18")]
+    pub tpm_vendor: ::prost::alloc::string::String,
+    /// Reconnections to the TPM after it went away or was reset.
+    #[prost(uint64, tag = "19")]
+    pub tpm_reconnects: u64,
 }
 /// A counter with latency summary.
 #[allow(clippy::all)]
