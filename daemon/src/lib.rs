@@ -10,7 +10,8 @@
 //!   TPM actor and in-core cryptography; it speaks no TPM or proto type.
 //! - [`tpm`]: the actor thread and the connection it owns (ESAPI context, SRK, sessions,
 //!   loaded objects); the only code that touches `tss_esapi`.
-//! - [`store`]: the state directory (one crash-safe record table per kind).
+//! - [`store`]: the state directory (one crash-safe record table per kind), trusted only when
+//!   nobody else can change it, read without following links or waiting on FIFOs.
 //! - [`crypto`]: in-core cryptography: signature verification, the envelopes' AEAD, the
 //!   stream format, the DRBG every key comes from, and the post-quantum algorithms.
 //! - [`model`]: validated domain types; [`error`]: the error type; [`metrics`]: counters.
