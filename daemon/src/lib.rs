@@ -21,7 +21,8 @@
 //!   inherit no TPM socket.
 //! - [`tls`]: TPM-resident TLS keys in-process (a rustls signing key over the TPM actor) and
 //!   the `--listen` gRPC-over-TLS listener with client certificates.
-//! - [`logwriter`]: log and audit lines to stderr in batches, off the request path.
+//! - [`logwriter`]: log and audit lines to stderr in batches, off the request path; loggers
+//!   never wait (past its bounds lines are dropped, counted and reported).
 //! - [`systemd`], [`telemetry`]: readiness, stopping and watchdog messages to systemd, and the
 //!   optional Prometheus endpoint.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]

@@ -197,7 +197,9 @@ fn init_logging(format: LogFormat) -> std::io::Result<FlushGuard> {
         _ => (default(), None),
     };
     // Logging (audit events included, one per request) is written in batches by a background
-    // thread (`logwriter`), so a slow journal never sits on the request path; not lossy.
+    // thread (`logwriter`), so a slow journal never sits on the request path: past its bounds
+    // lines are dropped (ordinary ones first, audit lines only past a much larger bound),
+    // counted and reported.
     // A failed write to stderr has nowhere to be reported.
     let (writer, guard) = BatchedWriter::start("log", std::io::stderr(), None)?;
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
