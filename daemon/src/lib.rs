@@ -10,7 +10,8 @@
 //!   TPM actor and in-core cryptography; it speaks no TPM or proto type.
 //! - [`tpm`]: the actor thread and the connection it owns (ESAPI context, SRK, sessions,
 //!   loaded objects); the only code that touches `tss_esapi`.
-//! - [`store`]: the state directory (one crash-safe record table per kind).
+//! - [`store`]: the state directory (one crash-safe record table per kind), trusted only when
+//!   nobody else can change it, read without following links or waiting on FIFOs.
 //! - [`crypto`]: in-core cryptography: signature verification, the envelopes' AEAD, the
 //!   stream format, the DRBG every key comes from, and the post-quantum algorithms.
 //! - [`model`]: validated domain types; [`error`]: the error type; [`metrics`]: counters.
@@ -20,7 +21,8 @@
 //!   inherit no TPM socket.
 //! - [`tls`]: TPM-resident TLS keys in-process (a rustls signing key over the TPM actor) and
 //!   the `--listen` gRPC-over-TLS listener with client certificates.
-//! - [`logwriter`]: log and audit lines to stderr in batches, off the request path.
+//! - [`logwriter`]: log and audit lines to stderr in batches, off the request path; loggers
+//!   never wait (past its bounds lines are dropped, counted and reported).
 //! - [`systemd`], [`telemetry`]: readiness, stopping and watchdog messages to systemd, and the
 //!   optional Prometheus endpoint, with the `process_*` figures of [`process_metrics`].
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]

@@ -7,8 +7,18 @@
 //! line, and on a small or virtualised CPU a wake-up costs more than formatting the line.
 //! [`BatchedWriter`] appends each line to a shared buffer and wakes the writer thread only when
 //! the buffer was empty; the thread then waits [`COALESCE`] for more lines and writes them all
-//! with one `write(2)`. Nothing is dropped: past [`HIGH_WATER`] buffered bytes, loggers wait for
-//! the writer. [`FlushGuard`] writes what is left when the daemon stops.
+//! with one `write(2)`. [`FlushGuard`] writes what is left when the daemon stops.
+//!
+//! A logger never waits for the destination (a slow or stuck journal must not stall the tokio
+//! workers that log). When the destination does not keep up:
+//! - past [`HIGH_WATER`] buffered bytes, ordinary lines are dropped;
+//! - audit lines (the `audit` tracing target, and every line of the audit file) are still
+//!   kept, up to [`AUDIT_HIGH_WATER`] buffered bytes; past that they are dropped too.
+//!
+//! Nothing is dropped silently: the drops are counted ([`BatchedWriter::dropped`]) and, once
+//! the writer thread has written its next batch, it logs a warning saying how many lines
+//! (and how many of them audit lines) were lost. Under sustained overload the buffer stays
+//! below [`AUDIT_HIGH_WATER`] and the warnings mark the gaps.
 
 use std::io::{self, Write};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -18,13 +28,52 @@ use std::time::Duration;
 /// How long the writer thread waits after the first line of a batch, for more lines.
 pub const COALESCE: Duration = Duration::from_millis(5);
 
-/// Buffered bytes past which loggers wait for the writer thread (back-pressure, not loss).
+/// Buffered bytes past which ordinary log lines are dropped (counted and reported).
 pub const HIGH_WATER: usize = 1024 * 1024;
+
+/// Buffered bytes past which audit lines are dropped too (counted and reported): about 60,000
+/// audit records.
+pub const AUDIT_HIGH_WATER: usize = 16 * 1024 * 1024;
+
+/// The tracing target of audit events ([`crate::auth::audit`]): lines kept up to
+/// [`AUDIT_HIGH_WATER`].
+const AUDIT_TARGET: &str = "audit";
+
+/// How a line counts against the bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Dropped past [`HIGH_WATER`].
+    Ordinary,
+    /// Dropped past [`AUDIT_HIGH_WATER`].
+    Audit,
+}
+
+/// Lines dropped because the destination did not keep up.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Dropped {
+    /// Lines dropped, audit lines included.
+    pub lines: u64,
+    /// Of those, audit lines.
+    pub audit: u64,
+}
+
+impl Dropped {
+    fn count(&mut self, kind: Kind) {
+        self.lines += 1;
+        if kind == Kind::Audit {
+            self.audit += 1;
+        }
+    }
+}
 
 #[derive(Debug, Default)]
 struct State {
     buf: Vec<u8>,
     closed: bool,
+    /// Drops the writer thread has not reported yet.
+    unreported: Dropped,
+    /// Every drop since the start.
+    total: Dropped,
 }
 
 #[derive(Debug, Default)]
@@ -32,8 +81,6 @@ struct Shared {
     state: Mutex<State>,
     /// Signalled when the buffer gets its first line, and at close.
     has_lines: Condvar,
-    /// Signalled when the writer took the buffer.
-    has_room: Condvar,
 }
 
 impl Shared {
@@ -42,10 +89,18 @@ impl Shared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn append(&self, bytes: &[u8]) {
+    /// Appends one line, or counts it as dropped if the buffer is past the line's bound. Never
+    /// waits for the writer (a line larger than the bound still goes into an empty buffer).
+    fn append(&self, bytes: &[u8], kind: Kind) {
+        let bound = match kind {
+            Kind::Ordinary => HIGH_WATER,
+            Kind::Audit => AUDIT_HIGH_WATER,
+        };
         let mut state = self.lock();
-        while state.buf.len() >= HIGH_WATER && !state.closed {
-            state = self.has_room.wait(state).unwrap_or_else(PoisonError::into_inner);
+        if !state.buf.is_empty() && state.buf.len() + bytes.len() > bound {
+            state.unreported.count(kind);
+            state.total.count(kind);
+            return;
         }
         let first = state.buf.is_empty();
         state.buf.extend_from_slice(bytes);
@@ -56,10 +111,12 @@ impl Shared {
     }
 }
 
-/// A `MakeWriter` for tracing-subscriber: each event's bytes go to the shared buffer.
+/// A `MakeWriter` for tracing-subscriber: each event's bytes go to the shared buffer, those of
+/// audit events with the audit lines' bound.
 #[derive(Debug, Clone)]
 pub struct BatchedWriter {
     shared: Arc<Shared>,
+    kind: Kind,
 }
 
 /// Stops the writer thread, after it wrote every buffered line, when dropped.
@@ -70,10 +127,24 @@ pub struct FlushGuard {
 }
 
 impl BatchedWriter {
-    /// Appends `bytes` (whole lines) for the writer thread; waits while [`HIGH_WATER`] bytes
-    /// are buffered.
+    /// Appends `bytes` (whole lines) for the writer thread, or counts them as dropped past
+    /// this writer's bound ([`HIGH_WATER`], or [`AUDIT_HIGH_WATER`] for
+    /// [`BatchedWriter::audit_lines`]). Never waits.
     pub fn append(&self, bytes: &[u8]) {
-        self.shared.append(bytes);
+        self.shared.append(bytes, self.kind);
+    }
+
+    /// This writer, for lines that are all audit records (the audit file): they are kept up to
+    /// [`AUDIT_HIGH_WATER`].
+    #[must_use]
+    pub fn audit_lines(mut self) -> Self {
+        self.kind = Kind::Audit;
+        self
+    }
+
+    /// Lines dropped since the start because the destination did not keep up.
+    pub fn dropped(&self) -> Dropped {
+        self.shared.lock().total
     }
 
     /// Starts a writer thread named `thread` writing to `out`; `on_error` hears of failed
@@ -88,14 +159,19 @@ impl BatchedWriter {
     ) -> io::Result<(BatchedWriter, FlushGuard)> {
         let shared = Arc::new(Shared::default());
         let for_thread = shared.clone();
-        let thread = std::thread::Builder::new().name(thread.into()).spawn(move || run(&for_thread, out, on_error))?;
-        Ok((BatchedWriter { shared: shared.clone() }, FlushGuard { shared, thread: Some(thread) }))
+        let name = thread.to_owned();
+        let thread =
+            std::thread::Builder::new().name(thread.into()).spawn(move || run(&for_thread, &name, out, on_error))?;
+        Ok((
+            BatchedWriter { shared: shared.clone(), kind: Kind::Ordinary },
+            FlushGuard { shared, thread: Some(thread) },
+        ))
     }
 }
 
 /// The writer thread: waits for a first line, lets a batch gather for [`COALESCE`], swaps the
-/// buffer out and writes it; until closed and empty.
-fn run<W: Write>(shared: &Shared, mut out: W, on_error: Option<fn(&io::Error)>) {
+/// buffer out and writes it, then reports the lines dropped meanwhile; until closed and empty.
+fn run<W: Write>(shared: &Shared, name: &str, mut out: W, on_error: Option<fn(&io::Error)>) {
     let mut spare = Vec::new();
     loop {
         let mut state = shared.lock();
@@ -110,10 +186,19 @@ fn run<W: Write>(shared: &Shared, mut out: W, on_error: Option<fn(&io::Error)>) 
         }
         spare.clear();
         std::mem::swap(&mut state.buf, &mut spare);
+        let dropped = std::mem::take(&mut state.unreported);
         drop(state);
-        shared.has_room.notify_all();
         if let (Err(e), Some(report)) = (out.write_all(&spare).and_then(|()| out.flush()), on_error) {
             report(&e);
+        }
+        if dropped.lines > 0 {
+            // An ordinary event, but kept like an audit line (its target), so the gap shows.
+            tracing::warn!(
+                writer = name,
+                lines = dropped.lines,
+                audit_lines = dropped.audit,
+                "log lines dropped: the log destination did not keep up"
+            );
         }
     }
 }
@@ -122,7 +207,6 @@ impl Drop for FlushGuard {
     fn drop(&mut self) {
         self.shared.lock().closed = true;
         self.shared.has_lines.notify_all();
-        self.shared.has_room.notify_all();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
@@ -145,6 +229,13 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for BatchedWriter {
 
     fn make_writer(&'a self) -> Self::Writer {
         self.clone()
+    }
+
+    /// Audit events, and the writer's own reports of dropped lines, get the audit lines'
+    /// bound.
+    fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> Self::Writer {
+        let kept = meta.target() == AUDIT_TARGET || meta.target() == module_path!();
+        BatchedWriter { shared: self.shared.clone(), kind: if kept { Kind::Audit } else { self.kind } }
     }
 }
 
@@ -199,16 +290,83 @@ mod tests {
         assert!(calls.len() < 2000 / 4, "{} writes for 2000 lines: not batched", calls.len());
     }
 
-    #[test]
-    fn a_full_buffer_makes_loggers_wait_not_drop() {
-        let calls = Calls::default();
-        let (mut writer, guard) = BatchedWriter::start("test-log", calls.clone(), None).unwrap();
-        let line = vec![b'x'; 64 * 1024];
-        for _ in 0..64 {
-            writer.write_all(&line).unwrap();
+    /// A destination stuck until the test opens it (a journal that stopped reading).
+    #[derive(Clone, Default)]
+    struct Stuck {
+        open: Arc<(Mutex<bool>, Condvar)>,
+        calls: Calls,
+    }
+
+    impl Stuck {
+        fn release(&self) {
+            *self.open.0.lock().unwrap() = true;
+            self.open.1.notify_all();
         }
+    }
+
+    impl Write for Stuck {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            let mut open = self.open.0.lock().unwrap();
+            while !*open {
+                open = self.open.1.wait(open).unwrap();
+            }
+            drop(open);
+            self.calls.write(b)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// With the destination stuck, 64 MiB of ordinary lines and then 8 MiB of audit lines are
+    /// logged without waiting: ordinary lines past 1 MiB are dropped and counted, audit lines
+    /// are all kept; every kept line arrives once the destination moves again. (Loggers used to
+    /// wait for the writer past 1 MiB: this test hung.)
+    #[test]
+    fn a_stuck_destination_drops_ordinary_lines_counted_and_keeps_audit_lines() {
+        let stuck = Stuck::default();
+        let (writer, guard) = BatchedWriter::start("test-log", stuck.clone(), None).unwrap();
+        let started = std::time::Instant::now();
+        let line = |c: u8| {
+            let mut l = vec![c; 64 * 1024 - 1];
+            l.push(b'\n');
+            l
+        };
+        for _ in 0..1024 {
+            writer.append(&line(b'o'));
+        }
+        let audit = writer.clone().audit_lines();
+        for _ in 0..128 {
+            audit.append(&line(b'a'));
+        }
+        assert!(started.elapsed() < Duration::from_secs(2), "logging waited: {:?}", started.elapsed());
+        let dropped = writer.dropped();
+        assert_eq!(dropped.audit, 0, "{dropped:?}");
+        // 1 MiB is 16 lines; the writer thread may have taken one buffer (and be stuck writing
+        // it) before the buffer filled again: 16 to 32 ordinary lines kept.
+        assert!((1024 - 32..=1024 - 16).contains(&dropped.lines), "{dropped:?}");
+        stuck.release();
         drop(guard);
-        let total: usize = calls.0.lock().unwrap().iter().map(Vec::len).sum();
-        assert_eq!(total, 64 * line.len());
+        let text = stuck.calls.0.lock().unwrap().concat();
+        let count = |c: u8| text.split(|&b| b == b'\n').filter(|l| l.first() == Some(&c)).count() as u64;
+        assert_eq!((count(b'o'), count(b'a')), (1024 - dropped.lines, 128));
+    }
+
+    /// Past [`AUDIT_HIGH_WATER`] audit lines are dropped too, counted as audit lines.
+    #[test]
+    fn audit_lines_past_their_bound_are_dropped_and_counted() {
+        let stuck = Stuck::default();
+        let (writer, guard) = BatchedWriter::start("test-log", stuck.clone(), None).unwrap();
+        let audit = writer.audit_lines();
+        let line = vec![b'a'; 1024 * 1024];
+        for _ in 0..20 {
+            audit.append(&line);
+        }
+        let dropped = audit.dropped();
+        assert!(dropped.lines >= 3 && dropped.lines == dropped.audit, "{dropped:?}");
+        stuck.release();
+        drop(guard);
+        let total: usize = stuck.calls.0.lock().unwrap().iter().map(Vec::len).sum();
+        assert_eq!(total as u64, (20 - dropped.lines) * line.len() as u64);
     }
 }

@@ -3,7 +3,8 @@
 //!
 //! Exit codes: 0 after a clean shutdown (or a valid `--check-config`), 64 (EX_USAGE) for a bad
 //! command line, environment, config file or policy directory (one line on stderr naming the
-//! setting, file and line), 1 when the daemon cannot start or fails while serving.
+//! setting, file and line) or a state directory others could change (naming it), 1 when the
+//! daemon cannot start or fails while serving.
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
@@ -96,9 +97,9 @@ fn main() -> ExitCode {
     });
     match served {
         Ok(()) => ExitCode::SUCCESS,
-        // A policy or audit log that does not load is a configuration error, as with
-        // --check-config.
-        Err(e @ (ServerError::Policy(_) | ServerError::AuditLog { .. })) => {
+        // A policy or audit log that does not load, or an unsafe state directory, is a
+        // configuration error, as with --check-config.
+        Err(e) if e.is_config() => {
             tracing::error!(error = %e, "tpm-vaultd cannot start");
             eprintln!("tpm-vaultd: {e}");
             ExitCode::from(EXIT_CONFIG)
@@ -196,7 +197,9 @@ fn init_logging(format: LogFormat) -> std::io::Result<FlushGuard> {
         _ => (default(), None),
     };
     // Logging (audit events included, one per request) is written in batches by a background
-    // thread (`logwriter`), so a slow journal never sits on the request path; not lossy.
+    // thread (`logwriter`), so a slow journal never sits on the request path: past its bounds
+    // lines are dropped (ordinary ones first, audit lines only past a much larger bound),
+    // counted and reported.
     // A failed write to stderr has nowhere to be reported.
     let (writer, guard) = BatchedWriter::start("log", std::io::stderr(), None)?;
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);

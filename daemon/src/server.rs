@@ -7,6 +7,7 @@
 //! serve one listener until a shutdown future resolves, then drain with a bound.
 //!
 //! Order at start: access policy loaded (a bad policy stops the daemon before anything else) →
+//! state directory checked (refused if anyone but the daemon's user and root could change it) →
 //! vault open (SRK loaded and its name checked) → metrics endpoint bound → TLS listener built
 //! and bound, if configured ([`crate::tls`]) → Unix socket bound (or taken from systemd) →
 //! servers accepting → `READY=1`. Both listeners serve the same services until shutdown. At shutdown:
@@ -101,6 +102,20 @@ pub enum ServerError {
     Transport(#[from] tonic::transport::Error),
 }
 
+impl ServerError {
+    /// Whether the daemon cannot start because of how it is configured or installed, as with a
+    /// bad config file (`tpm-vaultd` exits 64): a policy or audit log that does not load, or a
+    /// state directory others could change.
+    pub fn is_config(&self) -> bool {
+        matches!(
+            self,
+            ServerError::Policy(_)
+                | ServerError::AuditLog { .. }
+                | ServerError::Vault(Error::Store(crate::store::StoreError::Unsafe { .. }))
+        )
+    }
+}
+
 /// Binds the Unix socket: replaces a stale file left by a crashed run, refuses to steal a live
 /// one, and creates it with mode 0660 (under a umask that allows no more, so the socket is
 /// never connectable by others, even for a moment, whatever umask the daemon was started with).
@@ -173,6 +188,9 @@ pub async fn run(
         None => AuditLog::tracing_only(),
     };
     let access = Arc::new(Access::load(&config.policies, config.policies_configured, audit)?);
+    // Then the state directory: one others could change is not used at all (not even for the
+    // simulator's state).
+    crate::store::check_state_dir(&config.state_dir).map_err(Error::from)?;
     spawn_policy_reload(access.clone());
     let _simulator = if config.simulator {
         let sim = start_simulator(&config.state_dir).await?;

@@ -3,7 +3,8 @@
 //! what it does, and the audit log records both; reloads under load never fail a request for
 //! any reason but the policy; every shipped policy file loads; owner-only rules compare the
 //! caller with the owner of the record the request acts on (signing key, sealed secret or
-//! data key: three namespaces), so a signing key named like someone's secret opens nothing.
+//! data key: three namespaces), so a signing key named like someone's secret opens nothing; a
+//! flood of denials is summed up in the audit log and slows no other client.
 
 mod support;
 
@@ -101,18 +102,28 @@ async fn client_running_as_nobody() {
 
 /// Runs the ignored test `helper` of this binary as uid 65534 against `env`'s socket.
 fn run_as_nobody(env: &DaemonEnv, helper: &str) {
+    passed(nobody_command(env, helper).output().expect("setpriv"));
+}
+
+/// The command running the ignored test `helper` of this binary as uid 65534 against `env`'s
+/// socket.
+fn nobody_command(env: &DaemonEnv, helper: &str) -> std::process::Command {
     // Let uid 65534 reach the socket in our temp dir.
     std::fs::set_permissions(env.tpm.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod dir");
     std::fs::set_permissions(&env.socket, std::fs::Permissions::from_mode(0o666)).expect("chmod socket");
     let exe = std::env::current_exe().expect("exe");
-    let out = std::process::Command::new("setpriv")
+    let mut command = std::process::Command::new("setpriv");
+    command
         .close_inherited_fds()
         .args(["--reuid", &NOBODY.to_string(), "--regid", &NOBODY.to_string(), "--clear-groups"])
         .arg(exe)
         .args(["--ignored", "--exact", helper, "--nocapture"])
-        .env("TPM_VAULT_TEST_SOCKET", &env.socket)
-        .output()
-        .expect("setpriv");
+        .env("TPM_VAULT_TEST_SOCKET", &env.socket);
+    command
+}
+
+/// Asserts that a helper child's one test passed.
+fn passed(out: std::process::Output) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() && stdout.contains("1 passed"),
@@ -208,6 +219,118 @@ async fn owner_only_client_running_as_nobody() {
     let first = pb::EncryptRequest { key_name: "mydk".into(), context: vec![], data: b"x".to_vec().into() };
     let mut out = crypto.encrypt(tokio_stream::iter(vec![first])).await.expect("encrypt").into_inner();
     assert!(out.message().await.expect("encrypt stream").is_some());
+}
+
+/// Denied requests the flooding client sends, half Sign and half Delete.
+const FLOOD: usize = 20_000;
+
+/// A client with no rights (uid 65534) sends 20,000 denied requests while another client
+/// signs; the audit file is a pipe read slowly (a journal that does not keep up). The other
+/// client's signatures each take under 1 s, and the audit log holds, per operation, five
+/// denials and one summary per 10 s window whose counts add up to every denial. (Every denial
+/// used to be a line, and past 1 MiB of them the loggers, tokio workers, waited for the pipe.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_denials_is_summed_up_and_does_not_slow_other_clients() {
+    let tpm = TpmEnv::start();
+    let fifo = tpm.path().join("audit.fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR).expect("mkfifo");
+    let text = Arc::new(std::sync::Mutex::new(String::new()));
+    let reader = {
+        let (fifo, text) = (fifo.clone(), text.clone());
+        // 4 KiB every 40 ms: about 100 KiB/s.
+        std::thread::spawn(move || {
+            use std::io::Read;
+            let mut pipe = std::fs::File::open(fifo).expect("open fifo");
+            let mut chunk = [0u8; 4096];
+            loop {
+                match pipe.read(&mut chunk).expect("read fifo") {
+                    0 => break,
+                    n => text.lock().expect("text").push_str(&String::from_utf8_lossy(&chunk[..n])),
+                }
+                std::thread::sleep(Duration::from_millis(40));
+            }
+        })
+    };
+    let mut policy = Policy::default();
+    policy.add_file(Path::new("test.toml"), &support::allow_self_policy()).expect("policy");
+    let access = Arc::new(Access::with_policy(policy, AuditLog::with_file(&fifo).expect("audit fifo")));
+    let env = DaemonEnv::start_with(tpm, access.clone()).await;
+    let mut c = env.keys().await;
+    c.create_key(create("mine")).await.expect("create");
+
+    let mut flood = nobody_command(&env, "flood_of_denials_as_nobody");
+    let started = std::time::Instant::now();
+    let flood = tokio::task::spawn_blocking(move || flood.output().expect("setpriv"));
+    let (mut signs, mut slowest) = (0, Duration::ZERO);
+    while !flood.is_finished() {
+        let t = std::time::Instant::now();
+        let signed = tokio::time::timeout(Duration::from_secs(10), c.sign(sign("mine"))).await;
+        signed.expect("sign hung under the flood").expect("sign");
+        slowest = slowest.max(t.elapsed());
+        signs += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let flood_time = started.elapsed();
+    passed(flood.await.expect("flood task"));
+    eprintln!("{FLOOD} denials in {flood_time:?}; {signs} signatures meanwhile, the slowest {slowest:?}");
+    assert!(signs >= 3, "the flood ended before the test could measure: {signs} signatures");
+    assert!(slowest < Duration::from_secs(1), "a signature took {slowest:?} under the flood");
+
+    // Every denial is accounted for once the windows' summaries are written (at their end).
+    let of_nobody = |text: &str| -> Vec<serde_json::Value> {
+        text.lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("audit line is JSON"))
+            .filter(|e| e["uid"] == NOBODY)
+            .collect()
+    };
+    let accounted = |entries: &[serde_json::Value], op: &str| -> u64 {
+        entries.iter().filter(|e| e["op"] == op).map(|e| e.get("repeated").and_then(|r| r.as_u64()).unwrap_or(1)).sum()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let entries = loop {
+        let entries = of_nobody(&text.lock().expect("text"));
+        let counts = (accounted(&entries, "sign"), accounted(&entries, "delete"));
+        if counts == (FLOOD as u64 / 2, FLOOD as u64 / 2) {
+            break entries;
+        }
+        assert!(std::time::Instant::now() < deadline, "denials accounted for: {counts:?} of {FLOOD}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    // Five lines and one summary per operation and window.
+    let windows = flood_time.as_secs() / 10 + 2;
+    assert!(entries.len() as u64 <= 2 * 6 * windows, "{} lines for {FLOOD} denials", entries.len());
+    assert!(entries.iter().all(|e| e["decision"] == "deny"), "{entries:#?}");
+    let summaries: Vec<_> = entries.iter().filter(|e| e.get("repeated").is_some()).collect();
+    assert!(summaries.len() >= 2 && summaries.iter().all(|e| e["key"].is_null()), "{summaries:#?}");
+    eprintln!("audit lines of the flooding client: {} ({} summaries)", entries.len(), summaries.len());
+    env.stop().await;
+    // The reader ends when the last audit log handle closes the pipe; nothing waits for it.
+    drop((access, reader));
+}
+
+/// Runs in the child process as uid 65534; ignored in normal runs. Sends [`FLOOD`] requests
+/// this uid has no right to, 50 at a time over one connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "helper: run by a_flood_of_denials_is_summed_up_and_does_not_slow_other_clients"]
+async fn flood_of_denials_as_nobody() {
+    let keys = pb::key_service_client::KeyServiceClient::new(nobody_channel().await);
+    let tasks: Vec<_> = (0..50)
+        .map(|t| {
+            let mut keys = keys.clone();
+            tokio::spawn(async move {
+                for _ in 0..FLOOD / 50 {
+                    let answer = match t % 2 {
+                        0 => keys.sign(sign("mine")).await.map(|_| ()),
+                        _ => keys.delete_key(pb::DeleteKeyRequest { name: "mine".into() }).await.map(|_| ()),
+                    };
+                    assert_eq!(answer.map_err(|e| e.code()), Err(Code::PermissionDenied));
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("flooding task");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,6 +16,11 @@ use crate::vault::Resource;
 /// Largest sealed secret (the message limit of this service).
 pub const MAX_SECRET: usize = 64 * 1024 * 1024;
 
+// The record of the largest secret (its ciphertext and tag in hex, the sealed object and
+// policy beside it) stays within what the state directory reads back.
+const _: () =
+    assert!(2 * (MAX_SECRET as u64 + 16) + 64 * 1024 <= <crate::store::SealedRecord as crate::store::Record>::MAX_FILE);
+
 /// The SealService implementation.
 #[derive(Debug, Clone)]
 pub struct SealRpc {

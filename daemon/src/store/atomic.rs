@@ -7,7 +7,8 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Prefix of in-flight temp files; anything with it is garbage after a crash.
+/// Prefix of in-flight temp files; a file with it is garbage after a crash (`trust::sweep`
+/// removes them at start).
 pub const TEMP_PREFIX: &str = ".tmp-";
 
 /// How the final file is put in place.
@@ -67,22 +68,6 @@ pub fn create_private_dir(dir: &Path) -> io::Result<()> {
     fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
 }
 
-/// Removes temp files left by writes a crash interrupted. Returns how many.
-///
-/// # Errors
-/// The underlying I/O error.
-pub fn remove_temp_files(dir: &Path) -> io::Result<usize> {
-    let mut removed = 0;
-    for entry in fs::read_dir(dir)? {
-        let entry = entry?;
-        if entry.file_name().to_string_lossy().starts_with(TEMP_PREFIX) {
-            fs::remove_file(entry.path())?;
-            removed += 1;
-        }
-    }
-    Ok(removed)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,10 +83,6 @@ mod tests {
         assert_eq!(fs::read(dir.join("a")).ok().as_deref(), Some(&b"one"[..]));
         assert!(write(&dir, "a", b"three", Mode::Replace).is_ok());
         assert_eq!(fs::read(dir.join("a")).ok().as_deref(), Some(&b"three"[..]));
-        fs::write(dir.join(".tmp-x-1-1"), b"junk").ok();
-        assert_eq!(remove_temp_files(&dir).ok(), Some(1));
-        let left: Vec<_> = fs::read_dir(&dir).into_iter().flatten().flatten().map(|e| e.file_name()).collect();
-        assert_eq!(left.len(), 1);
         let _ = fs::remove_dir_all(&dir);
     }
 }

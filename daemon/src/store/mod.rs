@@ -11,11 +11,15 @@
 //! - `*/.tmp-*`: in-flight writes; removed at open (a crash leaves at most these behind).
 //!
 //! Every write is atomic and durable (temp file, fsync, rename or link, fsync dir): after a
-//! crash a record is either entirely there or entirely absent. All functions block; async
-//! callers run them on the blocking pool. Owns no TPM logic.
+//! crash a record is either entirely there or entirely absent. The directory is trusted only
+//! when nobody but the daemon's user (and root) can change it, and every file in it is read
+//! without following links, only if it is a regular file within its kind's size cap
+//! ([`trust`]). All functions block; async callers run them on the blocking pool. Owns no TPM
+//! logic.
 
 pub mod atomic;
 pub mod record;
+pub mod trust;
 
 use std::io;
 use std::marker::PhantomData;
@@ -41,7 +45,20 @@ pub enum StoreError {
         #[source]
         source: io::Error,
     },
-    /// A file exists but does not hold a valid record.
+    /// The state directory, or a directory above it, may be changed by someone other than the
+    /// daemon's user and root (or a record directory is a symbolic link): the daemon refuses
+    /// to start.
+    #[error("unsafe state directory {dir}: {path} {reason}")]
+    Unsafe {
+        /// The state directory.
+        dir: PathBuf,
+        /// The directory at fault (the state directory or one above or inside it).
+        path: PathBuf,
+        /// What is wrong, and how to fix it.
+        reason: String,
+    },
+    /// A file exists but does not hold a valid record (or is not a regular file within its
+    /// kind's size cap).
     #[error("corrupt state file {path}: {reason}")]
     Corrupt {
         /// File involved.
@@ -69,13 +86,28 @@ pub struct Store {
 }
 
 const SRK_FILE: &str = "srk.name";
+/// The largest `srk.name` (a TPM name in hex is under 140 characters).
+const MAX_SRK_FILE: u64 = 1024;
+
+/// Creates the state directory if it is missing (mode 0700) and checks that it can be trusted
+/// ([`trust`]): the daemon does this before anything else touches the directory.
+///
+/// # Errors
+/// [`StoreError::Unsafe`] naming the directory at fault; [`StoreError::Io`] if it cannot be
+/// created or examined.
+pub fn check_state_dir(root: &Path) -> Result<(), StoreError> {
+    atomic::create_private_dir(root).map_err(StoreError::io(root))?;
+    trust::check_dir(root)
+}
 
 impl Store {
-    /// Opens (creating if needed, mode 0700) the state directory and removes leftovers of
-    /// interrupted writes.
+    /// Opens (creating if needed, mode 0700) the state directory after checking it can be
+    /// trusted ([`check_state_dir`]), removes leftovers of interrupted writes and reports files
+    /// that are not regular files.
     ///
     /// # Errors
-    /// [`StoreError::Io`] if the directories cannot be created or read.
+    /// [`StoreError::Unsafe`] for a state directory others may change; [`StoreError::Io`] if
+    /// the directories cannot be created or read.
     pub fn open(root: impl Into<PathBuf>) -> Result<Self, StoreError> {
         let root = root.into();
         let keys = Table::new(root.join("keys"), ".key", false);
@@ -84,12 +116,17 @@ impl Store {
         let sealed = Table::new(root.join("sealed"), ".sealed", true);
         let datakeys = Table::new(root.join("datakeys"), ".datakey", false);
         let attestation = Table::new(root.clone(), ".key", false);
-        atomic::create_private_dir(&root).map_err(StoreError::io(&root))?;
-        for dir in [&root, &keys.dir, &sealed.dir, &datakeys.dir] {
+        check_state_dir(&root)?;
+        for (dir, suffix) in
+            [(&root, ".key"), (&keys.dir, keys.suffix), (&sealed.dir, sealed.suffix), (&datakeys.dir, datakeys.suffix)]
+        {
             atomic::create_private_dir(dir).map_err(StoreError::io(dir))?;
-            let removed = atomic::remove_temp_files(dir).map_err(StoreError::io(dir))?;
-            if removed > 0 {
-                tracing::info!(removed, dir = %dir.display(), "removed leftovers of interrupted writes");
+            if dir != &root {
+                trust::check_subdir(&root, dir)?;
+            }
+            let swept = trust::sweep(dir, suffix)?;
+            if swept.removed > 0 {
+                tracing::info!(removed = swept.removed, dir = %dir.display(), "removed leftovers of interrupted writes");
             }
         }
         Ok(Self { root, keys, sealed, datakeys, attestation })
@@ -121,13 +158,9 @@ impl Store {
     /// [`StoreError::Io`] / [`StoreError::Corrupt`].
     pub fn srk_name(&self) -> Result<Option<Vec<u8>>, StoreError> {
         let path = self.root.join(SRK_FILE);
-        match std::fs::read_to_string(&path) {
-            Ok(text) => {
-                hex::decode(text.trim()).map(Some).map_err(|e| StoreError::Corrupt { path, reason: e.to_string() })
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(StoreError::Io { path, source: e }),
-        }
+        let Some(bytes) = trust::read(&path, MAX_SRK_FILE)? else { return Ok(None) };
+        let text = String::from_utf8_lossy(&bytes);
+        hex::decode(text.trim()).map(Some).map_err(|e| StoreError::Corrupt { path, reason: e.to_string() })
     }
 
     /// Records the SRK name.
@@ -226,11 +259,8 @@ impl<R: Record> Table<R> {
     /// [`StoreError::Io`], [`StoreError::Corrupt`].
     pub fn get(&self, name: &KeyName) -> Result<Option<R>, StoreError> {
         let path = self.path(name);
-        match std::fs::read(&path) {
-            Ok(bytes) => R::from_bytes(&bytes, name).map(Some).map_err(|reason| StoreError::Corrupt { path, reason }),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(StoreError::Io { path, source: e }),
-        }
+        let Some(bytes) = trust::read(&path, R::MAX_FILE)? else { return Ok(None) };
+        R::from_bytes(&bytes, name).map(Some).map_err(|reason| StoreError::Corrupt { path, reason })
     }
 
     /// Deletes a record durably. Returns false if there was none.
@@ -296,6 +326,11 @@ impl<R: Record> Table<R> {
         let mut names = Vec::new();
         for entry in std::fs::read_dir(dir).map_err(StoreError::io(dir))? {
             let entry = entry.map_err(StoreError::io(dir))?;
+            // Only regular files can be records (the type comes with the directory entry; a
+            // link, FIFO or directory here was reported at start).
+            if !entry.file_type().is_ok_and(|t| t.is_file()) {
+                continue;
+            }
             let file = entry.file_name();
             let Some(stem) = file.to_str().and_then(|f| f.strip_suffix(self.suffix)) else { continue };
             if let Ok(name) = KeyName::try_from(stem) {

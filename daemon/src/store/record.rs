@@ -133,6 +133,10 @@ pub trait Record: Serialize + DeserializeOwned {
     /// ciphertext can be megabytes of hex).
     const PRETTY: bool;
 
+    /// The largest file a record of this kind may be: a larger one is refused unread
+    /// ([`super::trust::read`]).
+    const MAX_FILE: u64;
+
     /// The record's name (also its file name).
     fn name(&self) -> &KeyName;
 
@@ -175,6 +179,10 @@ pub trait Record: Serialize + DeserializeOwned {
 
 impl Record for KeyRecord {
     const PRETTY: bool = true;
+    /// A certificate chain of up to 256 KiB of PEM, the largest post-quantum section (ML-KEM-1024:
+    /// a 1,568-byte public key, a 3,168-byte private key, both in hex) and the TPM blobs fit
+    /// several times over.
+    const MAX_FILE: u64 = 1024 * 1024;
 
     header_fields!();
 
@@ -356,6 +364,9 @@ pub struct SealedRecord {
 
 impl Record for SealedRecord {
     const PRETTY: bool = false;
+    /// The ciphertext of the largest secret Seal takes (64 MiB, `rpc::seal::MAX_SECRET`, checked
+    /// there against this cap) in hex, plus room for the rest.
+    const MAX_FILE: u64 = 2 * 64 * 1024 * 1024 + 1024 * 1024;
 
     header_fields!();
 
@@ -393,6 +404,8 @@ pub struct DataKeyRecord {
 
 impl Record for DataKeyRecord {
     const PRETTY: bool = true;
+    /// A sealed 256-bit key, a PCR policy and a key id: a few KiB.
+    const MAX_FILE: u64 = 64 * 1024;
 
     header_fields!();
 
