@@ -2,8 +2,9 @@
 //! Prometheus text exposition format (0.0.4) and serves them with a minimal HTTP/1.1 responder.
 //!
 //! It owns no counters: per-RPC series come from the [`Metrics`] the RPC layer records into,
-//! per-TPM-command series, queue depth, loaded objects and TPM state from the TPM actor's
-//! [`Shared`](crate::tpm::Shared) state, the key count from the [`Vault`]. `tpm-vault status`
+//! per-TPM-command series, queue depth, loaded objects, TPM state and the TPM's
+//! dictionary-attack counter from the TPM actor's [`Shared`](crate::tpm::Shared) state, the key
+//! count and the dictionary-attack guard's counters from the [`Vault`]. `tpm-vault status`
 //! shows the same numbers over gRPC (`StatusService`).
 //!
 //! The endpoint is plain HTTP without authentication, so [`crate::config`] only accepts a
@@ -25,7 +26,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 use crate::metrics::{Metrics, Series};
-use crate::tpm::TpmState;
+use crate::tpm::{DaState, TpmState};
 use crate::vault::Vault;
 
 /// Content type of the Prometheus text format.
@@ -65,6 +66,9 @@ impl MetricsSource {
             keys,
             uptime: self.vault.uptime(),
             simulator: self.vault.is_simulator(),
+            da: shared.da(),
+            da_failures: self.vault.lockout().failures_total(),
+            da_refused: self.vault.lockout().refused_total(),
         };
         snapshot.render()
     }
@@ -238,6 +242,12 @@ struct Snapshot {
     keys: Option<usize>,
     uptime: Duration,
     simulator: bool,
+    /// The TPM's dictionary-attack state as last read.
+    da: Option<DaState>,
+    /// Wrong key passwords the TPM rejected.
+    da_failures: u64,
+    /// Key-password attempts refused before the TPM.
+    da_refused: u64,
 }
 
 impl Snapshot {
@@ -273,6 +283,17 @@ impl Snapshot {
         for (class, n) in &self.tpm_errors {
             line(o, "tpm_vault_tpm_errors_total", &[("class", class)], *n);
         }
+        if let Some(da) = self.da {
+            let counter = "The TPM's dictionary-attack failure counter (TPM_PT_LOCKOUT_COUNTER), as last read.";
+            gauge(o, "tpm_vault_tpm_lockout_counter", counter, u64::from(da.failures));
+            let max = "Failures at which the TPM locks out DA-protected objects (TPM_PT_MAX_AUTH_FAIL), as last read.";
+            gauge(o, "tpm_vault_tpm_lockout_max", max, u64::from(da.max_tries));
+        }
+        header(o, "tpm_vault_da_failures_total", "counter", "Wrong key passwords the TPM rejected.");
+        line(o, "tpm_vault_da_failures_total", &[], self.da_failures);
+        let refused = "Key-password attempts refused without reaching the TPM (throttled, or the TPM's reserve).";
+        header(o, "tpm_vault_da_refused_total", "counter", refused);
+        line(o, "tpm_vault_da_refused_total", &[], self.da_refused);
         family(o, &RPC, &self.rpc);
         family(o, &TPM, &self.tpm);
         out
@@ -408,6 +429,9 @@ mod tests {
             keys: Some(5),
             uptime: Duration::from_secs(7),
             simulator: true,
+            da: Some(DaState { failures: 2, max_tries: 32, interval_s: 600 }),
+            da_failures: 6,
+            da_refused: 44,
         }
         .render();
         for want in [
@@ -433,6 +457,10 @@ mod tests {
             "tpm_vault_keys 5\n",
             "tpm_vault_simulator 1\n",
             "tpm_vault_uptime_seconds 7\n",
+            "# TYPE tpm_vault_tpm_lockout_counter gauge\ntpm_vault_tpm_lockout_counter 2\n",
+            "tpm_vault_tpm_lockout_max 32\n",
+            "# TYPE tpm_vault_da_failures_total counter\ntpm_vault_da_failures_total 6\n",
+            "# TYPE tpm_vault_da_refused_total counter\ntpm_vault_da_refused_total 44\n",
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");
         }

@@ -31,6 +31,20 @@ pub enum TpmError {
     /// lifts. The text says when, as far as the TPM tells ([`lockout_detail`]; empty if unknown).
     #[error("TPM is in dictionary-attack lockout{}", if .0.is_empty() { String::new() } else { format!(" ({})", .0) })]
     Lockout(String),
+    /// The vault's dictionary-attack guard refused a password attempt before it reached the
+    /// TPM: fewer than `reserve` of the TPM's tries remain, and the vault never spends those (so
+    /// it never drives the TPM into lockout; see [`crate::vault::lockout`]).
+    #[error("{}", reserve_text(*.failures, *.max_tries, *.interval_s, *.reserve))]
+    DaReserve {
+        /// TPM_PT_LOCKOUT_COUNTER when the attempt was refused.
+        failures: u32,
+        /// TPM_PT_MAX_AUTH_FAIL.
+        max_tries: u32,
+        /// TPM_PT_LOCKOUT_INTERVAL: seconds per failure forgiven (0: never, only a reset).
+        interval_s: u32,
+        /// The configured reserve (`da_tpm_reserve`).
+        reserve: u32,
+    },
     /// No free transient object slot even after evicting every key the vault had loaded.
     #[error("TPM out of object memory")]
     ObjectMemory,
@@ -97,6 +111,7 @@ impl TpmError {
             Self::QueueFull(_) => "queue_full",
             Self::Busy(_) => "busy",
             Self::Lockout(_) => "lockout",
+            Self::DaReserve { .. } => "da_reserve",
             Self::ObjectMemory => "object_memory",
             Self::SrkMismatch { .. } => "srk_mismatch",
             Self::AuthFailed => "auth_failed",
@@ -127,6 +142,26 @@ pub fn lockout_detail(failures: u32, max_tries: u32, interval_s: u32) -> String 
         format!("password-protected keys work again in at most {wait} s")
     };
     format!("{failures} failed authorizations, limit {max_tries}, one forgiven every {interval_s} s: {until}")
+}
+
+/// The message of a [`TpmError::DaReserve`] refusal: how many tries are left, and when
+/// password-protected keys work again (once the TPM forgave enough failures that `reserve`
+/// tries remain).
+fn reserve_text(failures: u32, max_tries: u32, interval_s: u32, reserve: u32) -> String {
+    let left = max_tries.saturating_sub(failures);
+    let excess = u64::from(failures.saturating_add(reserve).saturating_sub(max_tries));
+    let when = if interval_s == 0 {
+        "password-protected keys work again only after TPM2_DictionaryAttackLockReset or a TPM reset".to_owned()
+    } else {
+        format!(
+            "password-protected keys work again in at most {} s (the TPM forgives one failure every {interval_s} s)",
+            excess * u64::from(interval_s)
+        )
+    };
+    format!(
+        "dictionary-attack reserve: the TPM has {left} of its {max_tries} password tries left and the vault keeps \
+         the last {reserve}: {when}"
+    )
 }
 
 /// What to do about a response code.
@@ -321,6 +356,12 @@ mod tests {
             "5 failed authorizations, limit 3, one forgiven every 10 s: password-protected keys work again in at most 30 s"
         );
         assert!(lockout_detail(3, 3, 0).contains("only by TPM2_DictionaryAttackLockReset"));
+        let reserve = TpmError::DaReserve { failures: 9, max_tries: 10, interval_s: 30, reserve: 2 };
+        assert_eq!(
+            reserve.to_string(),
+            "dictionary-attack reserve: the TPM has 1 of its 10 password tries left and the vault keeps the last 2: \
+             password-protected keys work again in at most 30 s (the TPM forgives one failure every 30 s)"
+        );
         assert_eq!(ResponseCode(0x902).class(), RcClass::ObjectMemory);
         // TPM_RC_POLICY_FAIL on session 1 (0x99d) and AUTH_FAIL on session 1 (0x98e).
         assert_eq!(ResponseCode(0x99d).class(), RcClass::PolicyFail);

@@ -1,10 +1,11 @@
 //! State the TPM actor shares with the rest of the daemon: connection state, last error, TPM
-//! facts, queue depth and per-command metrics. Written by the actor, read by status and health.
+//! facts, queue depth, per-command metrics and the dictionary-attack state last read. Written by
+//! the actor, read by status, health and the metrics endpoint.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use super::connection::TpmInfo;
+use super::connection::{DaState, TpmInfo};
 use crate::metrics::Metrics;
 
 /// Connection state.
@@ -37,6 +38,9 @@ pub struct Shared {
     pub metrics: Metrics,
     /// TPM errors by class ([`super::TpmError::class_name`]).
     errors: Mutex<std::collections::BTreeMap<&'static str, u64>>,
+    /// The TPM's dictionary-attack state as last read (at connect, before each password
+    /// attempt, on a lockout), for the `tpm_vault_tpm_lockout_*` gauges.
+    da: Mutex<Option<DaState>>,
 }
 
 impl Default for Shared {
@@ -47,6 +51,7 @@ impl Default for Shared {
             loaded: AtomicUsize::new(0),
             metrics: Metrics::default(),
             errors: Mutex::new(std::collections::BTreeMap::new()),
+            da: Mutex::new(None),
         }
     }
 }
@@ -90,6 +95,18 @@ impl Shared {
     /// TPM errors so far, by class.
     pub fn errors_by_class(&self) -> std::collections::BTreeMap<&'static str, u64> {
         self.errors.lock().map(|e| e.clone()).unwrap_or_default()
+    }
+
+    /// Records the dictionary-attack state just read.
+    pub fn set_da(&self, da: DaState) {
+        if let Ok(mut g) = self.da.lock() {
+            *g = Some(da);
+        }
+    }
+
+    /// The dictionary-attack state as last read, if it has been.
+    pub fn da(&self) -> Option<DaState> {
+        self.da.lock().ok().and_then(|g| *g)
     }
 
     /// Records the loaded-object count.
