@@ -68,6 +68,10 @@ fn tpm_status(t: &TpmError) -> Status {
             Status::failed_precondition("this TPM is not the one the vault's keys belong to (cleared or replaced)")
         }
         TpmError::AuthFailed => Status::unauthenticated("wrong key password"),
+        TpmError::CredentialRejected(rc) => {
+            tracing::info!(%rc, "credential activation refused by the TPM");
+            Status::permission_denied("the credential was not made for this TPM's AK and EK")
+        }
         TpmError::PolicyFailed => Status::failed_precondition("the key's PCR policy is not satisfied"),
         TpmError::PssSaltUnsupported => Status::failed_precondition(t.to_string()),
         TpmError::Malformed(_) | TpmError::Command { .. } => {
@@ -121,6 +125,8 @@ mod tests {
         let reserve = TpmError::DaReserve { failures: 2, max_tries: 3, interval_s: 1000, reserve: 2 };
         assert_eq!(code(Error::Tpm(reserve)), Code::ResourceExhausted);
         assert_eq!(code(Error::Tpm(TpmError::AuthFailed)), Code::Unauthenticated);
+        let rejected = TpmError::CredentialRejected(crate::tpm::error::ResponseCode(0x1df));
+        assert_eq!(code(Error::Tpm(rejected)), Code::PermissionDenied);
         assert_eq!(code(Error::Tpm(TpmError::PolicyFailed)), Code::FailedPrecondition);
         assert_eq!(code(Error::Tpm(TpmError::PssSaltUnsupported)), Code::FailedPrecondition);
         let mismatch = TpmError::SrkMismatch { expected: "a".into(), found: "b".into() };

@@ -585,15 +585,21 @@ impl Tpm {
         })
     }
 
-    /// TPM2_ActivateCredential with the AK and the EK.
+    /// TPM2_ActivateCredential with the AK and the EK, through a session salted with the SRK
+    /// that encrypts the recovered secret on its way out of the TPM.
     ///
     /// # Errors
-    /// TPM errors.
-    pub fn activate_credential(&mut self, ak: &KeyBlob, blob: &[u8], secret: &[u8]) -> Result<Vec<u8>, TpmError> {
+    /// [`TpmError::CredentialRejected`]; other TPM errors.
+    pub fn activate_credential(
+        &mut self,
+        ak: &KeyBlob,
+        blob: &[u8],
+        secret: &[u8],
+    ) -> Result<zeroize::Zeroizing<Vec<u8>>, TpmError> {
         self.with_conn(|conn| {
             while conn.evict_oldest() {}
             let handle = conn.load(ak)?;
-            super::attest::activate_credential(&mut conn.ctx, handle, blob, secret)
+            super::attest::activate_credential(&mut conn.ctx, conn.srk, handle, blob, secret)
         })
     }
 

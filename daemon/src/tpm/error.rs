@@ -61,6 +61,10 @@ pub enum TpmError {
     /// A wrong password (auth value) was given for an object.
     #[error("authorization failed")]
     AuthFailed,
+    /// TPM2_ActivateCredential refused the credential itself (it blamed the credential blob or
+    /// the encrypted secret: made for another AK name or another EK, or corrupt).
+    #[error("the TPM rejected the credential: {0}")]
+    CredentialRejected(ResponseCode),
     /// A policy session did not satisfy the object's policy (e.g. PCR values differ).
     #[error("policy check failed")]
     PolicyFailed,
@@ -102,6 +106,17 @@ impl TpmError {
         }
     }
 
+    /// Classifies an error of TPM2_ActivateCredential: an error the TPM attributes to one of
+    /// the command's parameters (the credential blob fails its integrity check, the secret does
+    /// not decrypt with the EK) is [`TpmError::CredentialRejected`]; anything else is classified
+    /// as [`TpmError::from_tss`] does.
+    pub fn from_activation(err: tss_esapi::Error) -> Self {
+        match ResponseCode::of(&err).filter(|rc| rc.parameter().is_some()) {
+            Some(rc) => Self::CredentialRejected(rc),
+            None => Self::from_tss("TPM2_ActivateCredential", err),
+        }
+    }
+
     /// A short, stable class name for metrics (`tpm_vault_tpm_errors_total{class=..}`).
     pub fn class_name(&self) -> &'static str {
         match self {
@@ -115,6 +130,7 @@ impl TpmError {
             Self::ObjectMemory => "object_memory",
             Self::SrkMismatch { .. } => "srk_mismatch",
             Self::AuthFailed => "auth_failed",
+            Self::CredentialRejected(_) => "credential_rejected",
             Self::PolicyFailed => "policy_failed",
             Self::PssSaltUnsupported => "pss_salt",
             Self::Malformed(_) => "malformed",
@@ -189,6 +205,9 @@ pub enum RcClass {
 /// A TSS2 response code, kept as its raw value (layer in bits 16-23, TPM code below).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct ResponseCode(pub u32);
+
+/// TPM_RC_P: in a format-one code, the error is about a parameter (its number in bits 8-11).
+const RC_P: u32 = 0x040;
 
 /// TSS layer numbers (bits 16-23 of a TSS2_RC).
 const LAYER_TPM: u32 = 0;
@@ -282,6 +301,15 @@ impl ResponseCode {
         Some(if code & rc::FMT1 != 0 { rc::FMT1 | (code & 0x3f) } else { code & 0x97f })
     }
 
+    /// The command parameter (1-15) a format-one TPM code blames (`TPM_RC_P` set), if any.
+    pub fn parameter(self) -> Option<u32> {
+        if !matches!(self.layer(), LAYER_TPM | LAYER_RESMGR_TPM) {
+            return None;
+        }
+        let code = self.0 & 0xffff;
+        (code & (rc::FMT1 | RC_P) == rc::FMT1 | RC_P).then_some((code >> 8) & 0xf)
+    }
+
     /// Decides what the vault does about this code.
     pub fn class(self) -> RcClass {
         if self.layer() == LAYER_TCTI {
@@ -366,6 +394,14 @@ mod tests {
         // TPM_RC_POLICY_FAIL on session 1 (0x99d) and AUTH_FAIL on session 1 (0x98e).
         assert_eq!(ResponseCode(0x99d).class(), RcClass::PolicyFail);
         assert_eq!(ResponseCode(0x98e).class(), RcClass::AuthFail);
+        // TPM_RC_INTEGRITY on parameter 1 (0x1df) and TPM_RC_VALUE on parameter 2 (0x2c4) blame
+        // a parameter; TPM_RC_VALUE alone (0x084), a handle (0x18b) or a session (0x98e) do not.
+        assert_eq!(ResponseCode(0x1df).parameter(), Some(1));
+        assert_eq!(ResponseCode(0x2c4).parameter(), Some(2));
+        assert_eq!(ResponseCode(0x084).parameter(), None);
+        assert_eq!(ResponseCode(0x18b).parameter(), None);
+        assert_eq!(ResponseCode(0x98e).parameter(), None);
+        assert_eq!(ResponseCode(0x000a_01df).parameter(), None, "a TCTI code is no TPM parameter error");
         // TPM_RC_VALUE on parameter 1 (0x1c4) is permanent.
         assert_eq!(ResponseCode(0x1c4).class(), RcClass::Permanent);
         assert_eq!(ResponseCode(0x1c4).tpm_code(), Some(rc::VALUE));
