@@ -13,6 +13,8 @@ use std::time::Duration;
 use clap::Parser;
 use serde::Deserialize;
 
+use crate::vault::LockoutConfig;
+
 /// Default config file.
 pub const DEFAULT_CONFIG: &str = "/etc/tpm-vault/config.toml";
 /// Default TCTI.
@@ -90,6 +92,23 @@ pub struct Args {
     /// Requests (HTTP/2 streams) one connection may have open at once.
     #[arg(long, env = "TPM_VAULT_MAX_STREAMS_PER_CONNECTION")]
     pub max_streams_per_connection: Option<u32>,
+    /// Wrong passwords each client may give for one key before its further attempts on that key
+    /// wait (the dictionary-attack guard).
+    #[arg(long)]
+    pub da_free_failures_per_client: Option<u32>,
+    /// Wrong passwords all clients together may give for one key before every attempt on it
+    /// waits.
+    #[arg(long)]
+    pub da_free_failures_per_key: Option<u32>,
+    /// First wait past a budget of wrong passwords, in milliseconds; doubles with each failure.
+    #[arg(long)]
+    pub da_delay_ms: Option<u64>,
+    /// Longest wait between password attempts past a budget, in seconds.
+    #[arg(long)]
+    pub da_max_delay_secs: Option<u64>,
+    /// Tries of the TPM's own dictionary-attack budget the vault never spends (0: none).
+    #[arg(long)]
+    pub da_tpm_reserve: Option<u32>,
     /// The measured-boot event log served by GetEventLog. Default:
     /// /sys/kernel/security/tpm0/binary_bios_measurements, none with the simulator; an empty
     /// value in the config file serves none.
@@ -154,6 +173,16 @@ pub struct FileConfig {
     pub max_connections_per_client: Option<usize>,
     /// See [`Args::max_streams_per_connection`].
     pub max_streams_per_connection: Option<u32>,
+    /// See [`Args::da_free_failures_per_client`].
+    pub da_free_failures_per_client: Option<u32>,
+    /// See [`Args::da_free_failures_per_key`].
+    pub da_free_failures_per_key: Option<u32>,
+    /// See [`Args::da_delay_ms`].
+    pub da_delay_ms: Option<u64>,
+    /// See [`Args::da_max_delay_secs`].
+    pub da_max_delay_secs: Option<u64>,
+    /// See [`Args::da_tpm_reserve`].
+    pub da_tpm_reserve: Option<u32>,
     /// See [`Args::datakey_idle_secs`].
     pub datakey_idle_secs: Option<u64>,
     /// See [`Args::event_log`].
@@ -194,6 +223,8 @@ pub struct Config {
     pub audit_log: Option<PathBuf>,
     /// Bounds on connections and streams, before authorization.
     pub limits: ServeLimits,
+    /// The dictionary-attack guard on key passwords.
+    pub lockout: LockoutConfig,
     /// Idle time after which an unsealed data key is dropped from memory.
     pub datakey_idle: Duration,
     /// The event log GetEventLog serves, if any.
@@ -276,6 +307,7 @@ impl Config {
             None => (FileConfig::default(), None),
         };
         let limits = ServeLimits::resolve(args, &file)?;
+        let lockout = lockout_config(args, &file)?;
         let tcti = args.tcti.clone().or(file.tcti);
         let simulator =
             args.simulator || file.simulator.unwrap_or(false) || (tcti.is_none() && !Path::new(TPM_DEVICE).exists());
@@ -346,6 +378,7 @@ impl Config {
             metrics_listen,
             audit_log: args.audit_log.clone().or(file.audit_log),
             limits,
+            lockout,
             datakey_idle: Duration::from_secs(args.datakey_idle_secs.or(file.datakey_idle_secs).unwrap_or(300)),
             event_log: match args.event_log.clone().or(file.event_log) {
                 Some(path) if path.as_os_str().is_empty() => None,
@@ -402,6 +435,33 @@ impl ServeLimits {
         }
         Ok(limits)
     }
+}
+
+/// The dictionary-attack guard's settings ([`crate::vault::lockout`]), checked.
+fn lockout_config(args: &Args, file: &FileConfig) -> Result<LockoutConfig, ConfigError> {
+    let d = LockoutConfig::default();
+    let delay_ms = args.da_delay_ms.or(file.da_delay_ms).unwrap_or(1000);
+    let max_delay_secs = args.da_max_delay_secs.or(file.da_max_delay_secs).unwrap_or(600);
+    let invalid = |field, reason: &str| Err(ConfigError::Invalid { field, reason: reason.into() });
+    if !(1..=3_600_000).contains(&delay_ms) {
+        return invalid("da_delay_ms", "must be 1 to 3600000 (one hour)");
+    }
+    if !(1..=86_400).contains(&max_delay_secs) || max_delay_secs.saturating_mul(1000) < delay_ms {
+        return invalid("da_max_delay_secs", "must be 1 to 86400 (a day) and at least da_delay_ms");
+    }
+    Ok(LockoutConfig {
+        free_failures_per_client: args
+            .da_free_failures_per_client
+            .or(file.da_free_failures_per_client)
+            .unwrap_or(d.free_failures_per_client),
+        free_failures_per_key: args
+            .da_free_failures_per_key
+            .or(file.da_free_failures_per_key)
+            .unwrap_or(d.free_failures_per_key),
+        delay: Duration::from_millis(delay_ms),
+        max_delay: Duration::from_secs(max_delay_secs),
+        tpm_reserve: args.da_tpm_reserve.or(file.da_tpm_reserve).unwrap_or(d.tpm_reserve),
+    })
 }
 
 /// Upper bound of [`Config::worker_threads`].
@@ -550,6 +610,40 @@ mod tests {
         std::fs::write(&path, "max_loaded_objects = \"many\"\n").ok();
         let err = Config::load(&args(&["--config", &p])).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains("line 1") && !err.contains('\n'), "{err}");
+    }
+
+    #[test]
+    fn lockout_keys_default_file_flag_and_bounds() {
+        let d = Config::load(&args(&[])).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(d.lockout, LockoutConfig::default());
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("c.toml");
+        let p = path.to_string_lossy().to_string();
+        std::fs::write(
+            &path,
+            "da_free_failures_per_client = 5\nda_free_failures_per_key = 20\nda_delay_ms = 250\n\
+             da_max_delay_secs = 60\nda_tpm_reserve = 4\n",
+        )
+        .ok();
+        let c = Config::load(&args(&["--config", &p, "--da-tpm-reserve", "3"])).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            c.lockout,
+            LockoutConfig {
+                free_failures_per_client: 5,
+                free_failures_per_key: 20,
+                delay: Duration::from_millis(250),
+                max_delay: Duration::from_secs(60),
+                tpm_reserve: 3,
+            }
+        );
+        for (bad, field) in [
+            (&["--da-delay-ms", "0"][..], "da_delay_ms"),
+            (&["--da-max-delay-secs", "0"][..], "da_max_delay_secs"),
+            (&["--da-delay-ms", "5000", "--da-max-delay-secs", "4"][..], "da_max_delay_secs"),
+        ] {
+            let err = Config::load(&args(bad));
+            assert!(matches!(err, Err(ConfigError::Invalid { field: f, .. }) if f == field), "{bad:?}: {err:?}");
+        }
     }
 
     #[test]

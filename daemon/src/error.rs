@@ -34,6 +34,18 @@ pub enum Error {
     /// The key's PCR policy is not satisfied (PCR values differ from the bound ones).
     #[error("{0}")]
     PcrMismatch(String),
+    /// Too many wrong passwords for a key: the dictionary-attack guard refuses further attempts
+    /// without trying them on the TPM until `wait` has passed (see [`crate::vault::lockout`]).
+    #[error(
+        "too many wrong passwords for key {key} (dictionary-attack guard): further attempts are refused for {}",
+        wait_text(*.wait)
+    )]
+    Throttled {
+        /// The key.
+        key: String,
+        /// How long until the next attempt is let through.
+        wait: std::time::Duration,
+    },
     /// The TPM failed or is unreachable.
     #[error(transparent)]
     Tpm(#[from] TpmError),
@@ -58,6 +70,17 @@ impl Error {
     /// `KeyNotFound` for a name.
     pub fn not_found(name: &KeyName) -> Self {
         Self::KeyNotFound(name.to_string())
+    }
+}
+
+/// A wait as a person reads it, rounded up: tenths of a second under 10 s, whole seconds above.
+fn wait_text(wait: std::time::Duration) -> String {
+    let ms = wait.as_millis();
+    if ms < 10_000 {
+        let tenths = ms.div_ceil(100).max(1);
+        format!("{}.{} s", tenths / 10, tenths % 10)
+    } else {
+        format!("{} s", ms.div_ceil(1000))
     }
 }
 

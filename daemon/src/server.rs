@@ -217,6 +217,7 @@ pub async fn run(
              (device:/dev/tpmrm0) in production."
         );
     }
+    vault.set_lockout_config(config.lockout.clone());
     let metrics = Arc::new(Metrics::default());
     let result = serve_vault(&config, vault.clone(), metrics, access, activated, shutdown).await;
     // Requests are answered by now, but jobs they queued may still be waiting for the TPM;

@@ -2,10 +2,11 @@
 //! Prometheus text exposition format (0.0.4) and serves them with a minimal HTTP/1.1 responder.
 //!
 //! It owns no counters: per-RPC series (failures by gRPC code) come from the [`Metrics`] the
-//! RPC layer records into, per-TPM-command series, queue depth, loaded objects, TPM state and
-//! reconnections from the TPM actor's [`Shared`](crate::tpm::Shared) state, the key count and
-//! whether the TPM is a software TPM from the [`Vault`], the rules in force and the denials by
-//! operation from the [`Access`] policy, and the `process_*` figures from procfs
+//! RPC layer records into, per-TPM-command series, queue depth, loaded objects, TPM state,
+//! reconnections and the TPM's dictionary-attack counter from the TPM actor's
+//! [`Shared`](crate::tpm::Shared) state, the key count, whether the TPM is a software TPM and
+//! the dictionary-attack guard's counters from the [`Vault`], the rules in force and the denials
+//! by operation from the [`Access`] policy, and the `process_*` figures from procfs
 //! ([`crate::process_metrics`]). `tpm-vault status` shows most of the same numbers over gRPC
 //! (`StatusService`). docs/METRICS.md lists every metric; docs/alerts.yml alerts on them.
 //!
@@ -30,7 +31,7 @@ use tokio::task::JoinHandle;
 use crate::auth::Access;
 use crate::metrics::{Metrics, Series};
 use crate::process_metrics::ProcessSample;
-use crate::tpm::TpmState;
+use crate::tpm::{DaState, TpmState};
 use crate::vault::Vault;
 
 /// Content type of the Prometheus text format.
@@ -78,6 +79,9 @@ impl MetricsSource {
             policy_rules: self.access.current().len(),
             denied: self.access.denials().map(|(op, n)| (op.as_str(), n)).collect(),
             process,
+            da: shared.da(),
+            da_failures: self.vault.lockout().failures_total(),
+            da_refused: self.vault.lockout().refused_total(),
         };
         snapshot.render()
     }
@@ -257,6 +261,12 @@ struct Snapshot {
     /// Denials by operation name, every operation listed.
     denied: Vec<(&'static str, u64)>,
     process: Option<ProcessSample>,
+    /// The TPM's dictionary-attack state as last read.
+    da: Option<DaState>,
+    /// Wrong key passwords the TPM rejected.
+    da_failures: u64,
+    /// Key-password attempts refused before the TPM.
+    da_refused: u64,
 }
 
 impl Snapshot {
@@ -315,6 +325,17 @@ impl Snapshot {
             "Reconnections to the TPM after it went away or was reset.",
         );
         line(o, "tpm_vault_tpm_reconnects_total", &[], self.reconnects);
+        if let Some(da) = self.da {
+            let counter = "The TPM's dictionary-attack failure counter (TPM_PT_LOCKOUT_COUNTER), as last read.";
+            gauge(o, "tpm_vault_tpm_lockout_counter", counter, u64::from(da.failures));
+            let max = "Failures at which the TPM locks out DA-protected objects (TPM_PT_MAX_AUTH_FAIL), as last read.";
+            gauge(o, "tpm_vault_tpm_lockout_max", max, u64::from(da.max_tries));
+        }
+        header(o, "tpm_vault_da_failures_total", "counter", "Wrong key passwords the TPM rejected.");
+        line(o, "tpm_vault_da_failures_total", &[], self.da_failures);
+        let refused = "Key-password attempts refused without reaching the TPM (throttled, or the TPM's reserve).";
+        header(o, "tpm_vault_da_refused_total", "counter", refused);
+        line(o, "tpm_vault_da_refused_total", &[], self.da_refused);
         family(o, &RPC, &self.rpc);
         family(o, &TPM, &self.tpm);
         if let Some(p) = &self.process {
@@ -504,6 +525,9 @@ mod tests {
                 open_fds: 9,
                 max_fds: Some(1024),
             }),
+            da: Some(DaState { failures: 2, max_tries: 32, interval_s: 600 }),
+            da_failures: 6,
+            da_refused: 44,
         }
         .render();
         for want in [
@@ -545,6 +569,10 @@ mod tests {
             "process_open_fds 9\n",
             "process_max_fds 1024\n",
             "process_start_time_seconds 1764700000.25\n",
+            "# TYPE tpm_vault_tpm_lockout_counter gauge\ntpm_vault_tpm_lockout_counter 2\n",
+            "tpm_vault_tpm_lockout_max 32\n",
+            "# TYPE tpm_vault_da_failures_total counter\ntpm_vault_da_failures_total 6\n",
+            "# TYPE tpm_vault_da_refused_total counter\ntpm_vault_da_refused_total 44\n",
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");
         }

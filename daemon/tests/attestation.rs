@@ -1,6 +1,6 @@
 //! Attestation against a real swtpm: quotes whose PCR values match the quoted digest and
 //! whose signature verifies with the AK, the EK, and a credential-activation round trip with a
-//! MakeCredential done by tpm2-tools in software (`--tcti none`).
+//! MakeCredential done by tpm2-tools in software (`--tcti none`), with its errors.
 
 mod support;
 
@@ -11,7 +11,7 @@ use std::time::Duration;
 use support::proxy::TpmProxy;
 use support::TpmEnv;
 use tpm_vault_daemon::model::{HashAlg, PcrBank, PcrSelection};
-use tpm_vault_daemon::spawn::CloseInheritedFds as _;
+use tpm_vault_daemon::tpm::TpmError;
 use tpm_vault_daemon::{Error, Vault, VaultConfig};
 
 fn pcrs_0_9() -> PcrSelection {
@@ -107,44 +107,44 @@ async fn credential_activation_round_trip() {
     let ak = vault.attestation_key().await.expect("ak");
     let (ek_der, cert) = vault.endorsement_key().await.expect("ek");
     assert!(cert.is_none(), "a bare swtpm has no EK certificate");
-    let dir = env.path();
-    let ek_pem = p256::pkcs8::der::pem::encode_string("PUBLIC KEY", p256::pkcs8::der::pem::LineEnding::LF, &ek_der)
-        .expect("pem");
-    std::fs::write(dir.join("ek.pem"), ek_pem).expect("write");
-    std::fs::write(dir.join("secret.bin"), b"verifier-chosen credential").expect("write");
-    let out = std::process::Command::new("tpm2_makecredential")
-        .close_inherited_fds()
-        .args(["--tcti", "none", "-G", "rsa", "-u"])
-        .arg(dir.join("ek.pem"))
-        .arg("-s")
-        .arg(dir.join("secret.bin"))
-        .args(["-n", &hex::encode(&ak.name), "-o"])
-        .arg(dir.join("cred.out"))
-        .output()
-        .expect("tpm2_makecredential");
-    assert!(out.status.success(), "makecredential: {}", String::from_utf8_lossy(&out.stderr));
-    let cred = std::fs::read(dir.join("cred.out")).expect("cred");
-    // tpm2-tools credential file: magic 0xBADCC0DE, version 1, TPM2B_ID_OBJECT, TPM2B_ENCRYPTED_SECRET.
-    assert_eq!(&cred[..4], &[0xBA, 0xDC, 0xC0, 0xDE]);
-    let blob_len = usize::from(u16::from_be_bytes([cred[8], cred[9]]));
-    let blob = &cred[8..10 + blob_len];
-    let secret = &cred[10 + blob_len..];
-    let recovered = vault.activate_credential(blob, secret).await.expect("activate");
-    assert_eq!(recovered, b"verifier-chosen credential");
-    // A credential bound to another name is refused.
-    let out = std::process::Command::new("tpm2_makecredential")
-        .close_inherited_fds()
-        .args(["--tcti", "none", "-G", "rsa", "-u"])
-        .arg(dir.join("ek.pem"))
-        .arg("-s")
-        .arg(dir.join("secret.bin"))
-        .args(["-n", &format!("000b{}", "11".repeat(32)), "-o"])
-        .arg(dir.join("cred2.out"))
-        .output()
-        .expect("tpm2_makecredential");
-    assert!(out.status.success());
-    let cred = std::fs::read(dir.join("cred2.out")).expect("cred");
-    let blob_len = usize::from(u16::from_be_bytes([cred[8], cred[9]]));
-    let r = vault.activate_credential(&cred[8..10 + blob_len], &cred[10 + blob_len..]).await;
-    assert!(matches!(r, Err(Error::PermissionDenied(_))), "{r:?}");
+    let (blob, secret) = support::make_credential(env.path(), &ek_der, &ak.name, b"verifier-chosen credential");
+    let recovered = vault.activate_credential(&blob, &secret).await.expect("activate");
+    assert_eq!(recovered.as_slice(), b"verifier-chosen credential");
+    // A credential bound to another name is refused, and the client is told so.
+    let other = hex::decode(format!("000b{}", "11".repeat(32))).expect("hex");
+    let (blob, secret) = support::make_credential(env.path(), &ek_der, &other, b"verifier-chosen credential");
+    let err = vault.activate_credential(&blob, &secret).await.expect_err("another AK's credential");
+    assert!(matches!(err, Error::Tpm(TpmError::CredentialRejected(_))), "{err:?}");
+    let status = tonic::Status::from(&err);
+    assert_eq!(status.code(), tonic::Code::PermissionDenied);
+    assert_eq!(status.message(), "the credential was not made for this TPM's AK and EK");
+}
+
+/// Only a credential the TPM rejects is PERMISSION_DENIED: a TPM failure on the way (here the
+/// EK's policy session, TPM2_PolicySecret, answered TPM_RC_VALUE by a fault-injecting proxy,
+/// then TPM_RC_RETRY past the bound) is reported like the same failure of any other command.
+/// (Not TPM2_CreatePrimary: a replaced answer to a command that succeeded would leave its
+/// object in the TPM, unknown to the vault.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn activation_failures_of_the_tpm_are_not_permission_denied() {
+    const CC_POLICY_SECRET: u32 = 0x0000_0151;
+    const RC_VALUE: u32 = 0x0000_0084;
+    let env = TpmEnv::start();
+    let proxy = TpmProxy::start(env.swtpm.port());
+    let vault = Vault::open(VaultConfig { tcti: proxy.tcti(), ..env.vault_config() }).await.expect("open");
+    let ak = vault.attestation_key().await.expect("ak");
+    let (ek_der, _) = vault.endorsement_key().await.expect("ek");
+    let (blob, secret) = support::make_credential(env.path(), &ek_der, &ak.name, b"credential");
+    proxy.inject(CC_POLICY_SECRET, RC_VALUE, 1);
+    let err = vault.activate_credential(&blob, &secret).await.expect_err("the EK's policy fails");
+    assert!(matches!(err, Error::Tpm(TpmError::Command { command: "TPM2_PolicySecret", .. })), "{err:?}");
+    assert_eq!(tonic::Status::from(&err).code(), tonic::Code::Internal);
+    proxy.inject_retry(CC_POLICY_SECRET, 1_000);
+    let err = vault.activate_credential(&blob, &secret).await.expect_err("TPM busy");
+    assert!(matches!(err, Error::Tpm(TpmError::Busy(_))), "{err:?}");
+    assert_eq!(tonic::Status::from(&err).code(), tonic::Code::ResourceExhausted);
+    proxy.inject_retry(CC_POLICY_SECRET, 0);
+    let recovered = vault.activate_credential(&blob, &secret).await.expect("works again");
+    assert_eq!(recovered.as_slice(), b"credential");
+    vault.shutdown(Duration::from_secs(5)).await;
 }

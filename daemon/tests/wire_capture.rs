@@ -1,7 +1,8 @@
 //! Parameter encryption, proven on the wire: a recording TCP proxy sits between the vault and
 //! swtpm and keeps every byte both ways. Sealing and unsealing through the vault's encrypted
 //! sessions never show the sealed bytes; the same create through a plain password session
-//! does (the control that shows the capture works).
+//! does (the control that shows the capture works). Credential activation, which also returns
+//! a secret, hides it the same way.
 
 mod support;
 
@@ -77,4 +78,23 @@ async fn sealed_bytes_never_cross_the_tpm_interface_in_clear() {
     .expect("join")
     .expect("plain create");
     assert!(proxy.contains(&control), "without parameter encryption the bytes are visible");
+}
+
+/// Credential activation returns a secret too: the EK's policy session is salted and encrypts
+/// the response, so the recovered credential never crosses the TPM interface in clear.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn activated_credentials_never_cross_the_tpm_interface_in_clear() {
+    let env = TpmEnv::start();
+    let proxy = support::proxy::TpmProxy::start(env.swtpm.port());
+    let cfg = VaultConfig { tcti: proxy.tcti(), ..env.vault_config() };
+    let vault = tpm_vault_daemon::Vault::open(cfg).await.expect("open via proxy");
+    let ak = vault.attestation_key().await.expect("ak");
+    let (ek_der, _) = vault.endorsement_key().await.expect("ek");
+    // A recognisable 32-byte credential (the most TPM2_MakeCredential takes with SHA-256).
+    let credential: Vec<u8> = (0u8..32).map(|i| 0xC3 ^ i.wrapping_mul(29)).collect();
+    let (blob, secret) = support::make_credential(env.path(), &ek_der, &ak.name, &credential);
+    let recovered = vault.activate_credential(&blob, &secret).await.expect("activate");
+    assert_eq!(recovered.as_slice(), credential.as_slice(), "round trip through the TPM");
+    assert!(!proxy.contains(&credential), "the credential crossed the wire in clear");
+    vault.shutdown(std::time::Duration::from_secs(5)).await;
 }

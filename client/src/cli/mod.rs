@@ -46,7 +46,7 @@ Exit status:
   5  permission denied by the access policy (or `access check` answered deny)
   6  PCR values do not match the key's or the sealed secret's binding
   7  daemon not running, TPM unreachable, or no answer in time (retry later)
-  8  TPM busy or in dictionary-attack lockout (retry later)
+  8  TPM busy, in dictionary-attack lockout, or password attempts held back (retry later)
   9  not allowed to open the daemon's socket (join the group the message names; do not retry)
  10  wrong key password
  11  the ACME CA refused (its problem is quoted) or could not be reached";

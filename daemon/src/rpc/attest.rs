@@ -142,7 +142,8 @@ impl AttestationService for AttestRpc {
         self.ctx
             .on_vault("ActivateCredential", req, Operation::Quote, |r| async move {
                 let secret = self.ctx.vault.activate_credential(&r.credential_blob, &r.encrypted_secret).await?;
-                Ok(pb::ActivateCredentialResponse { secret })
+                // The response owns a copy; the zeroizing buffer is wiped when it drops here.
+                Ok(pb::ActivateCredentialResponse { secret: secret.to_vec() })
             })
             .await
     }

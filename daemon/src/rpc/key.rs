@@ -7,10 +7,10 @@ use tpm_vault_proto::v1::key_service_server::KeyService;
 use zeroize::Zeroizing;
 
 use super::{Call, Ctx};
-use crate::auth::{identity, Operation, Peer};
+use crate::auth::{identity, Identity, Operation, Peer};
 use crate::error::Error;
 use crate::model::{HashAlg, KeyAlg, KeyName, Scheme, SignInput};
-use crate::vault::{CertSubject, KeyInfo, Resource, SignRequest, StoredChain};
+use crate::vault::{CertSubject, Client, KeyInfo, Password, Resource, SignRequest, StoredChain};
 
 /// Largest page of ListKeys.
 const MAX_PAGE: usize = 1000;
@@ -156,6 +156,21 @@ fn auth(bytes: Vec<u8>) -> Option<Zeroizing<Vec<u8>>> {
     (!bytes.is_empty()).then(|| Zeroizing::new(bytes))
 }
 
+/// Who presents a request's key password, for the dictionary-attack guard: the certificate
+/// identity the TLS listener attached, else the Unix peer's uid. Cheap (no name lookups), as it
+/// runs on every Sign.
+fn client_of<T>(req: &Request<T>) -> Client {
+    match req.extensions().get::<Identity>() {
+        Some(id) => Client::from(id),
+        None => Peer::of(req).map_or_else(|| Client::from(&Identity::Unknown), |p| Client::uid(p.uid)),
+    }
+}
+
+/// The key password of a request (none when empty), presented by `client`.
+fn password(client: Client, bytes: Vec<u8>) -> Option<Password> {
+    auth(bytes).map(|secret| Password::new(client, secret))
+}
+
 #[tonic::async_trait]
 impl KeyService for KeyRpc {
     async fn create_key(&self, req: Request<pb::CreateKeyRequest>) -> Result<Response<pb::Key>, Status> {
@@ -259,6 +274,7 @@ impl KeyService for KeyRpc {
     }
 
     async fn sign(&self, req: Request<pb::SignRequest>) -> Result<Response<pb::SignResponse>, Status> {
+        let client = client_of(&req);
         self.ctx
             .on_key(
                 "Sign",
@@ -268,7 +284,7 @@ impl KeyService for KeyRpc {
                 |r, n| async move {
                     let request =
                         SignRequest { input: sign_input(r.input)?, hash: hash(r.hash)?, scheme: scheme(r.scheme)? };
-                    let out = self.ctx.vault.sign(&n, request, auth(r.auth)).await?;
+                    let out = self.ctx.vault.sign(&n, request, password(client, r.auth)).await?;
                     Ok(pb::SignResponse {
                         signature: out.signature,
                         scheme: scheme_to_pb(out.scheme) as i32,
@@ -297,6 +313,7 @@ impl KeyService for KeyRpc {
     }
 
     async fn create_csr(&self, req: Request<pb::CreateCsrRequest>) -> Result<Response<pb::CreateCsrResponse>, Status> {
+        let client = client_of(&req);
         self.ctx
             .on_key(
                 "CreateCsr",
@@ -305,7 +322,7 @@ impl KeyService for KeyRpc {
                 |r| &r.name,
                 |r, n| async move {
                     let subject = subject(r.subject)?;
-                    let (pem, der) = self.ctx.vault.create_csr(&n, subject, auth(r.auth)).await?;
+                    let (pem, der) = self.ctx.vault.create_csr(&n, subject, password(client, r.auth)).await?;
                     Ok(pb::CreateCsrResponse { pem, der })
                 },
             )
@@ -347,6 +364,7 @@ impl KeyService for KeyRpc {
         req: Request<pb::CreateSelfSignedCertificateRequest>,
     ) -> Result<Response<pb::CertificateChain>, Status> {
         let mut call = Call::start(&self.ctx, "CreateSelfSignedCertificate", Operation::Create, &req);
+        let client = client_of(&req);
         let r = req.into_inner();
         let result = async {
             let n = name(&r.name)?;
@@ -355,7 +373,7 @@ impl KeyService for KeyRpc {
             call.authorize_as(Operation::Sign, Some((&n, Resource::Key))).await?;
             call.authorize(Some((&n, Resource::Key))).await?;
             let subject = subject(r.subject)?;
-            self.ctx.vault.self_sign(&n, subject, r.days, auth(r.auth)).await
+            self.ctx.vault.self_sign(&n, subject, r.days, password(client, r.auth)).await
         }
         .await;
         call.end(result.map(chain_to_pb))

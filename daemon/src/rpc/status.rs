@@ -18,6 +18,7 @@ impl From<&Error> for Status {
             Error::KeyExists(_) => Status::already_exists(e.to_string()),
             Error::PermissionDenied(m) => Status::permission_denied(m.clone()),
             Error::PcrMismatch(m) => Status::failed_precondition(m.clone()),
+            Error::Throttled { .. } => Status::resource_exhausted(e.to_string()),
             Error::Tpm(t) => tpm_status(t),
             Error::Store(s) => {
                 tracing::error!(error = %s, "state directory error");
@@ -60,13 +61,17 @@ fn tpm_status(t: &TpmError) -> Status {
             tracing::warn!(error = %why, "TPM busy");
             Status::resource_exhausted("TPM busy; retry later")
         }
-        TpmError::Lockout(_) => Status::resource_exhausted(t.to_string()),
+        TpmError::Lockout(_) | TpmError::DaReserve { .. } => Status::resource_exhausted(t.to_string()),
         TpmError::ObjectMemory => Status::resource_exhausted("TPM out of object memory; retry later"),
         TpmError::SrkMismatch { .. } => {
             tracing::error!(error = %t, "TPM refused");
             Status::failed_precondition("this TPM is not the one the vault's keys belong to (cleared or replaced)")
         }
         TpmError::AuthFailed => Status::unauthenticated("wrong key password"),
+        TpmError::CredentialRejected(rc) => {
+            tracing::info!(%rc, "credential activation refused by the TPM");
+            Status::permission_denied("the credential was not made for this TPM's AK and EK")
+        }
         TpmError::PolicyFailed => Status::failed_precondition("the key's PCR policy is not satisfied"),
         TpmError::PssSaltUnsupported => Status::failed_precondition(t.to_string()),
         TpmError::Malformed(_) | TpmError::Command { .. } => {
@@ -103,13 +108,25 @@ mod tests {
         assert_eq!(code(Error::from(StoreError::Exists(name))), Code::AlreadyExists);
         assert_eq!(code(Error::PermissionDenied("no".into())), Code::PermissionDenied);
         assert_eq!(code(Error::PcrMismatch("pcr 9".into())), Code::FailedPrecondition);
+        let throttled = Error::Throttled { key: "k".into(), wait: std::time::Duration::from_millis(1500) };
+        assert_eq!(
+            Status::from(&throttled).message(),
+            "too many wrong passwords for key k (dictionary-attack guard): further attempts are refused for 1.5 s"
+        );
+        assert_eq!(code(throttled), Code::ResourceExhausted);
+        let long = Error::Throttled { key: "k".into(), wait: std::time::Duration::from_millis(12_001) };
+        assert!(Status::from(&long).message().ends_with("refused for 13 s"));
         assert_eq!(code(Error::Tpm(TpmError::Unavailable("x".into()))), Code::Unavailable);
         assert_eq!(code(Error::Tpm(TpmError::Timeout(1))), Code::Unavailable);
         assert_eq!(code(Error::Tpm(TpmError::QueueFull(1))), Code::ResourceExhausted);
         assert_eq!(code(Error::Tpm(TpmError::Busy("x".into()))), Code::ResourceExhausted);
         assert_eq!(code(Error::Tpm(TpmError::Lockout(String::new()))), Code::ResourceExhausted);
         assert_eq!(code(Error::Tpm(TpmError::ObjectMemory)), Code::ResourceExhausted);
+        let reserve = TpmError::DaReserve { failures: 2, max_tries: 3, interval_s: 1000, reserve: 2 };
+        assert_eq!(code(Error::Tpm(reserve)), Code::ResourceExhausted);
         assert_eq!(code(Error::Tpm(TpmError::AuthFailed)), Code::Unauthenticated);
+        let rejected = TpmError::CredentialRejected(crate::tpm::error::ResponseCode(0x1df));
+        assert_eq!(code(Error::Tpm(rejected)), Code::PermissionDenied);
         assert_eq!(code(Error::Tpm(TpmError::PolicyFailed)), Code::FailedPrecondition);
         assert_eq!(code(Error::Tpm(TpmError::PssSaltUnsupported)), Code::FailedPrecondition);
         let mismatch = TpmError::SrkMismatch { expected: "a".into(), found: "b".into() };

@@ -4,6 +4,7 @@
 
 use tss_esapi::abstraction::ek;
 use tss_esapi::abstraction::AsymmetricAlgorithmSelection;
+use tss_esapi::attributes::SessionAttributesBuilder;
 use tss_esapi::constants::{CapabilityType, SessionType};
 use tss_esapi::handles::{AuthHandle, KeyHandle, ObjectHandle, SessionHandle};
 use tss_esapi::interface_types::algorithm::HashingAlgorithm;
@@ -14,6 +15,7 @@ use tss_esapi::structures::{
 };
 use tss_esapi::traits::Marshall;
 use tss_esapi::Context;
+use zeroize::Zeroizing;
 
 use super::error::TpmError;
 use super::pcr;
@@ -99,21 +101,27 @@ pub fn ek_certificate(ctx: &mut Context) -> Result<Option<Vec<u8>>, TpmError> {
 /// TPM2_ActivateCredential: recovers the secret a verifier bound to the AK's name and
 /// encrypted to the EK (TPM2_MakeCredential), proving both live in this TPM.
 ///
+/// The EK's policy session (PolicySecret with the endorsement hierarchy) is salted with `salt`
+/// (the SRK) and encrypts the response, so the recovered secret crosses the TPM interface
+/// encrypted, as an unsealed secret does.
+///
 /// # Errors
-/// TPM errors (a credential made for another AK or EK fails the integrity check).
+/// [`TpmError::CredentialRejected`] when the TPM refuses the credential (one made for another
+/// AK or EK fails its integrity check); other TPM errors, classified.
 pub fn activate_credential(
     ctx: &mut Context,
+    salt: KeyHandle,
     ak: KeyHandle,
     credential_blob: &[u8],
     encrypted_secret: &[u8],
-) -> Result<Vec<u8>, TpmError> {
+) -> Result<Zeroizing<Vec<u8>>, TpmError> {
     let blob = IdObject::try_from(credential_blob.to_vec()).map_err(wrap("credential blob"))?;
     let secret = EncryptedSecret::try_from(encrypted_secret.to_vec()).map_err(wrap("encrypted secret"))?;
     let ek = create_ek(ctx)?;
     let result = (|| {
         let session = ctx
             .start_auth_session(
-                None,
+                Some(salt),
                 None,
                 None,
                 SessionType::Policy,
@@ -123,27 +131,32 @@ pub fn activate_credential(
             .map_err(wrap("TPM2_StartAuthSession"))?
             .ok_or_else(|| TpmError::Malformed("no session".into()))?;
         let policy = PolicySession::try_from(session).map_err(wrap("policy session"))?;
+        let (attrs, mask) = SessionAttributesBuilder::new().with_encrypt(true).build();
         let r = ctx
-            .execute_with_session(Some(AuthSession::Password), |c| {
-                c.policy_secret(
-                    policy,
-                    AuthHandle::Endorsement,
-                    Nonce::default(),
-                    Digest::default(),
-                    Nonce::default(),
-                    None,
-                )
+            .tr_sess_set_attributes(session, attrs, mask)
+            .map_err(wrap("Esys_TRSess_SetAttributes"))
+            .and_then(|()| {
+                ctx.execute_with_session(Some(AuthSession::Password), |c| {
+                    c.policy_secret(
+                        policy,
+                        AuthHandle::Endorsement,
+                        Nonce::default(),
+                        Digest::default(),
+                        Nonce::default(),
+                        None,
+                    )
+                })
+                .map_err(wrap("TPM2_PolicySecret"))
             })
-            .map_err(wrap("TPM2_PolicySecret"))
             .and_then(|_| {
                 ctx.execute_with_sessions((Some(AuthSession::Password), Some(session), None), |c| {
                     c.activate_credential(ak, ek, blob.clone(), secret.clone())
                 })
-                .map_err(wrap("TPM2_ActivateCredential"))
+                .map_err(TpmError::from_activation)
             });
         let _ = ctx.flush_context(ObjectHandle::from(SessionHandle::from(session)));
         r
     })();
     let _ = ctx.flush_context(ek.into());
-    result.map(|d| d.value().to_vec())
+    result.map(|d| Zeroizing::new(d.value().to_vec()))
 }

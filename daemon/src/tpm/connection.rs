@@ -85,6 +85,17 @@ pub struct TpmInfo {
     pub srk_persistent: bool,
 }
 
+/// The TPM's dictionary-attack state, as read with TPM2_GetCapability.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DaState {
+    /// TPM_PT_LOCKOUT_COUNTER: failed authorizations not yet forgiven.
+    pub failures: u32,
+    /// TPM_PT_MAX_AUTH_FAIL: the TPM locks out when `failures` reaches it.
+    pub max_tries: u32,
+    /// TPM_PT_LOCKOUT_INTERVAL: seconds per failure forgiven (0: only a reset forgives).
+    pub interval_s: u32,
+}
+
 /// How to connect.
 #[derive(Debug, Clone)]
 pub struct ConnectionConfig {
@@ -190,6 +201,10 @@ impl Tpm {
                 self.refused = None;
                 self.shared.set_state(TpmState::Ready, None, Some(info.clone()));
                 self.shared.count_connect();
+                // The dictionary-attack gauges start with the TPM's state at connect.
+                if let Some(da) = self.conn.as_mut().and_then(|c| c.da_state().ok()) {
+                    self.shared.set_da(da);
+                }
                 tracing::info!(srk = %hex::encode(&info.srk_name), manufacturer = %info.manufacturer, "TPM connected");
             }
             Err(e @ TpmError::SrkMismatch { .. }) => {
@@ -356,10 +371,12 @@ impl Tpm {
                     return Err(e);
                 }
                 Err(TpmError::Lockout(_)) => {
-                    let Some(conn) = self.conn.as_mut() else {
-                        return Err(TpmError::Lockout(String::new()));
-                    };
-                    return Err(TpmError::Lockout(conn.lockout_state().unwrap_or_default()));
+                    let da = self.conn.as_mut().and_then(|c| c.da_state().ok());
+                    if let Some(da) = da {
+                        self.shared.set_da(da);
+                    }
+                    let detail = da.map(|d| super::error::lockout_detail(d.failures, d.max_tries, d.interval_s));
+                    return Err(TpmError::Lockout(detail.unwrap_or_default()));
                 }
                 other => return other,
             }
@@ -582,15 +599,21 @@ impl Tpm {
         })
     }
 
-    /// TPM2_ActivateCredential with the AK and the EK.
+    /// TPM2_ActivateCredential with the AK and the EK, through a session salted with the SRK
+    /// that encrypts the recovered secret on its way out of the TPM.
     ///
     /// # Errors
-    /// TPM errors.
-    pub fn activate_credential(&mut self, ak: &KeyBlob, blob: &[u8], secret: &[u8]) -> Result<Vec<u8>, TpmError> {
+    /// [`TpmError::CredentialRejected`]; other TPM errors.
+    pub fn activate_credential(
+        &mut self,
+        ak: &KeyBlob,
+        blob: &[u8],
+        secret: &[u8],
+    ) -> Result<zeroize::Zeroizing<Vec<u8>>, TpmError> {
         self.with_conn(|conn| {
             while conn.evict_oldest() {}
             let handle = conn.load(ak)?;
-            super::attest::activate_credential(&mut conn.ctx, handle, blob, secret)
+            super::attest::activate_credential(&mut conn.ctx, conn.srk, handle, blob, secret)
         })
     }
 
@@ -639,6 +662,39 @@ impl Tpm {
             let _ = conn.ctx.flush_context(handle.into());
             name.map_err(wrap("TPM2_ReadPublic"))
         })
+    }
+
+    /// Reads the TPM's dictionary-attack state (one TPM2_GetCapability) and records it for the
+    /// `tpm_vault_tpm_lockout_*` gauges.
+    ///
+    /// # Errors
+    /// TPM errors; [`TpmError::Malformed`] when the TPM does not report the properties.
+    pub fn da_state(&mut self) -> Result<DaState, TpmError> {
+        let da = self.with_conn(Conn::da_state)?;
+        self.shared.set_da(da);
+        Ok(da)
+    }
+
+    /// The dictionary-attack reserve, checked right before a password attempt in the same actor
+    /// job (so no other attempt can come in between): refuses while fewer than `reserve` of the
+    /// TPM's tries remain. A reserve of 0 checks nothing.
+    ///
+    /// # Errors
+    /// [`TpmError::DaReserve`]; the errors of [`Tpm::da_state`].
+    pub fn check_da_reserve(&mut self, reserve: u32) -> Result<(), TpmError> {
+        if reserve == 0 {
+            return Ok(());
+        }
+        let da = self.da_state()?;
+        if da.max_tries.saturating_sub(da.failures) < reserve {
+            return Err(TpmError::DaReserve {
+                failures: da.failures,
+                max_tries: da.max_tries,
+                interval_s: da.interval_s,
+                reserve,
+            });
+        }
+        Ok(())
     }
 
     /// Unloads the object with this TPM name if it is loaded (after a key is deleted).
@@ -695,15 +751,26 @@ impl Tpm {
 }
 
 impl Conn {
-    /// The dictionary-attack state in words ([`super::error::lockout_detail`]), or `None` when
-    /// the TPM does not report it.
-    fn lockout_state(&mut self) -> Option<String> {
+    /// The dictionary-attack properties, read in one TPM2_GetCapability (TPM_PT_LOCKOUT_COUNTER,
+    /// TPM_PT_MAX_AUTH_FAIL and TPM_PT_LOCKOUT_INTERVAL are consecutive).
+    fn da_state(&mut self) -> Result<DaState, TpmError> {
         use tss_esapi::constants::PropertyTag;
-        let mut prop = |tag| self.ctx.get_tpm_property(tag).ok().flatten();
-        let failures = prop(PropertyTag::LockoutCounter)?;
-        let max_tries = prop(PropertyTag::MaxAuthFail)?;
-        let interval = prop(PropertyTag::LockoutInterval)?;
-        Some(super::error::lockout_detail(failures, max_tries, interval))
+        let first: u32 = PropertyTag::LockoutCounter.into();
+        let (data, _) =
+            self.ctx.get_capability(CapabilityType::TpmProperties, first, 3).map_err(wrap("TPM2_GetCapability"))?;
+        let CapabilityData::TpmProperties(list) = data else {
+            return Err(TpmError::Malformed("TPM2_GetCapability returned no TPM properties".into()));
+        };
+        let prop = |tag| {
+            list.find(tag)
+                .map(|p| p.value())
+                .ok_or_else(|| TpmError::Malformed(format!("the TPM does not report {tag:?}")))
+        };
+        Ok(DaState {
+            failures: prop(PropertyTag::LockoutCounter)?,
+            max_tries: prop(PropertyTag::MaxAuthFail)?,
+            interval_s: prop(PropertyTag::LockoutInterval)?,
+        })
     }
 
     /// Returns the loaded handle for `key`, loading it (and evicting the least recently used

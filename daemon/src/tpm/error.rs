@@ -31,6 +31,20 @@ pub enum TpmError {
     /// lifts. The text says when, as far as the TPM tells ([`lockout_detail`]; empty if unknown).
     #[error("TPM is in dictionary-attack lockout{}", if .0.is_empty() { String::new() } else { format!(" ({})", .0) })]
     Lockout(String),
+    /// The vault's dictionary-attack guard refused a password attempt before it reached the
+    /// TPM: fewer than `reserve` of the TPM's tries remain, and the vault never spends those (so
+    /// it never drives the TPM into lockout; see [`crate::vault::lockout`]).
+    #[error("{}", reserve_text(*.failures, *.max_tries, *.interval_s, *.reserve))]
+    DaReserve {
+        /// TPM_PT_LOCKOUT_COUNTER when the attempt was refused.
+        failures: u32,
+        /// TPM_PT_MAX_AUTH_FAIL.
+        max_tries: u32,
+        /// TPM_PT_LOCKOUT_INTERVAL: seconds per failure forgiven (0: never, only a reset).
+        interval_s: u32,
+        /// The configured reserve (`da_tpm_reserve`).
+        reserve: u32,
+    },
     /// No free transient object slot even after evicting every key the vault had loaded.
     #[error("TPM out of object memory")]
     ObjectMemory,
@@ -47,6 +61,10 @@ pub enum TpmError {
     /// A wrong password (auth value) was given for an object.
     #[error("authorization failed")]
     AuthFailed,
+    /// TPM2_ActivateCredential refused the credential itself (it blamed the credential blob or
+    /// the encrypted secret: made for another AK name or another EK, or corrupt).
+    #[error("the TPM rejected the credential: {0}")]
+    CredentialRejected(ResponseCode),
     /// A policy session did not satisfy the object's policy (e.g. PCR values differ).
     #[error("policy check failed")]
     PolicyFailed,
@@ -88,6 +106,17 @@ impl TpmError {
         }
     }
 
+    /// Classifies an error of TPM2_ActivateCredential: an error the TPM attributes to one of
+    /// the command's parameters (the credential blob fails its integrity check, the secret does
+    /// not decrypt with the EK) is [`TpmError::CredentialRejected`]; anything else is classified
+    /// as [`TpmError::from_tss`] does.
+    pub fn from_activation(err: tss_esapi::Error) -> Self {
+        match ResponseCode::of(&err).filter(|rc| rc.parameter().is_some()) {
+            Some(rc) => Self::CredentialRejected(rc),
+            None => Self::from_tss("TPM2_ActivateCredential", err),
+        }
+    }
+
     /// A short, stable class name for metrics (`tpm_vault_tpm_errors_total{class=..}`).
     pub fn class_name(&self) -> &'static str {
         match self {
@@ -97,9 +126,11 @@ impl TpmError {
             Self::QueueFull(_) => "queue_full",
             Self::Busy(_) => "busy",
             Self::Lockout(_) => "lockout",
+            Self::DaReserve { .. } => "da_reserve",
             Self::ObjectMemory => "object_memory",
             Self::SrkMismatch { .. } => "srk_mismatch",
             Self::AuthFailed => "auth_failed",
+            Self::CredentialRejected(_) => "credential_rejected",
             Self::PolicyFailed => "policy_failed",
             Self::PssSaltUnsupported => "pss_salt",
             Self::Malformed(_) => "malformed",
@@ -129,6 +160,26 @@ pub fn lockout_detail(failures: u32, max_tries: u32, interval_s: u32) -> String 
     format!("{failures} failed authorizations, limit {max_tries}, one forgiven every {interval_s} s: {until}")
 }
 
+/// The message of a [`TpmError::DaReserve`] refusal: how many tries are left, and when
+/// password-protected keys work again (once the TPM forgave enough failures that `reserve`
+/// tries remain).
+fn reserve_text(failures: u32, max_tries: u32, interval_s: u32, reserve: u32) -> String {
+    let left = max_tries.saturating_sub(failures);
+    let excess = u64::from(failures.saturating_add(reserve).saturating_sub(max_tries));
+    let when = if interval_s == 0 {
+        "password-protected keys work again only after TPM2_DictionaryAttackLockReset or a TPM reset".to_owned()
+    } else {
+        format!(
+            "password-protected keys work again in at most {} s (the TPM forgives one failure every {interval_s} s)",
+            excess * u64::from(interval_s)
+        )
+    };
+    format!(
+        "dictionary-attack reserve: the TPM has {left} of its {max_tries} password tries left and the vault keeps \
+         the last {reserve}: {when}"
+    )
+}
+
 /// What to do about a response code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RcClass {
@@ -154,6 +205,9 @@ pub enum RcClass {
 /// A TSS2 response code, kept as its raw value (layer in bits 16-23, TPM code below).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct ResponseCode(pub u32);
+
+/// TPM_RC_P: in a format-one code, the error is about a parameter (its number in bits 8-11).
+const RC_P: u32 = 0x040;
 
 /// TSS layer numbers (bits 16-23 of a TSS2_RC).
 const LAYER_TPM: u32 = 0;
@@ -247,6 +301,15 @@ impl ResponseCode {
         Some(if code & rc::FMT1 != 0 { rc::FMT1 | (code & 0x3f) } else { code & 0x97f })
     }
 
+    /// The command parameter (1-15) a format-one TPM code blames (`TPM_RC_P` set), if any.
+    pub fn parameter(self) -> Option<u32> {
+        if !matches!(self.layer(), LAYER_TPM | LAYER_RESMGR_TPM) {
+            return None;
+        }
+        let code = self.0 & 0xffff;
+        (code & (rc::FMT1 | RC_P) == rc::FMT1 | RC_P).then_some((code >> 8) & 0xf)
+    }
+
     /// Decides what the vault does about this code.
     pub fn class(self) -> RcClass {
         if self.layer() == LAYER_TCTI {
@@ -321,10 +384,24 @@ mod tests {
             "5 failed authorizations, limit 3, one forgiven every 10 s: password-protected keys work again in at most 30 s"
         );
         assert!(lockout_detail(3, 3, 0).contains("only by TPM2_DictionaryAttackLockReset"));
+        let reserve = TpmError::DaReserve { failures: 9, max_tries: 10, interval_s: 30, reserve: 2 };
+        assert_eq!(
+            reserve.to_string(),
+            "dictionary-attack reserve: the TPM has 1 of its 10 password tries left and the vault keeps the last 2: \
+             password-protected keys work again in at most 30 s (the TPM forgives one failure every 30 s)"
+        );
         assert_eq!(ResponseCode(0x902).class(), RcClass::ObjectMemory);
         // TPM_RC_POLICY_FAIL on session 1 (0x99d) and AUTH_FAIL on session 1 (0x98e).
         assert_eq!(ResponseCode(0x99d).class(), RcClass::PolicyFail);
         assert_eq!(ResponseCode(0x98e).class(), RcClass::AuthFail);
+        // TPM_RC_INTEGRITY on parameter 1 (0x1df) and TPM_RC_VALUE on parameter 2 (0x2c4) blame
+        // a parameter; TPM_RC_VALUE alone (0x084), a handle (0x18b) or a session (0x98e) do not.
+        assert_eq!(ResponseCode(0x1df).parameter(), Some(1));
+        assert_eq!(ResponseCode(0x2c4).parameter(), Some(2));
+        assert_eq!(ResponseCode(0x084).parameter(), None);
+        assert_eq!(ResponseCode(0x18b).parameter(), None);
+        assert_eq!(ResponseCode(0x98e).parameter(), None);
+        assert_eq!(ResponseCode(0x000a_01df).parameter(), None, "a TCTI code is no TPM parameter error");
         // TPM_RC_VALUE on parameter 1 (0x1c4) is permanent.
         assert_eq!(ResponseCode(0x1c4).class(), RcClass::Permanent);
         assert_eq!(ResponseCode(0x1c4).tpm_code(), Some(rc::VALUE));

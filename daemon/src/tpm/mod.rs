@@ -28,7 +28,7 @@ pub mod software;
 pub mod templates;
 
 pub use actor::{QueueConfig, TpmHandle};
-pub use connection::{ConnectionConfig, PolicyAuth, SignJob, Tpm, TpmInfo};
+pub use connection::{ConnectionConfig, DaState, PolicyAuth, SignJob, Tpm, TpmInfo};
 pub use error::TpmError;
 pub use object::KeyBlob;
 pub use shared::{Shared, TpmState};

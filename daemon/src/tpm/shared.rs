@@ -1,10 +1,11 @@
 //! State the TPM actor shares with the rest of the daemon: connection state, last error, TPM
-//! facts, queue depth and per-command metrics. Written by the actor, read by status and health.
+//! facts, queue depth, per-command metrics and the dictionary-attack state last read. Written by
+//! the actor, read by status, health and the metrics endpoint.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use super::connection::TpmInfo;
+use super::connection::{DaState, TpmInfo};
 use crate::metrics::Metrics;
 
 /// Connection state.
@@ -39,6 +40,9 @@ pub struct Shared {
     errors: Mutex<std::collections::BTreeMap<&'static str, u64>>,
     /// Successful connections, the first included (see [`Shared::reconnects`]).
     connects: AtomicU64,
+    /// The TPM's dictionary-attack state as last read (at connect, before each password
+    /// attempt, on a lockout), for the `tpm_vault_tpm_lockout_*` gauges.
+    da: Mutex<Option<DaState>>,
 }
 
 impl Default for Shared {
@@ -50,6 +54,7 @@ impl Default for Shared {
             metrics: Metrics::default(),
             errors: Mutex::new(std::collections::BTreeMap::new()),
             connects: AtomicU64::new(0),
+            da: Mutex::new(None),
         }
     }
 }
@@ -104,6 +109,18 @@ impl Shared {
     /// first.
     pub fn reconnects(&self) -> u64 {
         self.connects.load(Ordering::Relaxed).saturating_sub(1)
+    }
+
+    /// Records the dictionary-attack state just read.
+    pub fn set_da(&self, da: DaState) {
+        if let Ok(mut g) = self.da.lock() {
+            *g = Some(da);
+        }
+    }
+
+    /// The dictionary-attack state as last read, if it has been.
+    pub fn da(&self) -> Option<DaState> {
+        self.da.lock().ok().and_then(|g| *g)
     }
 
     /// Records the loaded-object count.

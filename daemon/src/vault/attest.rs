@@ -3,12 +3,14 @@
 
 use std::sync::Arc;
 
+use zeroize::Zeroizing;
+
 use super::{blocking, parse_record, unix_now, Loaded, Vault};
 use crate::error::Error;
 use crate::model::{KeyAlg, PcrSelection};
 use crate::store::record::RECORD_VERSION;
 use crate::store::{ak_name, KeyRecord};
-use crate::tpm::{convert, TpmError};
+use crate::tpm::convert;
 
 /// Largest nonce accepted (TPM2B_DATA holds at most a digest of the largest hash, 64 bytes).
 pub const MAX_NONCE: usize = 64;
@@ -125,21 +127,15 @@ impl Vault {
     /// and TPM2B_ENCRYPTED_SECRET (with their size prefixes) from TPM2_MakeCredential.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for malformed blobs; [`Error::PermissionDenied`] when the
-    /// credential was not made for this TPM's AK and EK; TPM errors.
-    pub async fn activate_credential(&self, blob: &[u8], secret: &[u8]) -> Result<Vec<u8>, Error> {
+    /// [`Error::InvalidArgument`] for malformed blobs; [`TpmError::CredentialRejected`](crate::tpm::TpmError::CredentialRejected)
+    /// (PERMISSION_DENIED) when the credential was not made for this TPM's AK and EK; other TPM
+    /// errors as for any command.
+    pub async fn activate_credential(&self, blob: &[u8], secret: &[u8]) -> Result<Zeroizing<Vec<u8>>, Error> {
         // TPM2B_ID_OBJECT and TPM2B_ENCRYPTED_SECRET maximum sizes (tss-esapi's buffers).
         let blob = strip_tpm2b(blob, "credential blob", 132)?;
         let secret = strip_tpm2b(secret, "encrypted secret", 512)?;
         let ak = self.ak().await?;
-        match self.tpm().call("activate", move |tpm| tpm.activate_credential(&ak.blob, &blob, &secret)).await {
-            Ok(v) => Ok(v),
-            Err(TpmError::Command { rc, .. }) => {
-                tracing::info!(%rc, "credential activation refused by the TPM");
-                Err(Error::PermissionDenied("the credential was not made for this TPM's AK and EK".into()))
-            }
-            Err(e) => Err(e.into()),
-        }
+        Ok(self.tpm().call("activate", move |tpm| tpm.activate_credential(&ak.blob, &blob, &secret)).await?)
     }
 }
 

@@ -24,9 +24,8 @@ use rcgen::{
 };
 use spki::der::Decode as _;
 use x509_cert::der::Encode as _;
-use zeroize::Zeroizing;
 
-use super::{blocking, Loaded, SignRequest, Vault};
+use super::{blocking, Loaded, Password, SignRequest, Vault};
 use crate::error::Error;
 use crate::model::{HashAlg, KeyAlg, KeyName, Scheme, SignInput};
 
@@ -148,7 +147,7 @@ impl Vault {
         &self,
         name: &KeyName,
         subject: CertSubject,
-        auth: Option<Zeroizing<Vec<u8>>>,
+        auth: Option<Password>,
     ) -> Result<(String, Vec<u8>), Error> {
         let loaded = self.load(name).await?;
         let key = TpmPublicKey::of(&loaded)?;
@@ -175,7 +174,7 @@ impl Vault {
         name: &KeyName,
         subject: CertSubject,
         days: u32,
-        auth: Option<Zeroizing<Vec<u8>>>,
+        auth: Option<Password>,
     ) -> Result<StoredChain, Error> {
         let days = if days == 0 { DEFAULT_DAYS } else { days };
         if days > MAX_DAYS {
@@ -263,7 +262,7 @@ impl Vault {
         &self,
         name: &KeyName,
         key: &TpmPublicKey,
-        auth: Option<Zeroizing<Vec<u8>>>,
+        auth: Option<Password>,
         build: impl Fn(&PreSigner<'_>) -> Result<T, rcgen::Error>,
     ) -> Result<T, Error> {
         let capture = PreSigner { key, mode: Mode::Capture(RefCell::new(None)) };

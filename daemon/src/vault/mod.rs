@@ -16,10 +16,12 @@ pub mod attest;
 mod cache;
 pub mod cert;
 pub mod datakey;
+pub mod lockout;
 pub mod pq;
 pub mod seal;
 
 pub use cert::{CertSubject, StoredChain};
+pub use lockout::{Client, LockoutConfig, Password};
 pub use seal::{SealInfo, SealTarget};
 
 use crate::crypto::verify;
@@ -159,6 +161,8 @@ pub(crate) struct Inner {
     pss: AtomicU8,
     /// Serialises certificate replacement with itself and with key deletion.
     cert_lock: tokio::sync::Mutex<()>,
+    /// The dictionary-attack guard every password attempt passes.
+    lockout: lockout::Throttle,
     tcti: String,
     simulator: bool,
     started: Instant,
@@ -212,6 +216,7 @@ impl Vault {
                 ak: Mutex::new(None),
                 pss: AtomicU8::new(PSS_UNKNOWN),
                 cert_lock: tokio::sync::Mutex::new(()),
+                lockout: lockout::Throttle::new(LockoutConfig::default()),
                 tcti: cfg.tcti,
                 simulator: cfg.simulator,
                 started: Instant::now(),
@@ -224,6 +229,17 @@ impl Vault {
     /// The TPM actor handle (for status, metrics and in-process signing).
     pub fn tpm(&self) -> &TpmHandle {
         &self.inner.tpm
+    }
+
+    /// The dictionary-attack guard (its counters, for the metrics).
+    pub fn lockout(&self) -> &lockout::Throttle {
+        &self.inner.lockout
+    }
+
+    /// Sets the dictionary-attack guard's settings (config keys `da_*`; the defaults are in
+    /// force from [`Vault::open`] on).
+    pub fn set_lockout_config(&self, config: LockoutConfig) {
+        self.inner.lockout.set_config(config);
     }
 
     /// The TCTI in use.
@@ -403,6 +419,7 @@ impl Vault {
         let store = self.inner.store.clone();
         let n = name.clone();
         let existed = blocking(move || store.keys().remove(&n)).await?;
+        self.inner.lockout.forget(name);
         // A load that read the record before the removal must not cache it now.
         if let Ok(mut cache) = self.inner.cache.lock() {
             cache.remove_deleted(name);
@@ -440,25 +457,43 @@ impl Vault {
     }
 
     /// Signs with a TPM-resident key. Messages are hashed here, in-core; the TPM signs the
-    /// digest. ML-DSA and hybrid keys sign whole messages (see [`pq`]).
+    /// digest. ML-DSA and hybrid keys sign whole messages (see [`pq`]). A password attempt
+    /// passes the dictionary-attack guard first ([`lockout`]): the client's and the key's
+    /// budgets of wrong passwords, then, in the same TPM job as the signature, the TPM's reserve.
     ///
     /// # Errors
     /// [`Error::KeyNotFound`]; [`Error::InvalidArgument`] for a scheme the key cannot use, a
     /// wrong digest length, a digest for an ML-DSA or hybrid key, or a missing password;
-    /// [`Error::PcrMismatch`]; TPM errors.
-    pub async fn sign(
-        &self,
-        name: &KeyName,
-        req: SignRequest,
-        auth: Option<Zeroizing<Vec<u8>>>,
-    ) -> Result<SignOutput, Error> {
+    /// [`Error::Throttled`] and [`TpmError::DaReserve`] from the guard; [`Error::PcrMismatch`];
+    /// TPM errors.
+    pub async fn sign(&self, name: &KeyName, req: SignRequest, auth: Option<Password>) -> Result<SignOutput, Error> {
         let loaded = self.load(name).await?;
         if loaded.record.alg.has_pq() {
             return self.sign_pq(&loaded, req).await;
         }
-        let (job, digest) = self.prepare_sign(&loaded, req, auth)?;
+        let (job, digest, client) = self.prepare_sign(&loaded, req, auth)?;
         let done = SignJobDone { scheme: job.scheme, hash: job.hash, digest };
-        let sig = match self.inner.tpm.call("sign", move |tpm| tpm.sign(&job)).await {
+        // Only password keys count failures: the TPM has nothing to guess on the others.
+        let attempt = match &client {
+            Some(c) => Some(self.inner.lockout.admit(name, c).await?),
+            None => None,
+        };
+        let reserve = if attempt.is_some() { self.inner.lockout.config().tpm_reserve } else { 0 };
+        let result = self
+            .inner
+            .tpm
+            .call("sign", move |tpm| {
+                tpm.check_da_reserve(reserve)?;
+                tpm.sign(&job)
+            })
+            .await;
+        if let Some(attempt) = attempt {
+            if matches!(result, Err(TpmError::DaReserve { .. })) {
+                self.inner.lockout.count_refused();
+            }
+            attempt.settle(lockout::Outcome::of(&result));
+        }
+        let sig = match result {
             Err(TpmError::PolicyFailed) => {
                 let policy = loaded.record.pcr_policy.clone().map(|pcr| SealPolicy::Pcr { pcr });
                 return Err(match policy {
@@ -481,19 +516,21 @@ impl Vault {
         if loaded.record.alg.has_pq() {
             return Err(Error::InvalidArgument(format!("{} keys cannot sign TLS handshakes", loaded.record.alg)));
         }
-        let (job, digest) = self.prepare_sign(&loaded, req, None)?;
+        // No password here, so nothing for the dictionary-attack guard to count.
+        let (job, digest, _) = self.prepare_sign(&loaded, req, None)?;
         let done = SignJobDone { scheme: job.scheme, hash: job.hash, digest };
         let sig = self.inner.tpm.call_blocking("sign", move |tpm| tpm.sign(&job))?;
         self.finish_sign(&loaded, done, sig)
     }
 
-    /// The TPM job of a signature, and what [`Vault::finish_sign`] needs of the request.
+    /// The TPM job of a signature, what [`Vault::finish_sign`] needs of the request, and the
+    /// client whose password the job tries (none for a key without a password).
     fn prepare_sign(
         &self,
         loaded: &Arc<Loaded>,
         req: SignRequest,
-        auth: Option<Zeroizing<Vec<u8>>>,
-    ) -> Result<(SignJob, Vec<u8>), Error> {
+        auth: Option<Password>,
+    ) -> Result<(SignJob, Vec<u8>, Option<Client>), Error> {
         let alg = loaded.record.alg;
         let scheme = req.scheme.unwrap_or_else(|| alg.default_scheme());
         let hash = req.hash.unwrap_or_else(|| alg.default_hash());
@@ -502,13 +539,13 @@ impl Vault {
         if scheme == Scheme::RsaPss && self.inner.pss.load(Ordering::Relaxed) == PSS_BAD {
             return Err(TpmError::PssSaltUnsupported.into());
         }
-        let auth = match (loaded.record.has_auth, auth) {
-            (true, Some(a)) if a.len() > MAX_AUTH_VALUE => {
+        let (client, auth) = match (loaded.record.has_auth, auth.map(Password::into_parts)) {
+            (true, Some((_, a))) if a.len() > MAX_AUTH_VALUE => {
                 return Err(Error::InvalidArgument("key password too long".into()));
             }
-            (true, Some(a)) if !a.is_empty() => Some(a),
+            (true, Some((client, a))) if !a.is_empty() => (Some(client), Some(a)),
             (true, _) => return Err(Error::PermissionDenied(format!("key {} needs its password", loaded.record.name))),
-            (false, _) => None,
+            (false, _) => (None, None),
         };
         let digest = req.input.into_digest(hash)?;
         let job = SignJob {
@@ -520,7 +557,7 @@ impl Vault {
             auth,
             policy: loaded.record.pcr_policy.as_ref().map(|p| PolicyAuth::Pcr(p.selection.clone())),
         };
-        Ok((job, digest))
+        Ok((job, digest, client))
     }
 
     /// Checks the first RSA-PSS signature of this TPM (see below) and wraps the signature.

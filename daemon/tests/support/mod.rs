@@ -50,6 +50,33 @@ impl TpmEnv {
     }
 }
 
+/// A credential for `secret` bound to the AK named `ak_name` and encrypted to the EK
+/// (`ek_der`, DER SubjectPublicKeyInfo), made in software by `tpm2_makecredential --tcti none`
+/// in `dir`: the marshalled TPM2B_ID_OBJECT and TPM2B_ENCRYPTED_SECRET that
+/// `Vault::activate_credential` takes.
+pub fn make_credential(dir: &Path, ek_der: &[u8], ak_name: &[u8], secret: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let ek_pem =
+        p256::pkcs8::der::pem::encode_string("PUBLIC KEY", p256::pkcs8::der::pem::LineEnding::LF, ek_der).expect("pem");
+    std::fs::write(dir.join("ek.pem"), ek_pem).expect("write");
+    std::fs::write(dir.join("secret.bin"), secret).expect("write");
+    let out = std::process::Command::new("tpm2_makecredential")
+        .close_inherited_fds()
+        .args(["--tcti", "none", "-G", "rsa", "-u"])
+        .arg(dir.join("ek.pem"))
+        .arg("-s")
+        .arg(dir.join("secret.bin"))
+        .args(["-n", &hex::encode(ak_name), "-o"])
+        .arg(dir.join("cred.out"))
+        .output()
+        .expect("tpm2_makecredential");
+    assert!(out.status.success(), "makecredential: {}", String::from_utf8_lossy(&out.stderr));
+    let cred = std::fs::read(dir.join("cred.out")).expect("cred");
+    // tpm2-tools credential file: magic 0xBADCC0DE, version 1, TPM2B_ID_OBJECT, TPM2B_ENCRYPTED_SECRET.
+    assert_eq!(&cred[..4], &[0xBA, 0xDC, 0xC0, 0xDE]);
+    let blob_len = usize::from(u16::from_be_bytes([cred[8], cred[9]]));
+    (cred[8..10 + blob_len].to_vec(), cred[10 + blob_len..].to_vec())
+}
+
 /// A key name derived from the test's name and a suffix.
 pub fn key(name: &str) -> KeyName {
     KeyName::try_from(name).expect("valid test key name")
