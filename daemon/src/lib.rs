@@ -25,6 +25,7 @@
 //!   never wait (past its bounds lines are dropped, counted and reported).
 //! - [`systemd`], [`telemetry`]: readiness, stopping and watchdog messages to systemd, and the
 //!   optional Prometheus endpoint, with the `process_*` figures of [`process_metrics`].
+//! - `fuzzing` (hidden): the fuzz targets' way into parsers private to their modules.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![deny(missing_docs, missing_debug_implementations)]
 // One audited exception: `spawn` runs a close_range hook between fork and exec.
@@ -49,6 +50,46 @@ pub mod telemetry;
 pub mod tls;
 pub mod tpm;
 pub mod vault;
+
+/// Entry points for the fuzz targets (`fuzz/`) into parsers of untrusted input that are private
+/// to their modules. Not an API: hidden from the docs, no stability promise, used by nothing
+/// but `fuzz/`.
+#[doc(hidden)]
+pub mod fuzzing {
+    use crate::error::Error;
+    use crate::model::PcrTarget;
+    use crate::telemetry::Request;
+
+    /// The `PcrBinding` of Seal, CreateKey, CreateDataKey, Quote and ReadPcrs as the RPC layer
+    /// parses it.
+    ///
+    /// # Errors
+    /// What the RPC would answer INVALID_ARGUMENT with.
+    pub fn pcr_binding(b: tpm_vault_proto::v1::PcrBinding) -> Result<PcrTarget, Error> {
+        crate::rpc::pcr_binding(b)
+    }
+
+    /// ActivateCredential's credential blob and encrypted secret without their TPM2B size
+    /// prefixes (`strip_tpm2b`), as the vault passes them to the TPM.
+    ///
+    /// # Errors
+    /// What the RPC would answer INVALID_ARGUMENT with.
+    pub fn credential_inputs(blob: &[u8], secret: &[u8]) -> Result<(Vec<u8>, Vec<u8>), Error> {
+        crate::vault::attest::credential_inputs(blob, secret)
+    }
+
+    /// The metrics endpoint's reading of the bytes received so far on a connection: `None`
+    /// while the head is incomplete, `Some(Ok((path, head_only)))` for `GET`/`HEAD` (the query
+    /// string dropped), `Some(Err(status))` for the HTTP status it answers anything else with.
+    pub fn metrics_request(received: &[u8]) -> Option<Result<(String, bool), u16>> {
+        Request::parse(received).map(|r| match r {
+            Request::Get { path, head_only } => Ok((path, head_only)),
+            Request::OtherMethod => Err(405),
+            Request::Malformed => Err(400),
+            Request::TooLarge => Err(431),
+        })
+    }
+}
 
 pub use error::Error;
 pub use vault::{Vault, VaultConfig};

@@ -167,7 +167,7 @@ async fn handle(mut stream: TcpStream, source: &MetricsSource) -> std::io::Resul
 
 /// A parsed request head.
 #[derive(Debug, PartialEq, Eq)]
-enum Request {
+pub(crate) enum Request {
     /// `GET` or `HEAD` of `path` (query string dropped).
     Get { path: String, head_only: bool },
     /// Any other method.
@@ -180,7 +180,7 @@ enum Request {
 
 impl Request {
     /// Parses a complete request head; `None` while the blank line ending it has not arrived.
-    fn parse(buf: &[u8]) -> Option<Self> {
+    pub(crate) fn parse(buf: &[u8]) -> Option<Self> {
         let end = find(buf, b"\r\n\r\n").or_else(|| find(buf, b"\n\n"))?;
         let head = String::from_utf8_lossy(buf.get(..end).unwrap_or_default());
         let line = head.lines().next().unwrap_or_default();

@@ -40,6 +40,23 @@ pub fn authority_spki() -> &'static [u8] {
     })
 }
 
+/// The ML-DSA-65 half of the `hybrid_signature` target's key (from a fixed seed), so that
+/// seeds signed by `tests/seeds.rs` verify.
+pub fn ml_dsa_65() -> &'static aws_lc_rs::signature::PqdsaKeyPair {
+    static KEY: OnceLock<aws_lc_rs::signature::PqdsaKeyPair> = OnceLock::new();
+    KEY.get_or_init(|| {
+        aws_lc_rs::signature::PqdsaKeyPair::from_seed(&aws_lc_rs::signature::ML_DSA_65_SIGNING, &[0x65; 32])
+            .unwrap_or_else(|e| panic!("fixed ML-DSA-65 key: {e}"))
+    })
+}
+
+/// The message length prefix of the `hybrid_signature` target's inputs: 2 bytes, big-endian,
+/// then the message, then the signature.
+pub fn split_message(data: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (len, rest) = data.split_first_chunk::<2>()?;
+    rest.split_at_checked(usize::from(u16::from_be_bytes(*len)))
+}
+
 /// Splits `len` bytes into pieces whose sizes follow `seed` (1 to 4096 bytes, mostly small):
 /// how a network peer's message boundaries fall. Deterministic for a given seed.
 pub fn pieces(seed: u64, len: usize) -> Vec<usize> {
@@ -62,4 +79,32 @@ pub fn pieces(seed: u64, len: usize) -> Vec<usize> {
         left -= size;
     }
     out
+}
+
+/// The FIPS 203 section 7.2 check of an ML-KEM-768 (else ML-KEM-1024) encapsulation key, the
+/// fuzz targets' oracle, written out independently of the code under test:
+/// `ByteEncode12(ByteDecode12(ek[..384k])) == ek[..384k]` with coefficients reduced mod q.
+pub fn fips203_ok(ml_kem_768: bool, ek: &[u8]) -> bool {
+    let k = if ml_kem_768 { 3 } else { 4 };
+    if ek.len() != 384 * k + 32 {
+        return false;
+    }
+    let mut bits = 0u32;
+    let mut n = 0;
+    let mut coefficients = Vec::new();
+    for &b in &ek[..384 * k] {
+        bits |= u32::from(b) << n;
+        n += 8;
+        while n >= 12 {
+            coefficients.push((bits & 0xfff) % 3329);
+            bits >>= 12;
+            n -= 12;
+        }
+    }
+    let mut again = Vec::new();
+    for pair in coefficients.chunks(2) {
+        let v = pair[0] | (pair[1] << 12);
+        again.extend_from_slice(&v.to_le_bytes()[..3]);
+    }
+    again == ek[..384 * k]
 }

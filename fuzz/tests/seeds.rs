@@ -9,6 +9,10 @@
 //! - `aead_stream`: streams made by `crypto::stream::Encryptor` under the fuzz data key;
 //! - `certificate`: a self-signed certificate and a CSR of a vault key, and subjects;
 //! - `quote`: a real quote of the vault's AK, a tpm2-tools `quote.pcrs` and a credential file;
+//! - `hybrid_signature`, `tls_identity`, `metrics_request`, `credential_tpm2b`, `pcr_binding`,
+//!   `pq_spki`, `ml_kem_key` (`parser_seeds`, no TPM): hybrid signatures by the fuzz key pair,
+//!   client certificates (subjects with escapes, SPIFFE IDs), Prometheus scrapes, credential
+//!   blobs, PCR bindings, and ML-DSA / ML-KEM public keys;
 //! - `eventlog`: measured-boot logs as firmware writes them: crypto-agile with SHA-1, SHA-256,
 //!   SHA-384 (and one with SHA-512 and SM3-256 too), StartupLocality, UEFI variable, image-load
 //!   and text events; and a SHA-1-only log. Each parses and replays (checked here).
@@ -388,4 +392,143 @@ fn eventlog_seeds() {
         assert!(!parsed.replay().pcrs.is_empty());
         write(&dir, name, &log);
     }
+}
+
+/// An ML-KEM encapsulation key that passes the FIPS 203 check, made without randomness:
+/// `k` polynomials of fixed coefficients below q, then a fixed rho.
+fn ml_kem_ek(k: usize) -> Vec<u8> {
+    let coefficient = |i: usize| ((i * 1021 + 7) % 3329) as u32;
+    let mut ek = Vec::with_capacity(384 * k + 32);
+    for pair in 0..128 * k {
+        let v = coefficient(2 * pair) | (coefficient(2 * pair + 1) << 12);
+        ek.extend_from_slice(&v.to_le_bytes()[..3]);
+    }
+    ek.extend_from_slice(&[0x42; 32]);
+    assert!(tpm_vault_fuzz::fips203_ok(k == 3, &ek));
+    ek
+}
+
+#[test]
+#[ignore = "rewrites fuzz/corpus; run by ./scripts/fuzz --seeds"]
+fn parser_seeds() {
+    use aws_lc_rs::encoding::AsDer;
+    use aws_lc_rs::signature::{KeyPair, PqdsaKeyPair};
+    use tpm_vault_daemon::crypto::pq::spki_der;
+    use tpm_vault_proto::hybrid::{signed_message, HybridSignature};
+    use tpm_vault_proto::v1::PcrBinding;
+
+    // Hybrid signatures: 2-byte message length, message, signature.
+    let dir = corpus("hybrid_signature");
+    let sign = |message: &[u8]| -> Vec<u8> {
+        let signed = signed_message(message);
+        let ecdsa: p256::ecdsa::Signature = authority().sign(&signed);
+        let mut ml_dsa = vec![0; tpm_vault_proto::hybrid::ML_DSA_65_LEN];
+        tpm_vault_fuzz::ml_dsa_65().sign(&signed, &mut ml_dsa).unwrap_or_else(|e| panic!("{e}"));
+        let sig = HybridSignature { ecdsa: ecdsa.to_der().as_bytes().to_vec(), ml_dsa };
+        sig.encode().unwrap_or_else(|e| panic!("{e}"))
+    };
+    let framed = |message: &[u8], sig: &[u8]| [&(message.len() as u16).to_be_bytes()[..], message, sig].concat();
+    let long: Vec<u8> = (0..300u32).map(|i| (i * 7) as u8).collect();
+    for (file, message) in [("empty", &b""[..]), ("firmware", b"firmware v1.2"), ("long", &long)] {
+        write(&dir, &format!("{file}.bin"), &framed(message, &sign(message)));
+    }
+    write(&dir, "other-message.bin", &framed(b"firmware v1.3", &sign(b"firmware v1.2")));
+
+    // Client certificates (DER), self-signed with the fuzz authority's key.
+    let dir = corpus("tls_identity");
+    let pkcs8 = p256::pkcs8::EncodePrivateKey::to_pkcs8_der(&authority()).unwrap_or_else(|e| panic!("{e}"));
+    let key = rcgen::KeyPair::try_from(pkcs8.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+    let cert = |subject: &[(rcgen::DnType, &str)], uris: &[&str]| -> Vec<u8> {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap_or_else(|e| panic!("{e}"));
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        for (kind, value) in subject {
+            params.distinguished_name.push(kind.clone(), *value);
+        }
+        params.subject_alt_names = uris
+            .iter()
+            .map(|u| rcgen::SanType::URI(rcgen::string::Ia5String::try_from(*u).unwrap_or_else(|e| panic!("{e}"))))
+            .collect();
+        params.self_signed(&key).unwrap_or_else(|e| panic!("{e}")).der().to_vec()
+    };
+    use rcgen::DnType::{CommonName, CountryName, OrganizationName, OrganizationalUnitName};
+    write(&dir, "cn-o.der", &cert(&[(CommonName, "agent-1"), (OrganizationName, "Example")], &[]));
+    write(
+        &dir,
+        "escapes.der",
+        &cert(
+            &[
+                (CommonName, "#lead, \"quoted\"+plus;semi<less>\\back "),
+                (OrganizationalUnitName, " ctl\x01\x7f ünï"),
+                (CountryName, "DE"),
+                (rcgen::DnType::CustomDnType(vec![1, 2, 3, 4]), "custom=oid"),
+            ],
+            &[],
+        ),
+    );
+    write(&dir, "spiffe.der", &cert(&[(CommonName, "ignored")], &["spiffe://example.org/ns/prod/sa/agent"]));
+    write(&dir, "spiffe-only.der", &cert(&[], &["https://example.org/", "spiffe://example.org/agent"]));
+    write(&dir, "no-name.der", &cert(&[], &["https://example.org/"]));
+
+    // HTTP request heads to the metrics endpoint: 8-byte read-split seed, then the bytes.
+    let dir = corpus("metrics_request");
+    let heads: [(&str, &[u8]); 6] = [
+        (
+            "prometheus",
+            b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:9464\r\nUser-Agent: Prometheus/2.45.0\r\n\
+              Accept: application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.3\r\n\
+              Accept-Encoding: gzip\r\nX-Prometheus-Scrape-Timeout-Seconds: 10\r\n\r\n",
+        ),
+        ("curl-head", b"HEAD / HTTP/1.1\r\nHost: localhost\r\nUser-Agent: curl/7.88.1\r\nAccept: */*\r\n\r\n"),
+        ("query-lf", b"GET /metrics?name[]=x HTTP/1.0\n\n"),
+        ("post", b"POST /metrics HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc"),
+        ("absolute", b"GET http://127.0.0.1/metrics HTTP/1.1\r\n\r\n"),
+        ("incomplete", b"GET /metrics HTTP/1.1\r\nHost: x\r\n"),
+    ];
+    for (i, (file, head)) in heads.iter().enumerate() {
+        write(&dir, &format!("{file}.txt"), &[&(i as u64 * 0x9e37_79b9).to_le_bytes()[..], *head].concat());
+    }
+
+    // ActivateCredential inputs: 2-byte blob length, TPM2B blob, TPM2B secret.
+    let dir = corpus("credential_tpm2b");
+    let tpm2b = |n: usize| [&(n as u16).to_be_bytes()[..], &vec![0xa5; n]].concat();
+    for (file, blob, secret) in
+        [("rsa-ek", 68, 256), ("largest", 132, 512), ("blob-too-large", 133, 256), ("secret-too-large", 68, 513)]
+    {
+        let (blob, secret) = (tpm2b(blob), tpm2b(secret));
+        write(&dir, &format!("{file}.bin"), &[&(blob.len() as u16).to_be_bytes()[..], &blob, &secret].concat());
+    }
+
+    // PCR bindings.
+    let dir = corpus("pcr_binding");
+    let binding = |bank: &str, pcrs: &[u32], len: usize| PcrBinding {
+        bank: bank.into(),
+        pcrs: pcrs.to_vec(),
+        values: if len == 0 { Vec::new() } else { pcrs.iter().map(|&p| vec![p as u8; len]).collect() },
+    };
+    let bindings = [
+        ("default", PcrBinding::default()),
+        ("sha256-9", binding("sha256", &[9], 0)),
+        ("sha256-values", binding("sha256", &[9, 0, 7], 32)),
+        ("sha1-values", binding("sha1", &[16, 4], 20)),
+        ("sha384-23", binding("sha384", &[23, 1], 48)),
+    ];
+    for (file, b) in bindings {
+        write(&dir, &format!("{file}.pb"), &b.encode_to_vec());
+    }
+
+    // Post-quantum public keys: SPKI for pq_spki, mode byte and raw key for ml_kem_key.
+    let spkis = corpus("pq_spki");
+    let raw_kem = corpus("ml_kem_key");
+    for alg in [KeyAlg::MlDsa44, KeyAlg::MlDsa65, KeyAlg::MlDsa87] {
+        let signing = tpm_vault_daemon::crypto::pq::ml_dsa_signing(alg).unwrap_or_else(|| panic!("{alg}"));
+        let kp = PqdsaKeyPair::from_seed(signing, &[0x44; 32]).unwrap_or_else(|e| panic!("{e}"));
+        let der = kp.public_key().as_der().unwrap_or_else(|e| panic!("{e}"));
+        write(&spkis, &format!("{alg}.der"), der.as_ref());
+    }
+    for (alg, k, mode) in [(KeyAlg::MlKem768, 3, 0u8), (KeyAlg::MlKem1024, 4, 1)] {
+        let ek = ml_kem_ek(k);
+        write(&spkis, &format!("{alg}.der"), &spki_der(alg, &ek).unwrap_or_else(|e| panic!("{e}")));
+        write(&raw_kem, &format!("{alg}.bin"), &[&[mode][..], &ek].concat());
+    }
+    write(&spkis, "p256.der", authority_spki());
 }

@@ -147,7 +147,7 @@ impl Target for () {
 
 /// Parses a PCR binding: bank (default sha256), indices (default 9), optional values (one per
 /// index, in the order given).
-fn pcr_binding(b: tpm_vault_proto::v1::PcrBinding) -> Result<PcrTarget, Error> {
+pub(crate) fn pcr_binding(b: tpm_vault_proto::v1::PcrBinding) -> Result<PcrTarget, Error> {
     let bank: PcrBank = b.bank.parse()?;
     let indices = if b.pcrs.is_empty() { vec![PcrSelection::DEFAULT_INDEX] } else { b.pcrs.clone() };
     let selection = PcrSelection::new(bank, &indices)?;

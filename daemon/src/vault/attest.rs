@@ -131,12 +131,20 @@ impl Vault {
     /// (PERMISSION_DENIED) when the credential was not made for this TPM's AK and EK; other TPM
     /// errors as for any command.
     pub async fn activate_credential(&self, blob: &[u8], secret: &[u8]) -> Result<Zeroizing<Vec<u8>>, Error> {
-        // TPM2B_ID_OBJECT and TPM2B_ENCRYPTED_SECRET maximum sizes (tss-esapi's buffers).
-        let blob = strip_tpm2b(blob, "credential blob", 132)?;
-        let secret = strip_tpm2b(secret, "encrypted secret", 512)?;
+        let (blob, secret) = credential_inputs(blob, secret)?;
         let ak = self.ak().await?;
         Ok(self.tpm().call("activate", move |tpm| tpm.activate_credential(&ak.blob, &blob, &secret)).await?)
     }
+}
+
+/// ActivateCredential's inputs without their TPM2B size prefixes, within the sizes the TPM
+/// layer's buffers take.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a missing or wrong size prefix, or a blob too large.
+pub(crate) fn credential_inputs(blob: &[u8], secret: &[u8]) -> Result<(Vec<u8>, Vec<u8>), Error> {
+    // TPM2B_ID_OBJECT and TPM2B_ENCRYPTED_SECRET maximum sizes (tss-esapi's buffers).
+    Ok((strip_tpm2b(blob, "credential blob", 132)?, strip_tpm2b(secret, "encrypted secret", 512)?))
 }
 
 /// Strips and checks the 2-byte size prefix of a marshalled TPM2B.
