@@ -200,7 +200,7 @@ impl P11Round {
 
 /// The daemon's certificate of the benchmark key (PEM), issued first if it has none.
 async fn certificate(socket: &Path) -> Result<String> {
-    let mut client = KeyServiceClient::new(crate::sign::daemon::channel(socket).await?);
+    let mut client = KeyServiceClient::new(crate::sign::health::channel(socket).await?);
     match client.get_certificate(pb::GetCertificateRequest { name: KEY_NAME.into() }).await {
         Ok(chain) => Ok(chain.into_inner().chain_pem),
         Err(s) if s.code() == tonic::Code::NotFound => tls::self_sign(socket).await,
@@ -340,8 +340,8 @@ fn describe(rates: &[SignRate]) -> String {
             format!(
                 "{} thread(s) {}/s (p50 {} µs)",
                 r.threads,
-                crate::report::num(r.rate, 0),
-                crate::report::num(r.p50_us, 0)
+                crate::table::num(r.rate, 0),
+                crate::table::num(r.p50_us, 0)
             )
         })
         .collect();
@@ -351,7 +351,7 @@ fn describe(rates: &[SignRate]) -> String {
 fn describe_tls(r: Rate) -> String {
     format!(
         "{} handshakes/s with 1 client, {} with {CLIENTS}",
-        crate::report::num(r.one, 0),
-        crate::report::num(r.many, 0)
+        crate::table::num(r.one, 0),
+        crate::table::num(r.many, 0)
     )
 }

@@ -1,0 +1,93 @@
+//! The binaries a run measures, built by cargo with this benchmark's profile from the same
+//! source as the library it links (so every path measured is the same code): `tpm-vaultd`,
+//! the `tpm-vault` CLI and the client's examples; and the workspace they are built in.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, ensure, Context as _, Result};
+use tpm_vault_daemon::spawn::CloseInheritedFds as _;
+
+/// The workspace this benchmark was built from (where `docs/` lives).
+pub fn workspace_root() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    match manifest.parent() {
+        Some(root) if root.join("Cargo.toml").exists() => root.to_owned(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// Finds the daemon binary. Unless one is given, runs `cargo build` for it with this
+/// benchmark's profile first, so the daemon measured is built from the same source as the
+/// library measured; falls back to an existing binary (with a note) if that build fails.
+pub fn daemon(explicit: Option<&Path>, workspace: &Path, notes: &mut Vec<String>) -> Result<PathBuf> {
+    if let Some(p) = explicit {
+        ensure!(p.is_file(), "--daemon {}: no such file", p.display());
+        return Ok(p.to_owned());
+    }
+    let exe = std::env::current_exe().context("locating this executable")?;
+    let dir = exe.parent().context("this executable has no parent directory")?;
+    let candidate = dir.join("tpm-vaultd");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+    let mut build = Command::new(&cargo);
+    build.close_inherited_fds();
+    build.args(["build", "-p", "tpm-vault-daemon", "--bin", "tpm-vaultd"]).current_dir(workspace);
+    if !cfg!(debug_assertions) {
+        build.arg("--release");
+    }
+    eprintln!("[setup] building tpm-vaultd (cargo build -p tpm-vault-daemon)");
+    match build.status() {
+        Ok(s) if s.success() => {}
+        other => {
+            let why = match other {
+                Ok(s) => format!("exited with {s}"),
+                Err(e) => e.to_string(),
+            };
+            if !candidate.is_file() {
+                bail!(
+                    "cannot build tpm-vaultd ({why}) and there is none at {}; build it or pass --daemon",
+                    candidate.display()
+                );
+            }
+            let note = format!(
+                "`cargo build` of tpm-vaultd failed ({why}); measured the existing {} instead",
+                candidate.display()
+            );
+            eprintln!("warning: {note}");
+            notes.push(note);
+        }
+    }
+    ensure!(
+        candidate.is_file(),
+        "tpm-vaultd is not at {} after the build (CARGO_TARGET_DIR changed?); pass --daemon",
+        candidate.display()
+    );
+    Ok(candidate)
+}
+
+/// A binary of the client crate (`--bin tpm-vault`, `--example tls_server`): `cargo build` with
+/// this benchmark's profile, so it is built from the same source as what else is measured;
+/// `relative` is its path next to this executable.
+pub fn client(workspace: &Path, target: &[&str], relative: &Path) -> Result<PathBuf> {
+    let exe = std::env::current_exe().context("locating this executable")?;
+    let dir = exe.parent().context("this executable has no parent directory")?;
+    let candidate = dir.join(relative);
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut build = Command::new(cargo);
+    build.close_inherited_fds();
+    build.args(["build", "-p", "tpm-vault-client"]).args(target).current_dir(workspace);
+    if !cfg!(debug_assertions) {
+        build.arg("--release");
+    }
+    let built = build.status().map(|s| s.success()).unwrap_or(false);
+    ensure!(
+        candidate.is_file(),
+        "{} is not at {} (cargo build {}); build it with `cargo build -p tpm-vault-client {}`",
+        relative.display(),
+        candidate.display(),
+        if built { "succeeded" } else { "failed" },
+        target.join(" ")
+    );
+    Ok(candidate)
+}
