@@ -15,6 +15,10 @@
 //!   classical TPM signature.
 //! - **ML-KEM-768**: the daemon's `Decapsulate` RPC (key unsealed once, decapsulated in-core)
 //!   against aws-lc-rs decapsulating in this process; ciphertexts come from the key's public key.
+//! - **The other post-quantum parameter sets and operations** ([`PqWhat`], on a quarter of the
+//!   window each): ML-DSA-44/87 signing, ML-DSA-44/65/87 verification (`Verify` RPC), ML-KEM-1024
+//!   decapsulation, and ML-KEM-768/1024 encapsulation done client-side with the vault key's
+//!   public key, each against aws-lc-rs doing the same in this process with a key of its own.
 //!
 //! Keys are made once per run, untimed ([`AlgsSetup::new`]): the raw keys with `TPM2_Create`,
 //! the vault's with `Vault::create_key` in a state directory of their own (so the key-count
@@ -25,10 +29,13 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context as _, Result};
-use aws_lc_rs::kem::{Ciphertext, DecapsulationKey, ML_KEM_768};
-use aws_lc_rs::signature::{PqdsaKeyPair, ML_DSA_65_SIGNING};
+use aws_lc_rs::kem::{Algorithm, AlgorithmId, Ciphertext, DecapsulationKey, ML_KEM_1024, ML_KEM_768};
+use aws_lc_rs::signature::{
+    KeyPair as _, PqdsaKeyPair, PqdsaSigningAlgorithm, PqdsaVerificationAlgorithm, UnparsedPublicKey, ML_DSA_44,
+    ML_DSA_44_SIGNING, ML_DSA_65, ML_DSA_65_SIGNING, ML_DSA_87, ML_DSA_87_SIGNING,
+};
 use tokio::runtime::Runtime;
-use tpm_vault_client::{Client, SignInput, SignOptions};
+use tpm_vault_client::{Client, KemPublicKey, SignInput, SignOptions};
 use tpm_vault_daemon::model::{KeyAlg, KeyName};
 
 use crate::sign::daemon::{policy_allow_all, Daemon, Setup};
@@ -40,7 +47,79 @@ use crate::stats::Measurement;
 pub const TPM_ALGS: [KeyAlg; 3] = [KeyAlg::EccP384, KeyAlg::Rsa2048, KeyAlg::Rsa3072];
 
 /// The vault keys without a raw peer of their own, created beside [`TPM_ALGS`].
-const PQ_ALGS: [KeyAlg; 3] = [KeyAlg::MlDsa65, KeyAlg::HybridP256MlDsa65, KeyAlg::MlKem768];
+const PQ_ALGS: [KeyAlg; 6] =
+    [KeyAlg::MlDsa65, KeyAlg::HybridP256MlDsa65, KeyAlg::MlKem768, KeyAlg::MlDsa44, KeyAlg::MlDsa87, KeyAlg::MlKem1024];
+
+/// The other post-quantum operations, in report order (ML-DSA-65 signing and ML-KEM-768
+/// decapsulation are in the main rows).
+pub const PQ_OPS: [PqWhat; 8] = [
+    PqWhat::Sign(KeyAlg::MlDsa44),
+    PqWhat::Sign(KeyAlg::MlDsa87),
+    PqWhat::Verify(KeyAlg::MlDsa44),
+    PqWhat::Verify(KeyAlg::MlDsa65),
+    PqWhat::Verify(KeyAlg::MlDsa87),
+    PqWhat::Encapsulate(KeyAlg::MlKem768),
+    PqWhat::Encapsulate(KeyAlg::MlKem1024),
+    PqWhat::Decapsulate(KeyAlg::MlKem1024),
+];
+
+/// A post-quantum operation measured in this process (aws-lc-rs) and through the vault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PqWhat {
+    /// ML-DSA signing: the daemon's `Sign` RPC.
+    Sign(KeyAlg),
+    /// ML-DSA verification: the daemon's `Verify` RPC.
+    Verify(KeyAlg),
+    /// ML-KEM encapsulation: client-side, to the vault key's public key.
+    Encapsulate(KeyAlg),
+    /// ML-KEM decapsulation: the daemon's `Decapsulate` RPC.
+    Decapsulate(KeyAlg),
+}
+
+impl PqWhat {
+    fn alg(self) -> KeyAlg {
+        match self {
+            Self::Sign(a) | Self::Verify(a) | Self::Encapsulate(a) | Self::Decapsulate(a) => a,
+        }
+    }
+
+    /// `ML-DSA-44` for `ml-dsa-44`.
+    fn upper(self) -> String {
+        self.alg().as_str().to_uppercase()
+    }
+
+    /// The label of the in-process peer's row.
+    pub fn local_label(self) -> String {
+        match self {
+            Self::Sign(_) => format!("aws-lc-rs {} sign, in this process", self.upper()),
+            Self::Verify(_) => format!("aws-lc-rs {} verify, in this process", self.upper()),
+            Self::Encapsulate(_) => format!("aws-lc-rs {} encapsulate to a key of this process", self.upper()),
+            Self::Decapsulate(_) => format!("aws-lc-rs {} decapsulate, in this process", self.upper()),
+        }
+    }
+
+    /// The label of the vault's row.
+    pub fn vault_label(self) -> String {
+        let alg = self.alg();
+        match self {
+            Self::Sign(_) => format!("daemon `Sign` RPC, {alg}"),
+            Self::Verify(_) => format!("daemon `Verify` RPC, {alg}"),
+            Self::Encapsulate(_) => format!("client-side encapsulate to the vault key's public key, {alg}"),
+            Self::Decapsulate(_) => format!("daemon `Decapsulate` RPC, {alg}"),
+        }
+    }
+}
+
+/// One [`PqWhat`] of a round.
+#[derive(Debug, Clone)]
+pub struct PqOp {
+    /// What was measured.
+    pub what: PqWhat,
+    /// aws-lc-rs in this process.
+    pub local: Measurement,
+    /// Through the vault.
+    pub vault: Measurement,
+}
 
 /// The message every path signs.
 const MESSAGE: &[u8] = b"tpm-vault benchmark: the other key algorithms";
@@ -113,6 +192,8 @@ pub struct AlgsRound {
     pub ml_kem_local: Measurement,
     /// ML-KEM-768 decapsulation through the daemon.
     pub ml_kem_daemon: Measurement,
+    /// The other post-quantum operations ([`PQ_OPS`]).
+    pub pq: Vec<PqOp>,
 }
 
 /// One round: raw ESAPI per algorithm (one connection at a time, as swtpm serves), aws-lc-rs
@@ -128,6 +209,10 @@ pub fn run(setup: &AlgsSetup, round: usize, timing: Timing, swtpm_pid: u32, rt: 
     }
     let ml_dsa_local = local_ml_dsa(timing, pids)?;
     let ml_kem_local = local_ml_kem(timing, pids)?;
+    let mut pq_local = Vec::with_capacity(PQ_OPS.len());
+    for what in PQ_OPS {
+        pq_local.push(local_pq(what, pq_timing(timing), pids).with_context(|| what.local_label())?);
+    }
 
     let uid = nix::unistd::getuid().as_raw();
     let (daemon, _ready) =
@@ -141,16 +226,21 @@ pub fn run(setup: &AlgsSetup, round: usize, timing: Timing, swtpm_pid: u32, rt: 
         }
         let ml_dsa = daemon_sign(&client, KeyAlg::MlDsa65, timing, pids).await.context("daemon ML-DSA-65")?;
         let hybrid = daemon_sign(&client, KeyAlg::HybridP256MlDsa65, timing, pids).await.context("daemon hybrid")?;
-        let ml_kem = daemon_decapsulate(&client, timing, pids).await.context("daemon ML-KEM-768")?;
-        anyhow::Ok((tpm, ml_dsa, hybrid, ml_kem))
+        let ml_kem = daemon_decapsulate(&client, KeyAlg::MlKem768, timing, pids).await.context("daemon ML-KEM-768")?;
+        let mut pq = Vec::with_capacity(PQ_OPS.len());
+        for what in PQ_OPS {
+            pq.push(vault_pq(&client, what, pq_timing(timing), pids).await.with_context(|| what.vault_label())?);
+        }
+        anyhow::Ok((tpm, ml_dsa, hybrid, ml_kem, pq))
     });
-    let (tpm_daemon, ml_dsa_daemon, hybrid_daemon, ml_kem_daemon) = match measured {
+    let (tpm_daemon, ml_dsa_daemon, hybrid_daemon, ml_kem_daemon, pq_vault) = match measured {
         Ok(m) => m,
         Err(e) => return Err(e.context(format!("daemon log:\n{}", daemon.log_tail()))),
     };
     daemon.stop()?;
     let tpm = TPM_ALGS.into_iter().zip(raw).zip(tpm_daemon).map(|((alg, r), d)| (alg, r, d)).collect();
-    Ok(AlgsRound { tpm, ml_dsa_local, ml_dsa_daemon, hybrid_daemon, ml_kem_local, ml_kem_daemon })
+    let pq = PQ_OPS.into_iter().zip(pq_local).zip(pq_vault).map(|((what, local), vault)| PqOp { what, local, vault });
+    Ok(AlgsRound { tpm, ml_dsa_local, ml_dsa_daemon, hybrid_daemon, ml_kem_local, ml_kem_daemon, pq: pq.collect() })
 }
 
 /// Loads `key` and signs the digest of [`MESSAGE`] in a loop, after checking one signature.
@@ -171,23 +261,107 @@ fn local_ml_dsa(timing: Timing, pids: Pids) -> Result<Measurement> {
     })
 }
 
-/// ML-KEM-768 decapsulations with aws-lc-rs, a fresh key, after checking one.
-fn local_ml_kem(timing: Timing, pids: Pids) -> Result<Measurement> {
-    let failed = |what: &'static str| move |_| anyhow::anyhow!("ML-KEM-768 {what} failed");
-    let dk = DecapsulationKey::generate(&ML_KEM_768).map_err(failed("key generation"))?;
+/// ML-KEM decapsulations with aws-lc-rs, a fresh key, after checking one.
+fn local_decapsulate(kem: &'static Algorithm<AlgorithmId>, timing: Timing, pids: Pids) -> Result<Measurement> {
+    let failed = |what: &'static str| move |_| anyhow::anyhow!("ML-KEM {what} failed");
+    let dk = DecapsulationKey::generate(kem).map_err(failed("key generation"))?;
     let (ciphertext, secret) =
         dk.encapsulation_key().and_then(|ek| ek.encapsulate()).map_err(failed("encapsulation"))?;
     let opened = dk.decapsulate(Ciphertext::from(ciphertext.as_ref())).map_err(failed("decapsulation"))?;
-    ensure!(opened.as_ref() == secret.as_ref(), "aws-lc-rs ML-KEM-768 decapsulated another secret");
+    ensure!(opened.as_ref() == secret.as_ref(), "aws-lc-rs ML-KEM decapsulated another secret");
     timed_loop(timing, pids, || {
         dk.decapsulate(Ciphertext::from(ciphertext.as_ref())).map(drop).map_err(failed("decapsulation"))
     })
 }
 
-/// The daemon's `Decapsulate` RPC with the vault's ML-KEM-768 key, after checking one shared
-/// secret against the one encapsulated to its public key.
-async fn daemon_decapsulate(client: &Client, timing: Timing, pids: Pids) -> Result<Measurement> {
-    let name = key_name(KeyAlg::MlKem768);
+/// ML-KEM-768 decapsulations with aws-lc-rs, a fresh key, after checking one.
+fn local_ml_kem(timing: Timing, pids: Pids) -> Result<Measurement> {
+    local_decapsulate(&ML_KEM_768, timing, pids)
+}
+
+/// The timing of each [`PQ_OPS`] row: a quarter of the window (in-core work, thousands of
+/// operations a second), half the warm-up.
+fn pq_timing(timing: Timing) -> Timing {
+    Timing { warmup: timing.warmup / 2, window: timing.window / 4 }
+}
+
+/// The aws-lc-rs algorithms of an ML-DSA key.
+fn ml_dsa(alg: KeyAlg) -> Result<(&'static PqdsaSigningAlgorithm, &'static PqdsaVerificationAlgorithm)> {
+    Ok(match alg {
+        KeyAlg::MlDsa44 => (&ML_DSA_44_SIGNING, &ML_DSA_44),
+        KeyAlg::MlDsa65 => (&ML_DSA_65_SIGNING, &ML_DSA_65),
+        KeyAlg::MlDsa87 => (&ML_DSA_87_SIGNING, &ML_DSA_87),
+        other => anyhow::bail!("{other} is not an ML-DSA algorithm"),
+    })
+}
+
+/// The aws-lc-rs algorithm of an ML-KEM key.
+fn ml_kem(alg: KeyAlg) -> Result<&'static Algorithm<AlgorithmId>> {
+    Ok(match alg {
+        KeyAlg::MlKem768 => &ML_KEM_768,
+        KeyAlg::MlKem1024 => &ML_KEM_1024,
+        other => anyhow::bail!("{other} is not an ML-KEM algorithm"),
+    })
+}
+
+/// `what` with aws-lc-rs in this process and a fresh key, after checking one result.
+fn local_pq(what: PqWhat, timing: Timing, pids: Pids) -> Result<Measurement> {
+    let failed = |_| anyhow::anyhow!("aws-lc-rs failed");
+    match what {
+        PqWhat::Sign(alg) | PqWhat::Verify(alg) => {
+            let (signing, verifying) = ml_dsa(alg)?;
+            let kp = PqdsaKeyPair::generate(signing).map_err(failed)?;
+            let mut sig = vec![0u8; signing.signature_len()];
+            kp.sign(MESSAGE, &mut sig).map_err(failed)?;
+            let public = UnparsedPublicKey::new(verifying, kp.public_key().as_ref().to_vec());
+            public.verify(MESSAGE, &sig).map_err(|_| anyhow::anyhow!("{alg} signature does not verify"))?;
+            if matches!(what, PqWhat::Sign(_)) {
+                timed_loop(timing, pids, || kp.sign(MESSAGE, &mut sig).map(drop).map_err(failed))
+            } else {
+                timed_loop(timing, pids, || public.verify(MESSAGE, &sig).map_err(failed))
+            }
+        }
+        PqWhat::Encapsulate(alg) => {
+            let ek = DecapsulationKey::generate(ml_kem(alg)?).and_then(|dk| dk.encapsulation_key()).map_err(failed)?;
+            timed_loop(timing, pids, || ek.encapsulate().map(drop).map_err(failed))
+        }
+        PqWhat::Decapsulate(alg) => local_decapsulate(ml_kem(alg)?, timing, pids),
+    }
+}
+
+/// `what` through the vault: the daemon's RPC, or (encapsulation) in-core with the vault key's
+/// public key; the first result is checked.
+async fn vault_pq(client: &Client, what: PqWhat, timing: Timing, pids: Pids) -> Result<Measurement> {
+    match what {
+        PqWhat::Sign(alg) => daemon_sign(client, alg, timing, pids).await,
+        PqWhat::Verify(alg) => {
+            let (name, options) = (key_name(alg), SignOptions::new());
+            let signature = client.sign(&name, SignInput::Message(MESSAGE.to_vec()), &options).await?;
+            let verify = || async {
+                let valid =
+                    client.verify(&name, SignInput::Message(MESSAGE.to_vec()), signature.bytes(), &options).await?;
+                ensure!(valid, "daemon {alg} signature does not verify");
+                Ok(())
+            };
+            verify().await?;
+            timed_async(timing, pids, verify).await
+        }
+        PqWhat::Encapsulate(alg) => {
+            let name = key_name(alg);
+            let public = KemPublicKey::from_spki(&client.public_key(&name).await?.der)?;
+            let sent = public.encapsulate()?;
+            let opened = client.decapsulate(&name, &sent.ciphertext).await?;
+            ensure!(opened.as_slice() == sent.shared_secret(), "the daemon decapsulated another secret");
+            timed_loop(timing, pids, || public.encapsulate().map(drop).map_err(anyhow::Error::from))
+        }
+        PqWhat::Decapsulate(alg) => daemon_decapsulate(client, alg, timing, pids).await,
+    }
+}
+
+/// The daemon's `Decapsulate` RPC with the vault's ML-KEM key of `alg`, after checking one
+/// shared secret against the one encapsulated to its public key.
+async fn daemon_decapsulate(client: &Client, alg: KeyAlg, timing: Timing, pids: Pids) -> Result<Measurement> {
+    let name = key_name(alg);
     let sent = client.encapsulate(&name).await?;
     let opened = client.decapsulate(&name, &sent.ciphertext).await?;
     ensure!(opened.as_slice() == sent.shared_secret(), "the daemon decapsulated another secret");
@@ -231,5 +405,8 @@ pub fn describe(r: &AlgsRound) -> String {
     parts.push(format!("ml-dsa-65 aws-lc-rs {} / daemon {}", us(&r.ml_dsa_local), us(&r.ml_dsa_daemon)));
     parts.push(format!("hybrid daemon {}", us(&r.hybrid_daemon)));
     parts.push(format!("ml-kem-768 decapsulate aws-lc-rs {} / daemon {}", us(&r.ml_kem_local), us(&r.ml_kem_daemon)));
+    for p in &r.pq {
+        parts.push(format!("{:?} aws-lc-rs {} / vault {}", p.what, us(&p.local), us(&p.vault)));
+    }
     format!("sign p50: {}", parts.join(", "))
 }

@@ -22,13 +22,13 @@ use tpm_vault_client::Client;
 
 use crate::bulk;
 use crate::ops::{DaemonOps, RawAk, RawOps};
-use crate::report::num;
 use crate::scale::{self, Picker};
 use crate::sign::daemon::{policy_allow_all, Daemon, Setup};
 use crate::sign::raw::{RawKey, RawSigner};
 use crate::sign::{Pids, KEY_NAME};
-use crate::stats::Spread;
+use crate::stats::{Measurement, Spread};
 use crate::summary::Round;
+use crate::table::{num, Align, Cell, Table};
 use crate::tap::{cc, Tally, Tap};
 
 /// Published figures the model scales to. Each names the article in `shared/seeds/`.
@@ -380,9 +380,18 @@ pub fn markdown(rounds: &[Round], census: Option<&Census>, daemon_clients: usize
         return out;
     };
     census_table(w, census);
-
     let run = RunFigures::of(rounds, daemon_clients);
     let devs = devices(&run);
+    model_inputs(w, &run, &devs);
+    let shares = operations_table(w, rounds, census, &devs);
+    let capacity = capacity_table(w, census, &run, &devs, daemon_clients);
+    bulk_table(w, census, &run, &devs);
+    reading(w, &run, &devs, &shares, &capacity);
+    out
+}
+
+/// The model's inputs: the fTPM command cost, the CPU and bulk-crypto speed factors.
+fn model_inputs(w: &mut String, run: &RunFigures, devs: &[Device; 2]) {
     let _ = writeln!(w, "## Device model: Jetson Orin and i.MX95\n");
     let _ = writeln!(
         w,
@@ -446,30 +455,36 @@ pub fn markdown(rounds: &[Round], census: Option<&Census>, daemon_clients: usize
         let _ = writeln!(w, "{line}");
     }
     let _ = writeln!(w);
+}
 
-    // Per operation: the daemon's and raw ESAPI's p50 (same TPM work, same round).
-    type Pick = dyn Fn(&Round) -> Option<&crate::stats::Measurement>;
-    let pair = |daemon: &Pick, raw: &Pick| {
-        let us = |m: &crate::stats::Measurement| m.p50().as_secs_f64() * 1e6;
-        let d = median(rounds, |r| daemon(r).map(us));
-        let r = median(rounds, |r| raw(r).map(us));
-        let added = median(rounds, |x| Some(us(daemon(x)?) - us(raw(x)?)));
-        (d, r, added)
-    };
-    let ops: Vec<(Op, Op, (f64, f64, f64))> = vec![
-        (
-            Op::Sign,
-            Op::Sign,
-            pair(&|r| r.daemon.levels.iter().find(|l| l.clients == 1).map(|l| &l.m), &|r| Some(&r.raw)),
-        ),
-        (
-            Op::SignCold,
-            Op::SignCold,
-            pair(&|r| r.scale.counts.first().map(|c| &c.cold), &|r| Some(&r.ops.sign_cold_raw)),
-        ),
-        (Op::Quote, Op::Quote, pair(&|r| Some(&r.ops.quote_daemon), &|r| Some(&r.ops.quote_raw))),
-        (Op::Seal, Op::Seal, pair(&|r| Some(&r.ops.seal_daemon), &|r| Some(&r.ops.seal_raw))),
-        (Op::Unseal, Op::Unseal, pair(&|r| Some(&r.ops.unseal_daemon), &|r| Some(&r.ops.unseal_raw))),
+/// The daemon's and raw ESAPI's p50 of one operation (same TPM work, same round), µs, and
+/// what the daemon adds (per round, then the median).
+fn pair(
+    rounds: &[Round],
+    daemon: impl Fn(&Round) -> Option<&Measurement>,
+    raw: impl Fn(&Round) -> Option<&Measurement>,
+) -> (f64, f64, f64) {
+    let us = |m: &Measurement| m.p50().as_secs_f64() * 1e6;
+    let d = median(rounds, |r| daemon(r).map(us));
+    let r = median(rounds, |r| raw(r).map(us));
+    let added = median(rounds, |x| Some(us(daemon(x)?) - us(raw(x)?)));
+    (d, r, added)
+}
+
+/// Per TPM-bound operation: commands, host time, and the projection on each device; returns
+/// each operation's projections for the reading.
+fn operations_table(
+    w: &mut String,
+    rounds: &[Round],
+    census: &Census,
+    devs: &[Device; 2],
+) -> Vec<(Op, Projection, Projection)> {
+    let ops: [(Op, (f64, f64, f64)); 5] = [
+        (Op::Sign, pair(rounds, |r| r.daemon.levels.iter().find(|l| l.clients == 1).map(|l| &l.m), |r| Some(&r.raw))),
+        (Op::SignCold, pair(rounds, |r| r.scale.counts.first().map(|c| &c.cold), |r| Some(&r.ops.sign_cold_raw))),
+        (Op::Quote, pair(rounds, |r| Some(&r.ops.quote_daemon), |r| Some(&r.ops.quote_raw))),
+        (Op::Seal, pair(rounds, |r| Some(&r.ops.seal_daemon), |r| Some(&r.ops.seal_raw))),
+        (Op::Unseal, pair(rounds, |r| Some(&r.ops.unseal_daemon), |r| Some(&r.ops.unseal_raw))),
     ];
     let _ = writeln!(
         w,
@@ -486,66 +501,96 @@ pub fn markdown(rounds: &[Round], census: Option<&Census>, daemon_clients: usize
          the host time is, if anything, understated by up to a few hundred µs per operation, \
          small against a 16 ms fTPM command.\n"
     );
-    let _ = writeln!(
-        w,
-        "| operation | TPM commands | swtpm time (through the tap) | raw ESAPI p50 | daemon p50 | vault adds | {} | TPM share | {} | TPM share | TPM is the limit above (Orin / i.MX95) |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
-        devs[0].name, devs[1].name
-    );
-    let mut shares: Vec<(Op, Projection, Projection)> = Vec::new();
-    for (op, raw_op, (daemon_us, raw_us, added_us)) in ops {
-        let (Some(c), Some(rc)) = (census.daemon(op), census.raw(raw_op)) else { continue };
+    let (r, l) = (Align::Right, Align::Left);
+    let mut t = Table::new([
+        ("operation", l),
+        ("TPM commands", r),
+        ("swtpm time (through the tap)", r),
+        ("raw ESAPI p50", r),
+        ("daemon p50", r),
+        ("vault adds", r),
+        (devs[0].name, r),
+        ("TPM share", r),
+        (devs[1].name, r),
+        ("TPM share", r),
+        ("TPM is the limit above (Orin / i.MX95)", l),
+    ]);
+    let mut shares = Vec::new();
+    for (op, (daemon_us, raw_us, added_us)) in ops {
+        let (Some(c), Some(rc)) = (census.daemon(op), census.raw(op)) else { continue };
         let host = (raw_us - rc.tpm_us()).max(0.0) + added_us.max(0.0);
         let (a, b) = (devs[0].project(c, host), devs[1].project(c, host));
         let even = |p: Projection| us_cell(p.host_us / c.commands().max(1.0));
-        let _ = writeln!(
-            w,
-            "| {} | {} | {} | {} | {} | {} | {} | {} % | {} | {} % | {} / {} |",
-            op.label(),
-            num(c.commands(), 0),
-            us_cell(c.tpm_us()),
-            us_cell(raw_us),
-            us_cell(daemon_us),
-            us_cell(added_us),
-            us_cell(a.latency_us()),
-            num(a.tpm_share() * 100.0, 0),
-            us_cell(b.latency_us()),
-            num(b.tpm_share() * 100.0, 0),
-            even(a),
-            even(b),
-        );
+        let share = |p: Projection| Cell::Text(format!("{} %", num(p.tpm_share() * 100.0, 0)));
+        t.push(vec![
+            Cell::text(op.label()),
+            Cell::num(c.commands(), 0),
+            Cell::Text(us_cell(c.tpm_us())),
+            Cell::Text(us_cell(raw_us)),
+            Cell::Text(us_cell(daemon_us)),
+            Cell::Text(us_cell(added_us)),
+            Cell::Text(us_cell(a.latency_us())),
+            share(a),
+            Cell::Text(us_cell(b.latency_us())),
+            share(b),
+            Cell::Text(format!("{} / {}", even(a), even(b))),
+        ]);
         shares.push((op, a, b));
     }
+    w.push_str(&t.markdown());
     let _ = writeln!(w);
+    shares
+}
 
-    // Signing capacity: one TPM against the vault's CPU per signature.
+/// Signing capacity: one TPM against the vault's CPU per signature; returns vault ÷ TPM per
+/// device.
+fn capacity_table(w: &mut String, census: &Census, run: &RunFigures, devs: &[Device; 2], clients: usize) -> Vec<f64> {
+    let Some(c) = census.daemon(Op::Sign) else { return Vec::new() };
+    let cpu_ms = run.daemon_cpu_ms_per_1000_signs;
+    let _ = writeln!(
+        w,
+        "**Signing capacity.** A TPM runs one command at a time and a signature with a loaded \
+         key takes {} TPM command(s): that bounds the device's signing rate (TPM ceiling). \
+         The daemon spent {} ms of CPU per 1,000 signatures in this run ({} clients); scaled \
+         by the CPU factor, that is how many signatures one core of the device can serve.\n",
+        num(c.commands(), 0),
+        num(cpu_ms, 0),
+        clients
+    );
+    let r = Align::Right;
+    let mut t = Table::new([
+        ("device", Align::Left),
+        ("TPM ceiling, signs/s", r),
+        ("vault, one core, signs/s", r),
+        ("vault ÷ TPM", r),
+    ]);
     let mut capacity = Vec::new();
-    if let Some(c) = census.daemon(Op::Sign) {
-        let cpu_ms = run.daemon_cpu_ms_per_1000_signs;
-        let _ = writeln!(
-            w,
-            "**Signing capacity.** A TPM runs one command at a time and a signature with a loaded \
-             key takes {} TPM command(s): that bounds the device's signing rate (TPM ceiling). \
-             The daemon spent {} ms of CPU per 1,000 signatures in this run ({} clients); scaled \
-             by the CPU factor, that is how many signatures one core of the device can serve.\n",
-            num(c.commands(), 0),
-            num(cpu_ms, 0),
-            daemon_clients
-        );
-        let _ = writeln!(
-            w,
-            "| device | TPM ceiling, signs/s | vault, one core, signs/s | vault ÷ TPM |\n|---|---:|---:|---:|"
-        );
-        for d in &devs {
-            let tpm = 1e6 / d.project(c, 0.0).tpm_us;
-            let vault = 1e6 / (cpu_ms * d.cpu_factor);
-            capacity.push(vault / tpm);
-            let _ = writeln!(w, "| {} | {} | {} | {}× |", d.name, num(tpm, 0), num(vault, 0), num(vault / tpm, 1));
-        }
-        let _ = writeln!(w);
+    for d in devs {
+        let tpm = 1e6 / d.project(c, 0.0).tpm_us;
+        let vault = 1e6 / (cpu_ms * d.cpu_factor);
+        capacity.push(vault / tpm);
+        let ratio = Cell::Text(format!("{}×", num(vault / tpm, 1)));
+        t.push(vec![Cell::text(d.name), Cell::num(tpm, 0), Cell::num(vault, 0), ratio]);
     }
+    w.push_str(&t.markdown());
+    let _ = writeln!(w);
+    capacity
+}
 
-    // Bulk crypto and random bytes: no TPM involved after the data key is unsealed.
+/// The vault's in-core AES-GCM on device `d`, bytes/s: its ratio to OpenSSL here, kept.
+fn aes_on(run: &RunFigures, d: &Device) -> f64 {
+    run.aes / run.openssl_aes * d.aes_mib * MIB
+}
+
+/// A daemon path of `rate` bytes/s here on device `d`: per byte, the in-core AES-GCM time plus
+/// the rest of this run's per-byte time scaled by the CPU factor.
+fn through_daemon(run: &RunFigures, rate: f64, d: &Device) -> f64 {
+    let rest = (1.0 / rate - 1.0 / run.aes).max(0.0);
+    1.0 / (1.0 / aes_on(run, d) + rest * d.cpu_factor)
+}
+
+/// Bulk crypto and random bytes: no TPM involved after the data key is unsealed.
+fn bulk_table(w: &mut String, census: &Census, run: &RunFigures, devs: &[Device; 2]) {
     let _ = writeln!(
         w,
         "**Bulk crypto and random bytes** take no TPM command (the census counts {} for a {} MiB \
@@ -557,39 +602,40 @@ pub fn markdown(rounds: &[Round], census: Option<&Census>, daemon_clients: usize
         CENSUS_STREAM / (1024 * 1024),
         census.daemon(Op::Random).map_or("n/a".into(), |c| num(c.commands(), 0)),
     );
-    let _ = writeln!(w, "| MiB/s | this run | {} | {} |\n|---|---:|---:|---:|", devs[0].name, devs[1].name);
-    let aes_ratio = run.aes / run.openssl_aes;
+    let r = Align::Right;
+    let mut t = Table::new([("MiB/s", Align::Left), ("this run", r), (devs[0].name, r), (devs[1].name, r)]);
     let sha_ratio = run.sha / run.openssl_sha;
-    let aes_on = |d: &Device| aes_ratio * d.aes_mib * MIB;
-    // Per-byte time = in-core AES-GCM + the rest, the rest scaled by the CPU factor.
-    let through_daemon = |rate: f64, d: &Device| {
-        let rest = (1.0 / rate - 1.0 / run.aes).max(0.0);
-        1.0 / (1.0 / aes_on(d) + rest * d.cpu_factor)
-    };
     type OnDevice<'a> = &'a dyn Fn(&Device) -> f64;
     let rows: [(&str, f64, OnDevice); 5] = [
         ("OpenSSL AES-256-GCM, 16 KiB", run.openssl_aes, &|d: &Device| d.aes_mib * MIB),
-        ("vault AES-256-GCM in-core (stream format)", run.aes, &aes_on),
-        ("daemon encrypt stream over the socket", run.stream, &|d: &Device| through_daemon(run.stream, d)),
+        ("vault AES-256-GCM in-core (stream format)", run.aes, &|d: &Device| aes_on(run, d)),
+        ("daemon encrypt stream over the socket", run.stream, &|d: &Device| through_daemon(run, run.stream, d)),
         ("vault SHA-256 in-core, 16 KiB", run.sha, &|d: &Device| sha_ratio * d.sha_mib * MIB),
-        ("daemon `GetRandom`, 1 MiB requests", run.random, &|d: &Device| through_daemon(run.random, d)),
+        ("daemon `GetRandom`, 1 MiB requests", run.random, &|d: &Device| through_daemon(run, run.random, d)),
     ];
     for (label, here, on) in rows {
-        let _ = writeln!(
-            w,
-            "| {label} | {} | {} | {} |",
-            num(here / MIB, 0),
-            num(on(&devs[0]) / MIB, 0),
-            num(on(&devs[1]) / MIB, 0)
-        );
+        let (a, b) = (Cell::num(on(&devs[0]) / MIB, 0), Cell::num(on(&devs[1]) / MIB, 0));
+        t.push(vec![Cell::text(label), Cell::num(here / MIB, 0), a, b]);
     }
-    let _ = writeln!(
-        w,
-        "| fTPM RNG (Orin article), for comparison | — | {} | — |\n",
-        num(seeds::FTPM_RNG_BYTES_PER_SEC / MIB, 4)
-    );
+    let rng = num(seeds::FTPM_RNG_BYTES_PER_SEC / MIB, 4);
+    t.push(vec![
+        Cell::text("fTPM RNG (Orin article), for comparison"),
+        Cell::text("—"),
+        Cell::Text(rng),
+        Cell::text("—"),
+    ]);
+    w.push_str(&t.markdown());
+    let _ = writeln!(w);
+}
 
-    // The reading, from the figures above.
+/// The reading, from the figures above.
+fn reading(
+    w: &mut String,
+    run: &RunFigures,
+    devs: &[Device; 2],
+    shares: &[(Op, Projection, Projection)],
+    capacity: &[f64],
+) {
     let range = |f: &dyn Fn(&(Op, Projection, Projection)) -> f64| {
         let v: Vec<f64> = shares.iter().map(f).collect();
         Spread::of(&v).map_or("n/a".into(), |s| format!("{}–{} %", num(s.min * 100.0, 0), num(s.max * 100.0, 0)))
@@ -602,7 +648,7 @@ pub fn markdown(rounds: &[Round], census: Option<&Census>, daemon_clients: usize
             ops.join(", ")
         }
     };
-    let random_ratio = through_daemon(run.random, &devs[0]) / seeds::FTPM_RNG_BYTES_PER_SEC;
+    let random_ratio = through_daemon(run, run.random, &devs[0]) / seeds::FTPM_RNG_BYTES_PER_SEC;
     let _ = writeln!(
         w,
         "Reading: with a {} fTPM command, the TPM takes {} of every TPM-bound operation's time \
@@ -620,7 +666,6 @@ pub fn markdown(rounds: &[Round], census: Option<&Census>, daemon_clients: usize
         capacity.iter().map(|c| format!("{}×", num(*c, 1))).collect::<Vec<_>>().join(" and "),
         num(random_ratio, 0)
     );
-    out
 }
 
 fn census_table(w: &mut String, census: &Census) {
@@ -633,18 +678,23 @@ fn census_table(w: &mut String, census: &Census) {
          (loopback included); the tap is not in the timed phases.\n",
         census.ops
     );
-    let _ = writeln!(
-        w,
-        "| operation | daemon: TPM commands | swtpm time | raw ESAPI: TPM commands | swtpm time |\n|---|---|---:|---|---:|"
-    );
+    let (l, r) = (Align::Left, Align::Right);
+    let mut t = Table::new([
+        ("operation", l),
+        ("daemon: TPM commands", l),
+        ("swtpm time", r),
+        ("raw ESAPI: TPM commands", l),
+        ("swtpm time", r),
+    ]);
     let all = [Op::Sign, Op::SignCold, Op::Quote, Op::QuoteWithPcrRead, Op::Seal, Op::Unseal, Op::Random, Op::Stream];
     for op in all {
-        let cell = |c: Option<&Counted>| match c {
-            Some(c) => (format!("{} ({})", num(c.commands(), 0), c.tally.describe(c.ops)), us_cell(c.tpm_us())),
-            None => ("—".into(), "—".into()),
+        let cells = |c: Option<&Counted>| match c {
+            Some(c) => [
+                Cell::Text(format!("{} ({})", num(c.commands(), 0), c.tally.describe(c.ops))),
+                Cell::Text(us_cell(c.tpm_us())),
+            ],
+            None => [Cell::text("—"), Cell::text("—")],
         };
-        let (d, dt) = cell(census.daemon(op));
-        let (r, rt) = cell(census.raw(op));
         let label = match op {
             Op::Random => format!(
                 "random bytes (daemon: a {} MiB `GetRandom`; raw: one `TPM2_GetRandom` of {} B)",
@@ -654,22 +704,24 @@ fn census_table(w: &mut String, census: &Census) {
             Op::Stream => format!("encrypt stream of {} MiB (data key unsealed)", CENSUS_STREAM / (1024 * 1024)),
             other => other.label().to_owned(),
         };
-        let _ = writeln!(w, "| {label} | {d} | {dt} | {r} | {rt} |");
+        let [d, dt] = cells(census.daemon(op));
+        let [rc, rt] = cells(census.raw(op));
+        t.push(vec![Cell::Text(label), d, dt, rc, rt]);
     }
-    let _ = writeln!(
-        w,
-        "| daemon start (spawn until the socket accepts) | {} ({}) | {} | | |",
-        num(census.start.commands() as f64, 0),
-        census.start.describe(1),
-        us_cell(census.start.tpm_time().as_secs_f64() * 1e6)
-    );
-    let _ = writeln!(
-        w,
-        "| daemon stop (SIGTERM until exit) | {} ({}) | {} | | |\n",
-        num(census.stop.commands() as f64, 0),
-        census.stop.describe(1),
-        us_cell(census.stop.tpm_time().as_secs_f64() * 1e6)
-    );
+    for (what, tally) in [
+        ("daemon start (spawn until the socket accepts)", &census.start),
+        ("daemon stop (SIGTERM until exit)", &census.stop),
+    ] {
+        t.push(vec![
+            Cell::text(what),
+            Cell::Text(format!("{} ({})", num(tally.commands() as f64, 0), tally.describe(1))),
+            Cell::Text(us_cell(tally.tpm_time().as_secs_f64() * 1e6)),
+            Cell::empty(),
+            Cell::empty(),
+        ]);
+    }
+    w.push_str(&t.markdown());
+    let _ = writeln!(w);
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 //! request does any work, so the p50 is what one unary gRPC call costs on this machine before
 //! any server does anything: two processes woken, HTTP/2 framing both ways, prost encoding. The
 //! same check against `tpm-vaultd` (in [`crate::sign::daemon`]) measures the daemon's gRPC
-//! stack without a TPM job.
+//! stack without a TPM job; both use [`crate::sign::health`].
 //!
 //! [`thread_round_trip`] times the other half: one thread hands a message to another, which
 //! hands it straight back (std channels, nothing else). The vault library pays one such round
@@ -22,11 +22,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _, Result};
 use tokio::net::UnixListener;
 use tokio_stream::wrappers::UnixListenerStream;
-use tonic_health::pb::health_client::HealthClient;
-use tonic_health::pb::HealthCheckRequest;
 use tpm_vault_daemon::spawn::CloseInheritedFds as _;
 
-use crate::sign::{timed_async, timed_loop, Pids, Timing};
+use crate::sign::{timed_loop, Pids, Timing};
 use crate::stats::Measurement;
 
 /// The hidden flag that turns this binary into the bare server.
@@ -110,31 +108,6 @@ impl Drop for FloorServer {
         let _ = self.child.wait();
         let _ = std::fs::remove_file(&self.socket);
     }
-}
-
-/// The timing of a floor measurement: a fifth of the window, at least 0.5 s.
-pub fn timing(window: Timing) -> Timing {
-    Timing { warmup: Duration::from_millis(200), window: (window.window / 5).max(Duration::from_millis(500)) }
-}
-
-/// Health checks back to back from one client on its own connection to `socket`.
-///
-/// # Errors
-/// Connection failures, or a check that fails or does not answer `SERVING`.
-pub async fn measure(socket: &Path, timing: Timing, pids: Pids) -> Result<Measurement> {
-    let client = HealthClient::new(crate::sign::daemon::channel(socket).await?);
-    timed_async(timing, pids, || {
-        let mut client = client.clone();
-        async move {
-            let status = client.check(HealthCheckRequest { service: String::new() }).await?.into_inner().status;
-            anyhow::ensure!(
-                status == tonic_health::pb::health_check_response::ServingStatus::Serving as i32,
-                "health check answered status {status}"
-            );
-            Ok(())
-        }
-    })
-    .await
 }
 
 /// Round trips between this thread and an echo thread, back to back, over two std channels of

@@ -12,8 +12,10 @@
 //! peers), checking after every phase that nothing was left loaded in the TPM. Modules: [`sign`]
 //! the phases, [`tls`] the handshake phase and its report section, [`tls_peers`] its OpenSSL
 //! servers (s_server, tpm2-openssl, tpm2-abrmd), [`stats`] measurements
-//! and spreads, [`summary`] figures and targets, [`report`] markdown and terminal output,
-//! [`svg`] the chart, [`procfs`] CPU/RSS from `/proc`, [`machine`] CPU model, date, versions.
+//! and spreads, [`summary`] figures and targets, [`table`] the one table model of the report
+//! and its markdown renderer, [`report`] the report's sections and terminal output,
+//! [`svg`] the chart, [`procfs`] CPU/RSS from `/proc`, [`machine`] CPU model, date, versions,
+//! [`binaries`] the cargo builds of what is measured.
 //! After the TLS phase, [`p11`] runs the PKCS#11 module: `C_Sign` at 1 and 16 threads
 //! ([`p11_sign`], in a child process) against the daemon's `Sign` RPC of the same round and
 //! tpm2-pkcs11 ([`p11_peer`]), and nginx with the key behind each module or in a file
@@ -22,14 +24,16 @@
 //! Each round then runs, on shorter windows: [`ops`] quote, seal, unseal and random bytes
 //! (raw ESAPI, then a daemon that also runs the encrypt stream of [`bulk`]), [`bulk`] in-core
 //! AES-GCM and SHA-256 against `openssl speed`, [`scale`] signing and daemon start with 10,
-//! 1,000 and 100,000 stored keys, and [`algs`] signing with P-384, RSA-2048/3072 (against raw
-//! ESAPI) and ML-DSA-65 (against aws-lc-rs in-process). The thread and gRPC round trips under the
-//! latency figures are in [`floor`]. After the rounds, [`device`] counts the TPM commands of every
+//! 1,000 and 100,000 stored keys, [`algs`] signing with P-384, RSA-2048/3072 (against raw
+//! ESAPI) and the post-quantum keys (against aws-lc-rs in-process), and [`policy`] one
+//! access-policy decision. The thread and gRPC round trips under the
+//! latency figures are in [`floor`] (the health checks in [`sign::health`]). After the rounds, [`device`] counts the TPM commands of every
 //! operation through the [`tap`] and projects the run onto the Jetson Orin and i.MX95.
 #![forbid(unsafe_code)]
 
 mod agent;
 mod algs;
+mod binaries;
 mod bulk;
 mod device;
 mod floor;
@@ -40,6 +44,7 @@ mod p11;
 mod p11_peer;
 mod p11_report;
 mod p11_sign;
+mod policy;
 mod procfs;
 mod report;
 mod scale;
@@ -47,26 +52,27 @@ mod sign;
 mod stats;
 mod summary;
 mod svg;
+mod table;
 mod tap;
 mod tls;
 mod tls_peers;
 
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
-use tpm_vault_daemon::spawn::CloseInheritedFds as _;
 
-use anyhow::{bail, ensure, Context as _, Result};
+use anyhow::{ensure, Context as _, Result};
 use clap::Parser;
+use tpm_vault_daemon::model::KeyAlg;
 use tpm_vault_daemon::simulator::Swtpm;
 
 use crate::machine::Machine;
-use crate::report::{num, RunInfo};
+use crate::report::RunInfo;
 use crate::sign::tools::{Tools, Variant};
-use crate::sign::{actor, daemon, raw, tools, Pids, Timing};
+use crate::sign::{actor, daemon, health, raw, tools, Pids, Timing};
 use crate::stats::Measurement;
 use crate::summary::{Round, Summary};
+use crate::table::num;
 
 /// File name of the chart, written next to the markdown report.
 const CHART: &str = "bench-sign.svg";
@@ -208,15 +214,6 @@ fn main() -> ExitCode {
     }
 }
 
-/// The workspace this benchmark was built from (where `docs/` lives).
-fn workspace_root() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    match manifest.parent() {
-        Some(root) if root.join("Cargo.toml").exists() => root.to_owned(),
-        _ => PathBuf::from("."),
-    }
-}
-
 /// The command line as a user would retype it.
 fn command_line() -> String {
     let mut cmd = String::from("cargo run");
@@ -240,80 +237,6 @@ fn command_line() -> String {
     cmd
 }
 
-/// Finds the daemon binary. Unless one is given, runs `cargo build` for it with this
-/// benchmark's profile first, so the daemon measured is built from the same source as the
-/// library measured; falls back to an existing binary (with a note) if that build fails.
-fn daemon_binary(explicit: Option<&Path>, workspace: &Path, notes: &mut Vec<String>) -> Result<PathBuf> {
-    if let Some(p) = explicit {
-        ensure!(p.is_file(), "--daemon {}: no such file", p.display());
-        return Ok(p.to_owned());
-    }
-    let exe = std::env::current_exe().context("locating this executable")?;
-    let dir = exe.parent().context("this executable has no parent directory")?;
-    let candidate = dir.join("tpm-vaultd");
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
-    let mut build = Command::new(&cargo);
-    build.close_inherited_fds();
-    build.args(["build", "-p", "tpm-vault-daemon", "--bin", "tpm-vaultd"]).current_dir(workspace);
-    if !cfg!(debug_assertions) {
-        build.arg("--release");
-    }
-    progress("setup", "building tpm-vaultd (cargo build -p tpm-vault-daemon)");
-    match build.status() {
-        Ok(s) if s.success() => {}
-        other => {
-            let why = match other {
-                Ok(s) => format!("exited with {s}"),
-                Err(e) => e.to_string(),
-            };
-            if !candidate.is_file() {
-                bail!(
-                    "cannot build tpm-vaultd ({why}) and there is none at {}; build it or pass --daemon",
-                    candidate.display()
-                );
-            }
-            let note = format!(
-                "`cargo build` of tpm-vaultd failed ({why}); measured the existing {} instead",
-                candidate.display()
-            );
-            eprintln!("warning: {note}");
-            notes.push(note);
-        }
-    }
-    ensure!(
-        candidate.is_file(),
-        "tpm-vaultd is not at {} after the build (CARGO_TARGET_DIR changed?); pass --daemon",
-        candidate.display()
-    );
-    Ok(candidate)
-}
-
-/// A binary of the client crate (`--bin tpm-vault`, `--example tls_server`): `cargo build` with
-/// this benchmark's profile, so it is built from the same source as what else is measured;
-/// `relative` is its path next to this executable.
-fn client_binary(workspace: &Path, target: &[&str], relative: &Path) -> Result<PathBuf> {
-    let exe = std::env::current_exe().context("locating this executable")?;
-    let dir = exe.parent().context("this executable has no parent directory")?;
-    let candidate = dir.join(relative);
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut build = Command::new(cargo);
-    build.close_inherited_fds();
-    build.args(["build", "-p", "tpm-vault-client"]).args(target).current_dir(workspace);
-    if !cfg!(debug_assertions) {
-        build.arg("--release");
-    }
-    let built = build.status().map(|s| s.success()).unwrap_or(false);
-    ensure!(
-        candidate.is_file(),
-        "{} is not at {} (cargo build {}); build it with `cargo build -p tpm-vault-client {}`",
-        relative.display(),
-        candidate.display(),
-        if built { "succeeded" } else { "failed" },
-        target.join(" ")
-    );
-    Ok(candidate)
-}
-
 fn progress(stage: &str, msg: &str) {
     eprintln!("[{stage}] {msg}");
 }
@@ -331,82 +254,139 @@ fn describe(m: &Measurement) -> String {
 fn check_clean(tcti: &str, phase: &str, notes: &mut Vec<String>) -> Result<()> {
     let n = raw::flush_leftovers(tcti).with_context(|| format!("checking the TPM after {phase}"))?;
     if n > 0 {
-        let note =
-            format!("after {phase}, {n} transient object(s) were still loaded in the TPM (flushed by the harness)");
-        eprintln!("warning: {note}");
-        notes.push(note);
+        warn(
+            notes,
+            format!("after {phase}, {n} transient object(s) were still loaded in the TPM (flushed by the harness)"),
+        );
     }
     Ok(())
 }
 
+/// Prints a warning and keeps it for the report's notes.
+fn warn(notes: &mut Vec<String>, note: String) {
+    eprintln!("warning: {note}");
+    notes.push(note);
+}
+
 fn run(args: &Args) -> Result<()> {
-    let plan = Plan::new(args)?;
     let started = Instant::now();
-    let workspace = workspace_root();
-    let out = args.out.clone().unwrap_or_else(|| workspace.join("docs").join("BENCHMARKS.md"));
-    let chart = out.with_file_name(CHART);
-    let machine = Machine::detect(&workspace);
-    let mut notes = Vec::new();
+    let mut bench = Bench::setup(args)?;
+    let measured = bench.rounds()?;
+    let ops = bench.plan.census_ops;
+    progress("census", &format!("TPM commands per operation ({ops} of each, through a tap)"));
+    let setup = bench.more.census(bench.swtpm.port());
+    let census = device::census(&setup, ops, bench.swtpm_pid, &bench.rt).context("TPM command census")?;
+    check_clean(&bench.tcti, "the census", &mut bench.notes)?;
+    bench.write_report(args, started, &measured, &census)
+}
 
-    let bin = daemon_binary(args.daemon.as_deref(), &workspace, &mut notes)?;
-    let tools_ok = tools::available();
-    if !tools_ok {
-        let note = "tpm2-tools is not installed (no `tpm2_sign`): its phase was skipped".to_owned();
-        eprintln!("warning: {note}");
-        notes.push(note);
-    }
+/// Everything a run sets up once, before the rounds. Fields drop in this order: swtpm first
+/// (as soon as the run is over), the scratch directory last.
+struct Bench {
+    swtpm: Swtpm,
+    p11: Option<p11::P11Setup>,
+    more: MoreSetup,
+    tls: Option<tls::TlsSetup>,
+    setup: daemon::Setup,
+    tools: Option<Tools>,
+    key: raw::RawKey,
+    rt: tokio::runtime::Runtime,
+    policy: policy::PolicySetup,
+    p11_timing: p11::P11Timing,
+    plan: Plan,
+    workspace: PathBuf,
+    machine: Machine,
+    notes: Vec<String>,
+    tcti: String,
+    swtpm_pid: u32,
+    /// Short paths: the daemon's Unix socket lives in here (107-byte limit).
+    tmp: tempfile::TempDir,
+}
 
-    // Short paths: the daemon's Unix socket lives in here (107-byte limit).
-    let tmp = tempfile::Builder::new().prefix("tpmvb-").tempdir().context("creating a temporary directory")?;
-    let state_dir = tmp.path().join("state");
-    let work = tmp.path().join("d");
-    let tools_dir = tmp.path().join("tools");
-    for d in [&work, &tools_dir] {
-        std::fs::create_dir_all(d).with_context(|| format!("{}", d.display()))?;
+/// What the rounds measured.
+struct Measured {
+    rounds: Vec<Round>,
+    tls: Vec<tls::TlsRound>,
+    p11: Vec<p11::P11Round>,
+    /// Wall time of the rounds.
+    measuring: Duration,
+}
+
+/// The signing phases of one round and the floors under them.
+struct Signing {
+    raw: Measurement,
+    actor: Measurement,
+    actor_callers: Measurement,
+    handoff: Measurement,
+    threads: Measurement,
+    floor: Measurement,
+    daemon: daemon::DaemonRound,
+    tools: Vec<(Variant, Measurement)>,
+}
+
+impl Signing {
+    /// The round, with the phases beyond signing.
+    fn round(
+        self,
+        ops: ops::OpsRound,
+        bulk: bulk::BulkRound,
+        scale: scale::ScaleRound,
+        algs: algs::AlgsRound,
+        agent: agent::AgentRound,
+        policy: policy::PolicyRound,
+    ) -> Round {
+        let Self { raw, actor, actor_callers, handoff, threads, floor, daemon, tools } = self;
+        Round {
+            raw,
+            actor,
+            actor_callers,
+            handoff,
+            threads,
+            floor,
+            daemon,
+            tools,
+            ops,
+            bulk,
+            agent,
+            scale,
+            algs,
+            policy,
+        }
     }
-    let swtpm = Swtpm::start(&tmp.path().join("swtpm")).context("starting swtpm")?;
+}
+
+/// The swtpm of a run, its TCTI and pid.
+fn start_swtpm(tmp: &Path) -> Result<(Swtpm, String, u32)> {
+    let swtpm = Swtpm::start(&tmp.join("swtpm")).context("starting swtpm")?;
     let tcti = swtpm.tcti();
     let swtpm_pid = procfs::read_pid_file(&swtpm.state_dir().join("swtpm.pid"))?;
-    let pids = Pids { swtpm: swtpm_pid, daemon: None };
     progress("setup", &format!("swtpm on {tcti} (pid {swtpm_pid})"));
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
+    Ok((swtpm, tcti, swtpm_pid))
+}
 
-    let key = raw::create_key(&tcti, tpm_vault_daemon::model::KeyAlg::EccP256).context("creating the raw ESAPI key")?;
-    raw::write_blobs(&key, &tools_dir)?;
-    rt.block_on(actor::create_key(&state_dir, &tcti))?;
-    let tools = if tools_ok {
-        Some(Tools::setup(&tcti, &tools_dir, key.spki.clone()).context("tpm2-tools setup")?)
-    } else {
-        None
-    };
-    check_clean(&tcti, "setup", &mut notes)?;
-    let setup = daemon::Setup {
-        bin,
-        tcti: tcti.clone(),
-        state_dir: state_dir.clone(),
-        work,
-        rust_log: args.daemon_rust_log.clone(),
-    };
-    if args.daemon_rust_log != "info" {
-        notes.push(format!("the daemon ran with RUST_LOG={}, not its default `info`", args.daemon_rust_log));
+/// The TLS phase's set-up, unless openssl is missing.
+fn tls_setup(
+    workspace: &Path,
+    setup: &daemon::Setup,
+    tmp: &Path,
+    notes: &mut Vec<String>,
+) -> Result<Option<tls::TlsSetup>> {
+    if !bulk::openssl_available() {
+        warn(notes, "openssl is not installed: the TLS handshake phase was skipped".to_owned());
+        return Ok(None);
     }
+    progress("setup", "building the tls_server example (cargo build -p tpm-vault-client --example tls_server)");
+    let example = tls::example_binary(workspace)?;
+    let daemon = daemon::Setup { work: tmp.join("t"), ..setup.clone() };
+    let (peers, peer_notes) = tls::detect_peers();
+    for note in peer_notes {
+        warn(notes, note);
+    }
+    Ok(Some(tls::TlsSetup { daemon, example, peers }))
+}
 
-    let tls_setup = if bulk::openssl_available() {
-        progress("setup", "building the tls_server example (cargo build -p tpm-vault-client --example tls_server)");
-        let example = tls::example_binary(&workspace)?;
-        let daemon = daemon::Setup { work: tmp.path().join("t"), ..setup.clone() };
-        let (peers, peer_notes) = tls::detect_peers();
-        for note in peer_notes {
-            eprintln!("warning: {note}");
-            notes.push(note);
-        }
-        Some(tls::TlsSetup { daemon, example, peers })
-    } else {
-        let note = "openssl is not installed: the TLS handshake phase was skipped".to_owned();
-        eprintln!("warning: {note}");
-        notes.push(note);
-        None
-    };
+/// A note when the machine was already busy at the start.
+fn busy_note(machine: &Machine, notes: &mut Vec<String>) {
     if let Some(load) = machine.load_start.split_whitespace().next().and_then(|l| l.parse::<f64>().ok()) {
         if load > machine.cores.max(1) as f64 {
             notes.push(format!(
@@ -416,140 +396,213 @@ fn run(args: &Args) -> Result<()> {
             ));
         }
     }
-    let more = MoreSetup::new(&plan, &workspace, &setup, tmp.path(), &key, &rt, &mut notes)?;
-    check_clean(&tcti, "setup of the key sets", &mut notes)?;
-    progress("setup", "building the PKCS#11 module (cargo build -p tpm-vault-pkcs11) and the tpm2-pkcs11 token");
-    let p11_daemon = daemon::Setup { work: tmp.path().join("p"), ..setup.clone() };
-    let p11_setup = p11::P11Setup::new(&workspace, p11_daemon, &mut notes).context("PKCS#11 phase set-up")?;
-    check_clean(&tcti, "setup of the PKCS#11 phase", &mut notes)?;
-    let p11_timing = p11::P11Timing { sign: if plan.quick { plan.short } else { plan.timing }, tls: plan.timing };
-    let mut p11_rounds = Vec::with_capacity(plan.rounds);
-    let mut tls_rounds = Vec::with_capacity(plan.rounds);
-    let mut rounds = Vec::with_capacity(plan.rounds);
-    let measuring = Instant::now();
-    for r in 1..=plan.rounds {
-        let stage = format!("round {r}/{}", plan.rounds);
-        // Raw ESAPI and the library alternate in slices (see SLICES).
-        let (mut raw_parts, mut actor_parts, mut handoff) = (Vec::new(), Vec::new(), None);
-        for k in 1..=plan.slices {
-            raw_parts.push(raw::run(&tcti, &key, plan.slice, pids).context("raw ESAPI phase")?);
-            check_clean(&tcti, &format!("raw ESAPI (round {r})"), &mut notes)?;
-            let a = rt
-                .block_on(actor::run(&state_dir, &tcti, plan.slice, pids, k == plan.slices))
-                .context("vault library phase")?;
-            actor_parts.push(a.sign);
-            handoff = a.handoff.or(handoff);
-            check_clean(&tcti, &format!("vault library (round {r})"), &mut notes)?;
-        }
-        let raw_m = Measurement::merge(raw_parts);
-        let actor_m = Measurement::merge(actor_parts);
-        let handoff = handoff.context("no TPM actor hand-off measurement")?;
-        progress(&stage, &format!("raw ESAPI: {}", describe(&raw_m)));
-        progress(&stage, &format!("vault library: {}", describe(&actor_m)));
-        progress(&stage, &format!("TPM actor hand-off (empty job): {}", describe(&handoff)));
-        let threads = floor::thread_round_trip(floor::timing(plan.slice), pids).context("thread round trip")?;
-        progress(&stage, &format!("bare thread round trip: {}", describe(&threads)));
+}
 
-        let daemon_r = daemon::run(&setup, r, &LEVELS, plan.timing, swtpm_pid, &rt, |msg| {
-            progress(&stage, &format!("daemon: {msg}"));
+impl Bench {
+    /// Builds what is measured, starts swtpm, creates the keys, sets every phase up.
+    fn setup(args: &Args) -> Result<Self> {
+        let plan = Plan::new(args)?;
+        let workspace = binaries::workspace_root();
+        let machine = Machine::detect(&workspace);
+        let mut notes = Vec::new();
+        let bin = binaries::daemon(args.daemon.as_deref(), &workspace, &mut notes)?;
+        let tools_ok = tools::available();
+        if !tools_ok {
+            warn(&mut notes, "tpm2-tools is not installed (no `tpm2_sign`): its phase was skipped".to_owned());
+        }
+        let tmp = tempfile::Builder::new().prefix("tpmvb-").tempdir().context("creating a temporary directory")?;
+        let (state_dir, work, tools_dir) = (tmp.path().join("state"), tmp.path().join("d"), tmp.path().join("tools"));
+        for d in [&work, &tools_dir] {
+            std::fs::create_dir_all(d).with_context(|| format!("{}", d.display()))?;
+        }
+        let (swtpm, tcti, swtpm_pid) = start_swtpm(tmp.path())?;
+        let rt =
+            tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
+        let key = raw::create_key(&tcti, KeyAlg::EccP256).context("creating the raw ESAPI key")?;
+        raw::write_blobs(&key, &tools_dir)?;
+        rt.block_on(actor::create_key(&state_dir, &tcti))?;
+        let tools = if tools_ok {
+            Some(Tools::setup(&tcti, &tools_dir, key.spki.clone()).context("tpm2-tools setup")?)
+        } else {
+            None
+        };
+        check_clean(&tcti, "setup", &mut notes)?;
+        let rust_log = args.daemon_rust_log.clone();
+        let setup = daemon::Setup { bin, tcti: tcti.clone(), state_dir, work, rust_log };
+        if args.daemon_rust_log != "info" {
+            notes.push(format!("the daemon ran with RUST_LOG={}, not its default `info`", args.daemon_rust_log));
+        }
+        let tls = tls_setup(&workspace, &setup, tmp.path(), &mut notes)?;
+        busy_note(&machine, &mut notes);
+        let more = MoreSetup::new(&plan, &workspace, &setup, tmp.path(), &key, &rt, &mut notes)?;
+        check_clean(&tcti, "setup of the key sets", &mut notes)?;
+        progress("setup", "building the PKCS#11 module (cargo build -p tpm-vault-pkcs11) and the tpm2-pkcs11 token");
+        let p11_daemon = daemon::Setup { work: tmp.path().join("p"), ..setup.clone() };
+        let p11 = p11::P11Setup::new(&workspace, p11_daemon, &mut notes).context("PKCS#11 phase set-up")?;
+        check_clean(&tcti, "setup of the PKCS#11 phase", &mut notes)?;
+        let p11_timing = p11::P11Timing { sign: if plan.quick { plan.short } else { plan.timing }, tls: plan.timing };
+        let policy = policy::PolicySetup::new(&workspace).context("loading the access policies")?;
+        Ok(Self {
+            swtpm,
+            p11,
+            more,
+            tls,
+            setup,
+            tools,
+            key,
+            rt,
+            policy,
+            p11_timing,
+            plan,
+            workspace,
+            machine,
+            notes,
+            tcti,
+            swtpm_pid,
+            tmp,
+        })
+    }
+
+    /// The rounds.
+    fn rounds(&mut self) -> Result<Measured> {
+        let n = self.plan.rounds;
+        let (mut rounds, mut tls_rounds, mut p11_rounds) = (Vec::new(), Vec::new(), Vec::new());
+        let measuring = Instant::now();
+        for r in 1..=n {
+            let stage = format!("round {r}/{n}");
+            let signing = self.signing(r, &stage)?;
+            if let Some(t) = &self.tls {
+                let raw_rate = signing.raw.rate();
+                let on_progress = |msg: &str| progress(&stage, &format!("TLS: {msg}"));
+                let tls_r =
+                    tls::run(t, r, self.plan.timing, raw_rate, &self.rt, on_progress).context("TLS handshake phase")?;
+                tls_rounds.push(tls_r);
+                check_clean(&self.tcti, &format!("the TLS phase (round {r})"), &mut self.notes)?;
+            }
+            if let Some(p) = &self.p11 {
+                let rates = signing.daemon.levels.iter().map(|l| (l.clients, l.m.rate())).collect();
+                let on_progress = |msg: &str| progress(&stage, &format!("PKCS#11: {msg}"));
+                let p11_r = p11::run(p, r, self.p11_timing, rates, &self.rt, &mut self.notes, on_progress)
+                    .context("PKCS#11 phase")?;
+                p11_rounds.push(p11_r);
+                check_clean(&self.tcti, &format!("the PKCS#11 phase (round {r})"), &mut self.notes)?;
+            }
+            let (ops, bulk, scale, algs, agent) =
+                self.more.round(&self.plan, r, self.swtpm_pid, &self.rt, &stage, &mut self.notes)?;
+            let pids = Pids { swtpm: self.swtpm_pid, daemon: None };
+            let policy = self.policy.run(self.plan.short, pids).context("access-policy phase")?;
+            let per = policy.m.p50().as_secs_f64() * 1e9 / policy.batch as f64;
+            progress(&stage, &format!("access-policy decision: {} ns ({} rules)", num(per, 0), policy.rules));
+            rounds.push(signing.round(ops, bulk, scale, algs, agent, policy));
+        }
+        Ok(Measured { rounds, tls: tls_rounds, p11: p11_rounds, measuring: measuring.elapsed() })
+    }
+
+    /// Raw ESAPI and the library in alternating slices (see [`SLICES`]), the floors, the daemon,
+    /// tpm2-tools.
+    fn signing(&mut self, r: usize, stage: &str) -> Result<Signing> {
+        let (plan, tcti, rt) = (&self.plan, self.tcti.as_str(), &self.rt);
+        let pids = Pids { swtpm: self.swtpm_pid, daemon: None };
+        let (mut raw_parts, mut actor_parts, mut callers_parts, mut handoff) = (vec![], vec![], vec![], None);
+        for k in 1..=plan.slices {
+            raw_parts.push(raw::run(tcti, &self.key, plan.slice, pids).context("raw ESAPI phase")?);
+            check_clean(tcti, &format!("raw ESAPI (round {r})"), &mut self.notes)?;
+            let last = k == plan.slices;
+            let a = rt.block_on(actor::run(&self.setup.state_dir, tcti, plan.slice, pids, last));
+            let a = a.context("vault library phase")?;
+            actor_parts.push(a.sign);
+            callers_parts.push(a.callers);
+            handoff = a.handoff.or(handoff);
+            check_clean(tcti, &format!("vault library (round {r})"), &mut self.notes)?;
+        }
+        let (raw, actor) = (Measurement::merge(raw_parts), Measurement::merge(actor_parts));
+        let actor_callers = Measurement::merge(callers_parts);
+        let handoff = handoff.context("no TPM actor hand-off measurement")?;
+        progress(stage, &format!("raw ESAPI: {}", describe(&raw)));
+        progress(stage, &format!("vault library: {}", describe(&actor)));
+        progress(stage, &format!("vault library, {} callers: {}", actor::CALLERS, describe(&actor_callers)));
+        progress(stage, &format!("TPM actor hand-off (empty job): {}", describe(&handoff)));
+        let threads = floor::thread_round_trip(health::timing(plan.slice), pids).context("thread round trip")?;
+        progress(stage, &format!("bare thread round trip: {}", describe(&threads)));
+        let daemon = daemon::run(&self.setup, r, &LEVELS, plan.timing, self.swtpm_pid, rt, |msg| {
+            progress(stage, &format!("daemon: {msg}"));
         })
         .context("daemon phase")?;
-        check_clean(&tcti, &format!("the daemon (round {r})"), &mut notes)?;
-        let floor_m = {
-            let server = floor::FloorServer::start(tmp.path())?;
-            let pids = Pids { swtpm: swtpm_pid, daemon: Some(server.pid()) };
-            rt.block_on(floor::measure(server.socket(), floor::timing(plan.timing), pids))
-                .context("bare gRPC round trip")?
-        };
-        progress(&stage, &format!("bare gRPC health check: {}", describe(&floor_m)));
-
-        let mut tools_m = Vec::new();
-        if let Some(t) = &tools {
+        check_clean(tcti, &format!("the daemon (round {r})"), &mut self.notes)?;
+        let server = floor::FloorServer::start(self.tmp.path())?;
+        let server_pids = Pids { swtpm: self.swtpm_pid, daemon: Some(server.pid()) };
+        let floor = rt.block_on(health::measure(server.socket(), health::timing(plan.timing), server_pids));
+        drop(server);
+        let floor = floor.context("bare gRPC round trip")?;
+        progress(stage, &format!("bare gRPC health check: {}", describe(&floor)));
+        let mut tools = Vec::new();
+        if let Some(t) = &self.tools {
             for v in Variant::ALL {
                 let m = t.run(v, plan.timing, pids).with_context(|| format!("tpm2-tools phase ({})", v.label()))?;
-                progress(&stage, &format!("{}: {}", v.label(), describe(&m)));
-                tools_m.push((v, m));
+                progress(stage, &format!("{}: {}", v.label(), describe(&m)));
+                tools.push((v, m));
             }
-            check_clean(&tcti, &format!("tpm2-tools (round {r})"), &mut notes)?;
+            check_clean(tcti, &format!("tpm2-tools (round {r})"), &mut self.notes)?;
         }
-        if let Some(t) = &tls_setup {
-            let raw_rate = raw_m.rate();
-            let tls_r = tls::run(t, r, plan.timing, raw_rate, &rt, |msg| progress(&stage, &format!("TLS: {msg}")))
-                .context("TLS handshake phase")?;
-            tls_rounds.push(tls_r);
-            check_clean(&tcti, &format!("the TLS phase (round {r})"), &mut notes)?;
-        }
-        if let Some(p) = &p11_setup {
-            let rates = daemon_r.levels.iter().map(|l| (l.clients, l.m.rate())).collect();
-            let p11_r =
-                p11::run(p, r, p11_timing, rates, &rt, &mut notes, |msg| progress(&stage, &format!("PKCS#11: {msg}")))
-                    .context("PKCS#11 phase")?;
-            p11_rounds.push(p11_r);
-            check_clean(&tcti, &format!("the PKCS#11 phase (round {r})"), &mut notes)?;
-        }
-        let (ops_r, bulk_r, scale_r, algs_r, agent_r) = more.round(&plan, r, swtpm_pid, &rt, &stage, &mut notes)?;
-        rounds.push(Round {
-            raw: raw_m,
-            actor: actor_m,
-            handoff,
-            threads,
-            floor: floor_m,
-            daemon: daemon_r,
-            tools: tools_m,
-            ops: ops_r,
-            bulk: bulk_r,
-            scale: scale_r,
-            algs: algs_r,
-            agent: agent_r,
-        });
+        Ok(Signing { raw, actor, actor_callers, handoff, threads, floor, daemon, tools })
     }
-    let measuring = measuring.elapsed();
-    progress("census", &format!("TPM commands per operation ({} of each, through a tap)", plan.census_ops));
-    let census =
-        device::census(&more.census(swtpm.port()), plan.census_ops, swtpm_pid, &rt).context("TPM command census")?;
-    check_clean(&tcti, "the census", &mut notes)?;
-    drop(swtpm);
 
-    let mut summary = Summary::new(&rounds);
-    summary.checks.extend(tls::checks(&tls_rounds));
-    summary.checks.extend(p11_report::checks(&p11_rounds));
-    let run = RunInfo {
-        command: command_line(),
-        quick: plan.quick,
-        timing: plan.timing,
-        slices: plan.slices,
-        slice: plan.slice,
-        levels: LEVELS.to_vec(),
-        elapsed: started.elapsed(),
-        measuring,
-        chart: CHART.into(),
-        tools: tools_ok,
-        notes,
-        daemon_rust_log: args.daemon_rust_log.clone(),
-        load_end: machine::loadavg(),
-        tls_section: tls::markdown(&tls_rounds, plan.timing, tls_setup.as_ref().map_or(&[][..], |t| &t.peers.skipped)),
-        pkcs11_section: p11_report::markdown(
-            &p11_rounds,
-            p11_timing.sign,
-            p11_timing.tls,
-            p11_setup.as_ref().map_or(&[][..], |p| &p.skipped),
-        ),
-        short: plan.short,
-        key_sets: more.scale.sets.iter().map(|k| (k.count, k.written_in, k.atomic_write)).collect(),
-        key_creation: more.key_creation,
-        algs_created: more.algs.created.clone(),
-        device_section: device::markdown(&rounds, Some(&census), summary::DAEMON_GOAL_CLIENTS),
-    };
-    println!("\n{}", report::console(&summary));
+    /// Writes the markdown report (keeping its hand-written tail) and the chart, prints the table.
+    fn write_report(
+        &mut self,
+        args: &Args,
+        started: Instant,
+        measured: &Measured,
+        census: &device::Census,
+    ) -> Result<()> {
+        let (plan, machine) = (&self.plan, &self.machine);
+        let mut summary = Summary::new(&measured.rounds);
+        summary.checks.extend(tls::checks(&measured.tls));
+        summary.checks.extend(p11_report::checks(&measured.p11));
+        let tls_skipped = self.tls.as_ref().map_or(&[][..], |t| &t.peers.skipped);
+        let p11_skipped = self.p11.as_ref().map_or(&[][..], |p| &p.skipped);
+        let run = RunInfo {
+            command: command_line(),
+            quick: plan.quick,
+            timing: plan.timing,
+            slices: plan.slices,
+            slice: plan.slice,
+            levels: LEVELS.to_vec(),
+            elapsed: started.elapsed(),
+            measuring: measured.measuring,
+            chart: CHART.into(),
+            tools: self.tools.is_some(),
+            notes: std::mem::take(&mut self.notes),
+            daemon_rust_log: args.daemon_rust_log.clone(),
+            load_end: machine::loadavg(),
+            tls_section: tls::markdown(&measured.tls, plan.timing, tls_skipped),
+            pkcs11_section: p11_report::markdown(&measured.p11, self.p11_timing.sign, self.p11_timing.tls, p11_skipped),
+            short: plan.short,
+            key_sets: self.more.scale.sets.iter().map(|k| (k.count, k.written_in, k.atomic_write)).collect(),
+            key_creation: self.more.key_creation,
+            algs_created: self.more.algs.created.clone(),
+            device_section: device::markdown(&measured.rounds, Some(census), summary::DAEMON_GOAL_CLIENTS),
+        };
+        let out = args.out.clone().unwrap_or_else(|| self.workspace.join("docs").join("BENCHMARKS.md"));
+        write_files(&out, &run, machine, &summary, plan.quick)?;
+        Ok(())
+    }
+}
+
+/// Prints the table, writes the markdown report at `out` (keeping an existing report's
+/// hand-written tail) and the chart beside it.
+fn write_files(out: &Path, run: &RunInfo, machine: &Machine, summary: &Summary, quick: bool) -> Result<()> {
+    println!("\n{}", report::console(summary));
     if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    let kept = std::fs::read_to_string(&out).ok().and_then(|old| report::kept_tail(&old).map(str::to_owned));
-    let mut markdown = report::markdown(&run, &machine, &summary);
+    let kept = std::fs::read_to_string(out).ok().and_then(|old| report::kept_tail(&old).map(str::to_owned));
+    let mut markdown = report::markdown(run, machine, summary);
     if let Some(tail) = kept {
         markdown.push_str(&tail);
     }
-    std::fs::write(&out, markdown).with_context(|| format!("writing {}", out.display()))?;
+    std::fs::write(out, markdown).with_context(|| format!("writing {}", out.display()))?;
+    let chart = out.with_file_name(CHART);
     let subtitle = format!(
         "{} · {} ({} CPUs) · {} · {} build{}",
         machine.date,
@@ -557,11 +610,11 @@ fn run(args: &Args) -> Result<()> {
         machine.cores,
         machine.swtpm,
         machine.profile,
-        if plan.quick { " · QUICK MODE (smoke test, not representative)" } else { "" }
+        if quick { " · QUICK MODE (smoke test, not representative)" } else { "" }
     );
-    std::fs::write(&chart, svg::sign_chart(&summary, &subtitle))
+    std::fs::write(&chart, svg::sign_chart(summary, &subtitle))
         .with_context(|| format!("writing {}", chart.display()))?;
-    println!("wrote {} and {} in {} s", out.display(), chart.display(), num(started.elapsed().as_secs_f64(), 0));
+    println!("wrote {} and {} in {} s", out.display(), chart.display(), num(run.elapsed.as_secs_f64(), 0));
     Ok(())
 }
 
@@ -601,21 +654,18 @@ impl MoreSetup {
         let algs = algs::AlgsSetup::new(algs::daemon_setup(setup, &tmp.join("a"))?, rt)?;
         let openssl = bulk::openssl_available();
         if !openssl {
-            let note = "openssl is not installed: the bulk-crypto peers (`openssl speed`) were skipped".to_owned();
-            eprintln!("warning: {note}");
-            notes.push(note);
+            warn(notes, "openssl is not installed: the bulk-crypto peers (`openssl speed`) were skipped".to_owned());
         }
         let (ops_work, scale_work, cli_work) = (tmp.join("o"), tmp.join("s"), tmp.join("c"));
         for d in [&ops_work, &scale_work, &cli_work] {
             std::fs::create_dir_all(d).with_context(|| format!("{}", d.display()))?;
         }
         progress("setup", "building the CLI (cargo build -p tpm-vault-client --bin tpm-vault)");
-        let binary = client_binary(workspace, &["--bin", "tpm-vault"], Path::new("tpm-vault"))?;
+        let binary = binaries::client(workspace, &["--bin", "tpm-vault"], Path::new("tpm-vault"))?;
         let cli = bulk::CliSetup::new(binary, &cli_work, plan.stream_bytes)?;
         if !cli.taskset {
             let note = "`taskset` is not installed: the `tpm-vault encrypt`/`decrypt` runs on one CPU were skipped";
-            eprintln!("warning: {note}");
-            notes.push(note.to_owned());
+            warn(notes, note.to_owned());
         }
         Ok(Self {
             ops: ops::OpsSetup {

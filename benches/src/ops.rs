@@ -595,6 +595,85 @@ pub struct OpsSetup {
     pub cli: bulk::CliSetup,
 }
 
+/// The raw ESAPI half of a round.
+struct RawRound {
+    quote: Measurement,
+    quote_pcr: Measurement,
+    seal: Measurement,
+    unseal: Measurement,
+    unseal_auth: Measurement,
+    sign_cold: Measurement,
+    random: ByteRate,
+}
+
+/// The daemon's operations of a round.
+struct DaemonFigures {
+    quote: Measurement,
+    seal: Measurement,
+    unseal: Measurement,
+    unseal_auth: Measurement,
+    random: ByteRate,
+}
+
+/// Raw ESAPI: quote, seal, unseal, cold sign and `TPM2_GetRandom`, one after another.
+fn raw_round(setup: &OpsSetup, timing: Timing, pids: Pids) -> Result<RawRound> {
+    let mut raw = RawOps::open(&setup.daemon.tcti, &setup.ak, &setup.key)?;
+    let quote = timed_loop(timing, pids, || raw.quote().map(drop))?;
+    let quote_pcr = timed_loop(timing, pids, || raw.pcr_read_and_quote())?;
+    let seal = timed_loop(timing, pids, || raw.seal().map(drop))?;
+    let unseal = timed_loop(timing, pids, || raw.unseal().map(drop))?;
+    let unseal_auth = timed_loop(timing, pids, || raw.unseal_authorized().map(drop))?;
+    let sign_cold = timed_loop(timing, pids, || raw.sign_cold())?;
+    let mut tpm_bytes = (0u64, 0u64);
+    let tpm_m = timed_loop(timing, pids, || {
+        let n = raw.random()?;
+        tpm_bytes = (tpm_bytes.0 + n as u64, tpm_bytes.1 + 1);
+        Ok(())
+    })?;
+    raw.close()?;
+    let random = ByteRate { m: tpm_m, bytes_per_op: tpm_bytes.0 as f64 / tpm_bytes.1.max(1) as f64 };
+    Ok(RawRound { quote, quote_pcr, seal, unseal, unseal_auth, sign_cold, random })
+}
+
+/// A fresh daemon: its operations, the encrypt streams (client library, in the daemon, tonic
+/// directly, the CLI) and the SSH agent; stopped after.
+fn daemon_round(
+    setup: &OpsSetup,
+    round: usize,
+    timing: Timing,
+    swtpm_pid: u32,
+    rt: &Runtime,
+) -> Result<(DaemonFigures, Streams, AgentRound)> {
+    let uid = nix::unistd::getuid().as_raw();
+    let (daemon, _ready) = Daemon::start_with(&setup.daemon, &format!("ops-round{round}.log"), &policy_allow_all(uid))?;
+    let pids = Pids { swtpm: swtpm_pid, daemon: Some(daemon.pid()) };
+    let measured = rt.block_on(async {
+        let ops = DaemonOps::connect(daemon.socket()).await?;
+        let quote = timed_async(timing, pids, || ops.quote()).await?;
+        let seal = timed_async(timing, pids, || ops.seal()).await?;
+        let unseal = timed_async(timing, pids, || ops.unseal()).await?;
+        let unseal_auth = timed_async(timing, pids, || ops.unseal_authorized()).await?;
+        let random = timed_async(timing, pids, || ops.random()).await?;
+        let random = ByteRate { m: random, bytes_per_op: RANDOM_REQUEST as f64 };
+        let stream_key = bulk::stream_key_rpc(ops.client(), timing, pids).await?;
+        let all = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
+        let library_one = bulk::library(ops.client(), 1, setup.stream_bytes).await?;
+        let library_all = bulk::library(ops.client(), all, setup.stream_bytes).await?;
+        let tuned = bulk::stream_tuned(daemon.socket(), pids, setup.stream_bytes.min(bulk::TUNED_MAX_BYTES)).await?;
+        let d = DaemonFigures { quote, seal, unseal, unseal_auth, random };
+        anyhow::Ok((d, (stream_key, library_one, library_all, tuned)))
+    });
+    let measured = measured.and_then(|(d, (stream_key, library_one, library_all, tuned))| {
+        let in_daemon = bulk::stream_current_thread(daemon.socket(), pids, setup.stream_bytes)?;
+        let cli = Some(bulk::cli_round(&setup.cli, daemon.socket())?);
+        let agent = agent::run(&setup.cli.binary, daemon.socket(), &setup.cli.dir, timing, rt)?;
+        Ok((d, Streams { daemon: in_daemon, tuned, library_one, library_all, stream_key, cli }, agent))
+    });
+    let measured = measured.map_err(|e| e.context(format!("daemon log:\n{}", daemon.log_tail())))?;
+    daemon.stop()?;
+    Ok(measured)
+}
+
 /// One round: raw ESAPI, `/dev/urandom`, then a daemon (operations, then the encrypt stream
 /// through the client library and through tonic directly).
 ///
@@ -609,103 +688,48 @@ pub fn run(
     mut progress: impl FnMut(&str),
 ) -> Result<(OpsRound, Streams, AgentRound)> {
     let pids = Pids { swtpm: swtpm_pid, daemon: None };
-    let mut raw = RawOps::open(&setup.daemon.tcti, &setup.ak, &setup.key)?;
-    let quote_raw = timed_loop(timing, pids, || raw.quote().map(drop))?;
-    let quote_raw_pcr = timed_loop(timing, pids, || raw.pcr_read_and_quote())?;
-    let seal_raw = timed_loop(timing, pids, || raw.seal().map(drop))?;
-    let unseal_raw = timed_loop(timing, pids, || raw.unseal().map(drop))?;
-    let unseal_auth_raw = timed_loop(timing, pids, || raw.unseal_authorized().map(drop))?;
-    let sign_cold_raw = timed_loop(timing, pids, || raw.sign_cold())?;
-    let mut tpm_bytes = (0u64, 0u64);
-    let tpm_m = timed_loop(timing, pids, || {
-        let n = raw.random()?;
-        tpm_bytes = (tpm_bytes.0 + n as u64, tpm_bytes.1 + 1);
-        Ok(())
-    })?;
-    raw.close()?;
-    let random_tpm = ByteRate { m: tpm_m, bytes_per_op: tpm_bytes.0 as f64 / tpm_bytes.1.max(1) as f64 };
+    let raw = raw_round(setup, timing, pids)?;
     progress(&format!(
         "raw ESAPI: quote p50 {:.0} µs, PCR_Read + quote {:.0} µs, seal {:.0} µs, unseal {:.0} µs, \
          authorized unseal {:.0} µs, load + sign + flush {:.0} µs, TPM2_GetRandom {:.0} B/s",
-        us(&quote_raw),
-        us(&quote_raw_pcr),
-        us(&seal_raw),
-        us(&unseal_raw),
-        us(&unseal_auth_raw),
-        us(&sign_cold_raw),
-        random_tpm.bytes_per_sec()
+        us(&raw.quote),
+        us(&raw.quote_pcr),
+        us(&raw.seal),
+        us(&raw.unseal),
+        us(&raw.unseal_auth),
+        us(&raw.sign_cold),
+        raw.random.bytes_per_sec()
     ));
     let random_urandom = urandom(timing, pids)?;
-
-    let uid = nix::unistd::getuid().as_raw();
-    let (daemon, _ready) = Daemon::start_with(&setup.daemon, &format!("ops-round{round}.log"), &policy_allow_all(uid))?;
-    let pids = Pids { swtpm: swtpm_pid, daemon: Some(daemon.pid()) };
-    let measured = rt.block_on(async {
-        let ops = DaemonOps::connect(daemon.socket()).await?;
-        let quote = timed_async(timing, pids, || ops.quote()).await?;
-        let seal = timed_async(timing, pids, || ops.seal()).await?;
-        let unseal = timed_async(timing, pids, || ops.unseal()).await?;
-        let unseal_auth = timed_async(timing, pids, || ops.unseal_authorized()).await?;
-        let random = timed_async(timing, pids, || ops.random()).await?;
-        let stream_key = bulk::stream_key_rpc(ops.client(), timing, pids).await?;
-        let all = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
-        let library_one = bulk::library(ops.client(), 1, setup.stream_bytes).await?;
-        let library_all = bulk::library(ops.client(), all, setup.stream_bytes).await?;
-        let tuned = bulk::stream_tuned(daemon.socket(), pids, setup.stream_bytes.min(bulk::TUNED_MAX_BYTES)).await?;
-        anyhow::Ok((quote, seal, (unseal, unseal_auth), random, (stream_key, library_one, library_all, tuned)))
-    });
-    let measured = measured.and_then(|m| {
-        let in_daemon = bulk::stream_current_thread(daemon.socket(), pids, setup.stream_bytes)?;
-        let cli = bulk::cli_round(&setup.cli, daemon.socket())?;
-        let agent = agent::run(&setup.cli.binary, daemon.socket(), &setup.cli.dir, timing, rt)?;
-        Ok((m, in_daemon, cli, agent))
-    });
-    let (
-        (
-            quote_daemon,
-            seal_daemon,
-            (unseal_daemon, unseal_auth_daemon),
-            random_m,
-            (stream_key, library_one, library_all, tuned),
-        ),
-        in_daemon,
-        cli,
-        agent,
-    ) = match measured {
-        Ok(m) => m,
-        Err(e) => return Err(e.context(format!("daemon log:\n{}", daemon.log_tail()))),
-    };
-    let streams = Streams { daemon: in_daemon, tuned, library_one, library_all, stream_key, cli: Some(cli) };
-    daemon.stop()?;
-    let random_daemon = ByteRate { m: random_m, bytes_per_op: RANDOM_REQUEST as f64 };
+    let (d, streams, agent) = daemon_round(setup, round, timing, swtpm_pid, rt)?;
     progress(&format!(
         "daemon: quote p50 {:.0} µs, seal {:.0} µs, unseal {:.0} µs, authorized unseal {:.0} µs, \
          GetRandom {:.0} MiB/s, encrypt stream in the daemon {:.0} MiB/s (tonic directly, 1 MiB messages: \
          {:.0}), client library from memory on 1 thread {:.0} MiB/s, CreateStreamKey p50 {:.0} µs",
-        us(&quote_daemon),
-        us(&seal_daemon),
-        us(&unseal_daemon),
-        us(&unseal_auth_daemon),
-        random_daemon.bytes_per_sec() / MIB,
+        us(&d.quote),
+        us(&d.seal),
+        us(&d.unseal),
+        us(&d.unseal_auth),
+        d.random.bytes_per_sec() / MIB,
         streams.daemon.bytes_per_sec() / MIB,
         streams.tuned.bytes_per_sec() / MIB,
         streams.library_one.encrypt / MIB,
         us(&streams.stream_key)
     ));
     let r = OpsRound {
-        quote_raw,
-        quote_raw_pcr,
-        quote_daemon,
-        seal_raw,
-        seal_daemon,
-        unseal_raw,
-        unseal_daemon,
-        unseal_auth_raw,
-        unseal_auth_daemon,
-        sign_cold_raw,
-        random_tpm,
+        quote_raw: raw.quote,
+        quote_raw_pcr: raw.quote_pcr,
+        quote_daemon: d.quote,
+        seal_raw: raw.seal,
+        seal_daemon: d.seal,
+        unseal_raw: raw.unseal,
+        unseal_daemon: d.unseal,
+        unseal_auth_raw: raw.unseal_auth,
+        unseal_auth_daemon: d.unseal_auth,
+        sign_cold_raw: raw.sign_cold,
+        random_tpm: raw.random,
         random_urandom,
-        random_daemon,
+        random_daemon: d.random,
     };
     Ok((r, streams, agent))
 }

@@ -18,10 +18,8 @@
 //! Parts whose packages are missing are skipped with a note ([`P11Setup::new`]).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use tpm_vault_daemon::spawn::CloseInheritedFds as _;
 
-use anyhow::{ensure, Context as _, Result};
+use anyhow::{Context as _, Result};
 use tokio::runtime::Runtime;
 use tpm_vault_proto::v1 as pb;
 use tpm_vault_proto::v1::key_service_client::KeyServiceClient;
@@ -66,27 +64,6 @@ pub struct P11Setup {
     pub skipped: Vec<String>,
 }
 
-/// Builds (with this benchmark's profile) and locates the vault module.
-fn module_binary(workspace: &Path) -> Result<PathBuf> {
-    let exe = std::env::current_exe().context("locating this executable")?;
-    let candidate = exe.parent().context("no parent directory")?.join("libtpm_vault_pkcs11.so");
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut build = Command::new(cargo);
-    build.close_inherited_fds();
-    build.args(["build", "-p", "tpm-vault-pkcs11"]).current_dir(workspace);
-    if !cfg!(debug_assertions) {
-        build.arg("--release");
-    }
-    let built = build.status().map(|s| s.success()).unwrap_or(false);
-    ensure!(
-        candidate.is_file(),
-        "the PKCS#11 module is not at {} (cargo build {}); build it with `cargo build -p tpm-vault-pkcs11`",
-        candidate.display(),
-        if built { "succeeded" } else { "failed" }
-    );
-    Ok(candidate)
-}
-
 impl P11Setup {
     /// Builds the module, looks for nginx, libp11's engine and tpm2-pkcs11, makes the peer's
     /// token (untimed; needs the swtpm free) and the software key. `None` when the module
@@ -95,7 +72,7 @@ impl P11Setup {
     /// # Errors
     /// When the software key cannot be made.
     pub fn new(workspace: &Path, daemon: Setup, notes: &mut Vec<String>) -> Result<Option<Self>> {
-        let module = match module_binary(workspace) {
+        let module = match crate::binaries::pkcs11_module(workspace) {
             Ok(m) => m,
             Err(e) => {
                 let note = format!("the PKCS#11 phase was skipped: {e:#}");
@@ -200,7 +177,7 @@ impl P11Round {
 
 /// The daemon's certificate of the benchmark key (PEM), issued first if it has none.
 async fn certificate(socket: &Path) -> Result<String> {
-    let mut client = KeyServiceClient::new(crate::sign::daemon::channel(socket).await?);
+    let mut client = KeyServiceClient::new(crate::sign::health::channel(socket).await?);
     match client.get_certificate(pb::GetCertificateRequest { name: KEY_NAME.into() }).await {
         Ok(chain) => Ok(chain.into_inner().chain_pem),
         Err(s) if s.code() == tonic::Code::NotFound => tls::self_sign(socket).await,
@@ -340,8 +317,8 @@ fn describe(rates: &[SignRate]) -> String {
             format!(
                 "{} thread(s) {}/s (p50 {} µs)",
                 r.threads,
-                crate::report::num(r.rate, 0),
-                crate::report::num(r.p50_us, 0)
+                crate::table::num(r.rate, 0),
+                crate::table::num(r.p50_us, 0)
             )
         })
         .collect();
@@ -351,7 +328,7 @@ fn describe(rates: &[SignRate]) -> String {
 fn describe_tls(r: Rate) -> String {
     format!(
         "{} handshakes/s with 1 client, {} with {CLIENTS}",
-        crate::report::num(r.one, 0),
-        crate::report::num(r.many, 0)
+        crate::table::num(r.one, 0),
+        crate::table::num(r.many, 0)
     )
 }

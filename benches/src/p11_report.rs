@@ -4,9 +4,9 @@
 
 use crate::p11::{P11Round, THREADS, WORKERS};
 use crate::p11_sign::SignRate;
-use crate::report::{num, spread};
 use crate::stats::Spread;
-use crate::summary::{Check, Goal};
+use crate::summary::Check;
+use crate::table::{num, Align, Cell, Goal, Table};
 use crate::tls::{Rate, CLIENTS};
 
 /// `C_Sign` through the module ÷ the daemon's `Sign` RPC, same concurrency.
@@ -82,86 +82,78 @@ pub fn checks(rounds: &[P11Round]) -> Vec<Check> {
         .collect()
 }
 
-fn cell(s: Option<Spread>, decimals: usize, suffix: &str) -> String {
-    s.map_or_else(|| "—".to_owned(), |s| spread(&s, decimals, suffix))
-}
-
-fn verdict(goal: Goal, s: Option<Spread>) -> String {
-    match s {
-        Some(s) => format!("{}: **{}**", goal.describe(2), if goal.met(s.median) { "PASS" } else { "MISS" }),
-        None => format!("{}: not measured", goal.describe(2)),
-    }
+/// Two verdicts of one goal (or of two): `≥ 0.90: **PASS** at 1; ≥ 0.90: **MISS** at 16`.
+fn two_verdicts(goals: [Goal; 2], values: [Option<Spread>; 2], at: [String; 2]) -> Cell {
+    let [g1, g2] = goals;
+    let [v1, v2] = values;
+    let [a, b] = at;
+    let (v1, v2) = (Cell::maybe_verdict(g1, v1).render(), Cell::maybe_verdict(g2, v2).render());
+    Cell::Text(format!("{v1} at {a}; {v2} at {b}"))
 }
 
 /// The `C_Sign` tables.
 fn sign_tables(out: &mut String, rounds: &[P11Round]) {
     let [a, b] = THREADS;
-    out.push_str(&format!(
-        "| path | signs/s, {a} thread | p50 µs | signs/s, {b} threads | p50 µs |\n|---|---:|---:|---:|---:|\n"
-    ));
-    let row = |out: &mut String, label: &str, f: &dyn Fn(&P11Round) -> Option<&[SignRate]>| {
+    let (l, r) = (Align::Left, Align::Right);
+    let (ta, tb) = (format!("signs/s, {a} thread"), format!("signs/s, {b} threads"));
+    let mut t = Table::new([("path", l), (ta.as_str(), r), ("p50 µs", r), (tb.as_str(), r), ("p50 µs", r)]);
+    let row = |label: &str, f: &dyn Fn(&P11Round) -> Option<&[SignRate]>| {
         let get = |t: usize, p50: bool| {
-            col(rounds, |r| f(r)?.iter().find(|x| x.threads == t).map(|x| if p50 { x.p50_us } else { x.rate }))
+            let v = col(rounds, |r| f(r)?.iter().find(|x| x.threads == t).map(|x| if p50 { x.p50_us } else { x.rate }));
+            Cell::maybe(v, 0, "")
         };
-        out.push_str(&format!(
-            "| {label} | {} | {} | {} | {} |\n",
-            cell(get(a, false), 0, ""),
-            cell(get(a, true), 0, ""),
-            cell(get(b, false), 0, ""),
-            cell(get(b, true), 0, "")
-        ));
+        vec![Cell::text(label), get(a, false), get(a, true), get(b, false), get(b, true)]
     };
-    row(out, "**vault module** `C_Sign` → `tpm-vaultd` → swtpm", &|r| Some(&r.vault[..]));
-    out.push_str(&format!(
-        "| `tpm-vaultd` gRPC `Sign`, the daemon phase of the same round (clients = threads) | {} | — | {} | — |\n",
-        cell(col(rounds, |r| r.daemon_at(a)), 0, ""),
-        cell(col(rounds, |r| r.daemon_at(b)), 0, "")
-    ));
-    row(out, "tpm2-pkcs11 `C_Sign` (user PIN login) → tpm2-abrmd → swtpm", &|r| r.tpm2.as_deref());
-    out.push_str(&format!("\n| vault module `C_Sign` ÷ | {a} thread | {b} threads | target |\n|---|---:|---:|---|\n"));
+    t.push(row("**vault module** `C_Sign` → `tpm-vaultd` → swtpm", &|r| Some(&r.vault[..])));
+    t.push(vec![
+        Cell::text("`tpm-vaultd` gRPC `Sign`, the daemon phase of the same round (clients = threads)"),
+        Cell::maybe(col(rounds, |r| r.daemon_at(a)), 0, ""),
+        Cell::text("—"),
+        Cell::maybe(col(rounds, |r| r.daemon_at(b)), 0, ""),
+        Cell::text("—"),
+    ]);
+    t.push(row("tpm2-pkcs11 `C_Sign` (user PIN login) → tpm2-abrmd → swtpm", &|r| r.tpm2.as_deref()));
+    out.push_str(&t.markdown());
+    out.push('\n');
+    let (ta, tb) = (format!("{a} thread"), format!("{b} threads"));
+    let mut t = Table::new([("vault module `C_Sign` ÷", l), (ta.as_str(), r), (tb.as_str(), r), ("target", l)]);
     let ratio =
         |t: usize, f: &dyn Fn(&P11Round, usize) -> Option<f64>| col(rounds, |r| Some(vault_at(r, t)? / f(r, t)?));
     let daemon = |r: &P11Round, t: usize| r.daemon_at(t);
+    let at = || [a.to_string(), b.to_string()];
     let (d1, d16) = (ratio(a, &daemon), ratio(b, &daemon));
-    out.push_str(&format!(
-        "| daemon gRPC `Sign` | {} | {} | {} at {a}; {} at {b} |\n",
-        cell(d1, 2, "×"),
-        cell(d16, 2, "×"),
-        verdict(DAEMON_GOAL, d1),
-        verdict(DAEMON_GOAL, d16)
-    ));
+    let target = two_verdicts([DAEMON_GOAL; 2], [d1, d16], at());
+    t.push(vec![Cell::text("daemon gRPC `Sign`"), Cell::maybe(d1, 2, "×"), Cell::maybe(d16, 2, "×"), target]);
     let (t1, t16) = (ratio(a, &tpm2_at), ratio(b, &tpm2_at));
-    out.push_str(&format!(
-        "| tpm2-pkcs11 | {} | {} | {} at {a}; {} at {b} |\n\n",
-        cell(t1, 2, "×"),
-        cell(t16, 2, "×"),
-        verdict(TPM2_GOALS[0], t1),
-        verdict(TPM2_GOALS[1], t16)
-    ));
+    let target = two_verdicts(TPM2_GOALS, [t1, t16], at());
+    t.push(vec![Cell::text("tpm2-pkcs11"), Cell::maybe(t1, 2, "×"), Cell::maybe(t16, 2, "×"), target]);
+    out.push_str(&t.markdown());
+    out.push('\n');
 }
 
 /// The nginx tables.
 fn nginx_tables(out: &mut String, rounds: &[P11Round], skipped: &[String]) {
-    out.push_str(&format!(
-        "| nginx 1.22, TLS 1.3 | handshakes/s, 1 client | handshakes/s, {CLIENTS} clients |\n|---|---:|---:|\n"
-    ));
-    let row = |out: &mut String, label: &str, f: fn(&P11Round) -> Option<Rate>| {
-        let one = cell(col(rounds, |r| f(r).map(|x| x.one)), 0, "");
-        let many = cell(col(rounds, |r| f(r).map(|x| x.many)), 0, "");
-        out.push_str(&format!("| {label} | {one} | {many} |\n"));
+    let (l, r) = (Align::Left, Align::Right);
+    let many = format!("handshakes/s, {CLIENTS} clients");
+    let mut t = Table::new([("nginx 1.22, TLS 1.3", l), ("handshakes/s, 1 client", r), (many.as_str(), r)]);
+    let row = |label: &str, f: fn(&P11Round) -> Option<Rate>| {
+        let one = Cell::maybe(col(rounds, |r| f(r).map(|x| x.one)), 0, "");
+        let many = Cell::maybe(col(rounds, |r| f(r).map(|x| x.many)), 0, "");
+        vec![Cell::text(label), one, many]
     };
-    row(out, &format!("software P-256 key file, master + {WORKERS} workers"), |r| r.nginx_soft);
-    row(out, &format!("**vault module** via libp11's engine, master + {WORKERS} workers"), |r| r.nginx_vault);
-    row(out, "tpm2-pkcs11 via libp11's engine, **`master_process off`** (one process)", |r| r.nginx_tpm2);
-    out.push_str(&format!(
-        "| daemon gRPC `Sign` of the same round (signs/s at 1 and {CLIENTS} clients) | {} | {} |\n",
-        cell(col(rounds, |r| r.daemon_at(1)), 0, ""),
-        cell(col(rounds, |r| r.daemon_at(CLIENTS)), 0, "")
-    ));
-    row(out, "model limit `1 / (1/nginx software + 1/daemon Sign)`", P11Round::model);
-    out.push_str(&format!(
-        "\n| nginx with the vault module ÷ | 1 client | {CLIENTS} clients | target |\n|---|---:|---:|---|\n"
-    ));
+    t.push(row(&format!("software P-256 key file, master + {WORKERS} workers"), |r| r.nginx_soft));
+    t.push(row(&format!("**vault module** via libp11's engine, master + {WORKERS} workers"), |r| r.nginx_vault));
+    t.push(row("tpm2-pkcs11 via libp11's engine, **`master_process off`** (one process)", |r| r.nginx_tpm2));
+    t.push(vec![
+        Cell::Text(format!("daemon gRPC `Sign` of the same round (signs/s at 1 and {CLIENTS} clients)")),
+        Cell::maybe(col(rounds, |r| r.daemon_at(1)), 0, ""),
+        Cell::maybe(col(rounds, |r| r.daemon_at(CLIENTS)), 0, ""),
+    ]);
+    t.push(row("model limit `1 / (1/nginx software + 1/daemon Sign)`", P11Round::model));
+    out.push_str(&t.markdown());
+    out.push('\n');
+    let many = format!("{CLIENTS} clients");
+    let mut t = Table::new([("nginx with the vault module ÷", l), ("1 client", r), (many.as_str(), r), ("target", l)]);
     let ratio = |many: bool, f: fn(&P11Round) -> Option<Rate>| {
         col(rounds, |r| Some(pick(r.nginx_vault?, many) / pick(f(r)?, many)))
     };
@@ -172,9 +164,10 @@ fn nginx_tables(out: &mut String, rounds: &[P11Round], skipped: &[String]) {
     ] {
         let (one, many) = (ratio(false, f), ratio(true, f));
         let target =
-            goal.map_or_else(String::new, |g| format!("{} at 1; {} at {CLIENTS}", verdict(g, one), verdict(g, many)));
-        out.push_str(&format!("| {label} | {} | {} | {target} |\n", cell(one, 2, "×"), cell(many, 2, "×")));
+            goal.map_or_else(Cell::empty, |g| two_verdicts([g; 2], [one, many], ["1".into(), CLIENTS.to_string()]));
+        t.push(vec![Cell::text(label), Cell::maybe(one, 2, "×"), Cell::maybe(many, 2, "×"), target]);
     }
+    out.push_str(&t.markdown());
     out.push('\n');
     for s in skipped {
         out.push_str(&format!("- {s}\n"));

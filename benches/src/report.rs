@@ -5,10 +5,12 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use crate::machine::Machine;
+use crate::sign::actor::CALLERS as ACTOR_CALLERS;
 use crate::sign::tools::{Variant, SRK_COMMAND};
 use crate::sign::Timing;
 use crate::stats::Spread;
-use crate::summary::{Figure, OpRow, Ratio, ScaleRow, SignRow, Summary};
+use crate::summary::{Figure, OpRow, ScaleRow, SignRow, Summary, CEILING_SLACK, DAEMON_GOAL_CLIENTS};
+use crate::table::{num, spread, Align, Cell, Ratio, Table};
 
 /// How the run was made, for the report's header.
 #[derive(Debug, Clone)]
@@ -64,61 +66,17 @@ pub fn kept_tail(old: &str) -> Option<&str> {
     old.find(KEEP_MARKER).map(|i| &old[i..])
 }
 
-/// `1234.5` → `1,235` (with `decimals` = 0), `0.981` → `0.98` (2).
-pub fn num(v: f64, decimals: usize) -> String {
-    if !v.is_finite() {
-        return "n/a".into();
-    }
-    let text = format!("{:.decimals$}", v.abs());
-    let (int, frac) = text.split_once('.').unwrap_or((&text, ""));
-    let mut grouped = String::new();
-    for (i, c) in int.chars().enumerate() {
-        if i > 0 && (int.len() - i) % 3 == 0 {
-            grouped.push(',');
-        }
-        grouped.push(c);
-    }
-    let sign = if v < 0.0 && text.chars().any(|c| c.is_ascii_digit() && c != '0') { "−" } else { "" };
-    if frac.is_empty() {
-        format!("{sign}{grouped}")
-    } else {
-        format!("{sign}{grouped}.{frac}")
+/// The ratio and peer cells of `ratio`, or `none` (ratio text, peer text) without one.
+fn ratio_cells(ratio: Option<&Ratio>, none: (&str, &str)) -> [Cell; 2] {
+    match ratio {
+        Some(r) => [r.cell(), Cell::text(r.peer.clone())],
+        None => [Cell::text(none.0), Cell::text(none.1)],
     }
 }
 
-/// `median (min..max)`, or just the median when the rounds agree or there was one round.
-pub fn spread(s: &Spread, decimals: usize, suffix: &str) -> String {
-    let median = format!("{}{suffix}", num(s.median, decimals));
-    let (lo, hi) = (num(s.min, decimals), num(s.max, decimals));
-    if lo == hi {
-        median
-    } else {
-        format!("{median} ({lo}..{hi})")
-    }
-}
-
-fn ratio_cell(r: &Ratio) -> String {
-    spread(&r.value, 2, "×")
-}
-
-fn verdict(r: &Ratio) -> String {
-    match r.goal {
-        Some(goal) => {
-            let v = if goal.met(r.value.median) { "PASS" } else { "MISS" };
-            format!("{}: **{v}**", goal.describe(2))
-        }
-        None => String::new(),
-    }
-}
-
-fn figure_goal(f: &Figure) -> String {
-    match f.goal {
-        Some(goal) => {
-            let v = if goal.met(f.value.median) { "PASS" } else { "MISS" };
-            format!("{} {}: **{v}**", goal.describe(0), f.unit)
-        }
-        None => String::new(),
-    }
+/// The verdict cell of a figure's own goal (unit after the threshold), or an empty cell.
+fn figure_goal(f: &Figure) -> Cell {
+    f.goal.map_or(Cell::empty(), |goal| Cell::verdict(goal, f.value.median, 0, &format!(" {}", f.unit)))
 }
 
 fn figure_decimals(f: &Figure) -> usize {
@@ -130,82 +88,103 @@ fn figure_decimals(f: &Figure) -> usize {
 }
 
 /// The target cell of a figure: its own goal, or its ratio's.
-fn target_cell(f: &Figure) -> String {
+fn target_cell(f: &Figure) -> Cell {
     match (&f.goal, &f.ratio) {
         (Some(_), _) => figure_goal(f),
-        (None, Some(r)) => verdict(r),
-        (None, None) => String::new(),
+        (None, Some(r)) => r.target(),
+        (None, None) => Cell::empty(),
     }
+}
+
+/// `columns` as left-aligned text, but for the named ones, right-aligned numbers.
+fn columns<'a>(titles: &[&'a str], numbers: &[&str]) -> Vec<(&'a str, Align)> {
+    titles.iter().map(|t| (*t, if numbers.contains(t) { Align::Right } else { Align::Left })).collect()
 }
 
 /// A table of figures: value with its unit, ratio against a peer, target.
-fn figure_table(w: &mut String, figures: &[Figure]) {
-    let _ = writeln!(w, "| figure | value | ratio | peer | target |\n|---|---:|---:|---|---|");
+fn figure_table(figures: &[Figure]) -> Table {
+    let mut t = Table::new(columns(&["figure", "value", "ratio", "peer", "target"], &["value", "ratio"]));
     for f in figures {
-        let (ratio, peer) = match &f.ratio {
-            Some(r) => (ratio_cell(r), r.peer.clone()),
-            None => ("1.00×".into(), "(reference)".into()),
-        };
-        let value = spread(&f.value, figure_decimals(f), &format!(" {}", f.unit));
-        let _ = writeln!(w, "| {} | {value} | {ratio} | {peer} | {} |", f.label, target_cell(f));
+        let [ratio, peer] = ratio_cells(f.ratio.as_ref(), ("1.00×", "(reference)"));
+        let value = Cell::figure(&f.value, figure_decimals(f), &format!(" {}", f.unit));
+        t.push(vec![Cell::text(f.label.clone()), value, ratio, peer, target_cell(f)]);
     }
-    let _ = writeln!(w);
+    t
 }
 
 /// A table of operations: rate, latency, p50 ratio against a peer, target.
-fn op_table(w: &mut String, rows: &[OpRow]) {
-    let _ = writeln!(
-        w,
-        "| operation | ops/s | p50 µs | p99 µs | p50 ratio | peer | target |\n|---|---:|---:|---:|---:|---|---|"
-    );
+fn op_table(rows: &[OpRow]) -> Table {
+    let numbers = ["ops/s", "p50 µs", "p99 µs", "p50 ratio"];
+    let titles = ["operation", "ops/s", "p50 µs", "p99 µs", "p50 ratio", "peer", "target"];
+    let mut t = Table::new(columns(&titles, &numbers));
     for row in rows {
-        let (ratio, peer, target) = match &row.ratio {
-            Some(r) => (ratio_cell(r), r.peer.clone(), verdict(r)),
-            None => ("1.00×".into(), "(reference)".into(), String::new()),
-        };
-        let _ = writeln!(
-            w,
-            "| {} | {} | {} | {} | {ratio} | {peer} | {target} |",
-            row.label,
-            spread(&row.rate, 0, ""),
-            spread(&row.p50_us, 0, ""),
-            spread(&row.p99_us, 0, "")
-        );
+        let [ratio, peer] = ratio_cells(row.ratio.as_ref(), ("1.00×", "(reference)"));
+        t.push(vec![
+            Cell::text(row.label.clone()),
+            Cell::figure(&row.rate, 0, ""),
+            Cell::figure(&row.p50_us, 0, ""),
+            Cell::figure(&row.p99_us, 0, ""),
+            ratio,
+            peer,
+            row.ratio.as_ref().map_or(Cell::empty(), Ratio::target),
+        ]);
     }
-    let _ = writeln!(w);
+    t
 }
 
-fn scale_table(w: &mut String, rows: &[ScaleRow]) {
-    let _ = writeln!(
-        w,
-        "| keys | start to ready, ms | ÷ smallest set | RSS after start, MiB | RSS after signing, MiB | ÷ smallest set |\n\
-         |---:|---:|---:|---:|---:|---:|"
-    );
-    let ratio_or_ref = |r: &Option<Ratio>| r.as_ref().map_or("1.00× (reference)".into(), ratio_cell);
+/// The key-count table (start and memory per key set).
+fn scale_table(rows: &[ScaleRow]) -> Table {
+    let titles = [
+        "keys",
+        "start to ready, ms",
+        "÷ smallest set",
+        "RSS after start, MiB",
+        "RSS after signing, MiB",
+        "÷ smallest set",
+    ];
+    let mut t = Table::new(columns(&titles, &titles));
+    let ratio_or_ref = |r: &Option<Ratio>| r.as_ref().map_or(Cell::text("1.00× (reference)"), Ratio::cell);
     for row in rows {
-        let _ = writeln!(
-            w,
-            "| {} | {} | {} | {} | {} | {} |",
-            num(row.count as f64, 0),
-            spread(&row.ready_ms, 0, ""),
+        t.push(vec![
+            Cell::num(row.count as f64, 0),
+            Cell::figure(&row.ready_ms, 0, ""),
             ratio_or_ref(&row.ready_ratio),
-            spread(&row.rss_idle, 1, ""),
-            spread(&row.rss_after, 1, ""),
-            ratio_or_ref(&row.rss_ratio)
-        );
+            Cell::figure(&row.rss_idle, 1, ""),
+            Cell::figure(&row.rss_after, 1, ""),
+            ratio_or_ref(&row.rss_ratio),
+        ]);
     }
-    let _ = writeln!(w);
-    let signs: Vec<OpRow> = rows.iter().flat_map(|r| [r.cached.clone(), r.cold.clone()]).collect();
-    op_table(w, &signs);
+    t
 }
 
-/// Attestation, sealing, random bytes, bulk crypto and key counts.
-fn more_sections(w: &mut String, run: &RunInfo, s: &Summary) {
-    let window = format!(
+/// Writes `table` and the blank line after it.
+fn table(w: &mut String, table: &Table) {
+    w.push_str(&table.markdown());
+    w.push('\n');
+}
+
+/// `2.0 s window after a 0.3 s warm-up`: the timing of the phases beyond signing.
+fn short_window(run: &RunInfo) -> String {
+    format!(
         "{} s window after a {} s warm-up",
         num(run.short.window.as_secs_f64(), 1),
         num(run.short.warmup.as_secs_f64(), 1)
-    );
+    )
+}
+
+/// Attestation, sealing, random bytes, bulk crypto, the SSH agent, key counts, key algorithms.
+fn more_sections(w: &mut String, run: &RunInfo, s: &Summary) {
+    attestation_section(w, run, s);
+    random_section(w, run, s);
+    bulk_section(w, run, s);
+    agent_section(w, run, s);
+    stored_keys_section(w, run, s);
+    algs_section(w, run, s);
+}
+
+/// Quote, seal and unseal against raw ESAPI.
+fn attestation_section(w: &mut String, run: &RunInfo, s: &Summary) {
+    let window = short_window(run);
     let _ = writeln!(w, "## Attestation and sealing (one caller)\n");
     let _ = writeln!(
         w,
@@ -229,8 +208,12 @@ fn more_sections(w: &mut String, run: &RunInfo, s: &Summary) {
          a mismatch. The first result of each path is checked (quotes verify over the nonce, \
          unsealed secrets match).\n"
     );
-    op_table(w, &s.ops);
+    table(w, &op_table(&s.ops));
+}
 
+/// The daemon's random bytes against the TPM's and the OS's.
+fn random_section(w: &mut String, run: &RunInfo, s: &Summary) {
+    let window = short_window(run);
     let _ = writeln!(w, "## Random bytes\n");
     let _ = writeln!(
         w,
@@ -238,8 +221,12 @@ fn more_sections(w: &mut String, run: &RunInfo, s: &Summary) {
          the OS and the TPM), so no request is a TPM round trip; the TPM's own RNG gives at most \
          a digest's worth per `TPM2_GetRandom`.\n"
     );
-    figure_table(w, &s.random);
+    table(w, &figure_table(&s.random));
+}
 
+/// In-core AES-GCM and SHA-256, the CLI, the client library and the daemon's streams.
+fn bulk_section(w: &mut String, run: &RunInfo, s: &Summary) {
+    let window = short_window(run);
     let _ = writeln!(w, "## Bulk cryptography\n");
     let message_kib = tpm_vault_client::MESSAGE_SIZE / 1024;
     let _ = writeln!(
@@ -265,8 +252,12 @@ fn more_sections(w: &mut String, run: &RunInfo, s: &Summary) {
          no TPM command) plus sealing an empty final chunk here, set against one raw ESAPI \
          `TPM2_Sign` and a bare gRPC round trip of the same round.\n"
     );
-    figure_table(w, &s.bulk);
+    table(w, &figure_table(&s.bulk));
+}
 
+/// The SSH agent against gRPC `Sign`.
+fn agent_section(w: &mut String, run: &RunInfo, s: &Summary) {
+    let window = short_window(run);
     let _ = writeln!(w, "## SSH agent\n");
     let _ = writeln!(
         w,
@@ -277,8 +268,12 @@ fn more_sections(w: &mut String, run: &RunInfo, s: &Summary) {
          what the agent asks the daemon per request: `Client::sign` of the same message, a \
          connection per concurrent caller, on the same daemon in the same round. {window}.\n"
     );
-    figure_table(w, &s.agent);
+    table(w, &figure_table(&s.agent));
+}
 
+/// Signing and start with more stored keys.
+fn stored_keys_section(w: &mut String, run: &RunInfo, s: &Summary) {
+    let window = short_window(run);
     let _ = writeln!(w, "## Stored keys: signing and start with more keys\n");
     let sets: Vec<String> = run
         .key_sets
@@ -312,12 +307,18 @@ fn more_sections(w: &mut String, run: &RunInfo, s: &Summary) {
         num(largest as f64, 0),
         sets.join(", ")
     );
-    scale_table(w, &s.scale);
+    table(w, &scale_table(&s.scale));
+    let signs: Vec<OpRow> = s.scale.iter().flat_map(|r| [r.cached.clone(), r.cold.clone()]).collect();
+    table(w, &op_table(&signs));
     if !s.cold_peer.is_empty() {
         let _ = writeln!(w, "The cold path against the same three TPM commands from raw ESAPI, same rounds:\n");
-        op_table(w, &s.cold_peer);
+        table(w, &op_table(&s.cold_peer));
     }
+}
 
+/// The other key algorithms and the post-quantum keys.
+fn algs_section(w: &mut String, run: &RunInfo, s: &Summary) {
+    let window = short_window(run);
     let _ = writeln!(w, "## Other key algorithms and post-quantum keys (one caller)\n");
     let created: Vec<String> =
         run.algs_created.iter().map(|(what, t)| format!("{what} {} ms", num(t.as_secs_f64() * 1e3, 0))).collect();
@@ -334,13 +335,52 @@ fn more_sections(w: &mut String, run: &RunInfo, s: &Summary) {
          path's first signature is verified. The keys are made once per run, untimed: {}.\n",
         if created.is_empty() { "all existed already".to_owned() } else { created.join(", ") }
     );
-    op_table(w, &s.algs);
+    table(w, &op_table(&s.algs));
+    if !s.pq.is_empty() {
+        let _ = writeln!(
+            w,
+            "The other post-quantum parameter sets and operations, each against aws-lc-rs doing the \
+             same in this process (one caller, a quarter of the window each): ML-DSA-44 and \
+             ML-DSA-87 signing and ML-DSA-44/65/87 verification (the daemon's `Sign` and `Verify` \
+             RPCs: the seed is unsealed once and the work is in-core), ML-KEM-1024 decapsulation \
+             (the `Decapsulate` RPC), and ML-KEM-768/1024 encapsulation, which a client does \
+             in-core with the vault key's public key (what `Client::encapsulate` does after fetching \
+             it) against encapsulating to a key of this process.\n"
+        );
+        table(w, &op_table(&s.pq));
+    }
 }
 
 /// The markdown report.
 pub fn markdown(run: &RunInfo, machine: &Machine, s: &Summary) -> String {
     let mut out = String::new();
     let w = &mut out;
+    header(w, run, machine, s);
+    targets(w, s);
+    sign_section(w, run, s);
+    latency_section(w, s);
+    policy_section(w, s);
+    daemon_section(w, run, s);
+    cpu_section(w, s);
+    more_sections(w, run, s);
+    what_each_path_does(w, run);
+    how_to_read(w, run);
+    w.push_str(&run.tls_section);
+    w.push_str(&run.pkcs11_section);
+    w.push_str(&run.device_section);
+    not_measured(w, !run.tls_section.is_empty());
+    if !run.notes.is_empty() {
+        let _ = writeln!(w, "## Notes from this run\n");
+        for n in &run.notes {
+            let _ = writeln!(w, "- {n}");
+        }
+        let _ = writeln!(w);
+    }
+    out
+}
+
+/// Title, what the figures are, and the table of how and where the run was made.
+fn header(w: &mut String, run: &RunInfo, machine: &Machine, s: &Summary) {
     let _ = writeln!(w, "# Benchmarks\n");
     let over = if s.rounds == 1 {
         "from **1 round** (no spread)".to_owned()
@@ -361,59 +401,71 @@ pub fn markdown(run: &RunInfo, machine: &Machine, s: &Summary) -> String {
              reading.\n"
         );
     }
-    let _ = writeln!(w, "| | |\n|---|---|");
-    let _ = writeln!(w, "| command | `{}` |", run.command);
-    let _ = writeln!(w, "| date | {} |", machine.date);
-    let _ = writeln!(
-        w,
-        "| CPU | {} ({} logical CPUs in /proc/cpuinfo, {} usable) |",
-        machine.cpu_model, machine.cores, machine.usable_cores
-    );
-    let _ = writeln!(w, "| kernel | Linux {} |", machine.kernel);
-    let _ = writeln!(w, "| TPM | {}, TCP, no resource manager, same machine |", machine.swtpm);
-    let _ = writeln!(w, "| tpm2-tools | {} |", machine.tpm2_tools.as_deref().unwrap_or("not installed"));
-    let _ = writeln!(w, "| source | `{}`, {} build |", machine.revision, machine.profile);
-    let _ = writeln!(
-        w,
-        "| rounds | {} × (raw ESAPI and the library: {} alternating slice{} each, {} s warm-up + {} s window \
-         per slice; every other phase: {} s warm-up, then a {} s window) |",
+    let secs = |d: Duration, decimals| num(d.as_secs_f64(), decimals);
+    let rounds = format!(
+        "{} × (raw ESAPI and the library: {} alternating slice{} each, {} s warm-up + {} s window \
+         per slice; every other phase: {} s warm-up, then a {} s window)",
         s.rounds,
         run.slices,
         if run.slices == 1 { "" } else { "s" },
-        num(run.slice.warmup.as_secs_f64(), 2),
-        num(run.slice.window.as_secs_f64(), 1),
-        num(run.timing.warmup.as_secs_f64(), 1),
-        num(run.timing.window.as_secs_f64(), 1)
+        secs(run.slice.warmup, 2),
+        secs(run.slice.window, 1),
+        secs(run.timing.warmup, 1),
+        secs(run.timing.window, 1)
     );
-    let _ = writeln!(
-        w,
-        "| other phases | quote, seal, random, bulk crypto, key counts: {} s warm-up + {} s window each, every round |",
-        num(run.short.warmup.as_secs_f64(), 1),
-        num(run.short.window.as_secs_f64(), 1)
-    );
-    let _ = writeln!(
-        w,
-        "| run time | {} s of rounds; {} s in all, cargo builds and set-up included |",
-        num(run.measuring.as_secs_f64(), 0),
-        num(run.elapsed.as_secs_f64(), 0)
-    );
-    let _ = writeln!(w, "| load average (1/5/15 min) | {} at start, {} at end |\n", machine.load_start, run.load_end);
-
-    let _ = writeln!(w, "## Targets\n");
-    let _ = writeln!(w, "| target | median | goal | |\n|---|---:|---|---|");
-    for c in &s.checks {
-        let _ = writeln!(
-            w,
-            "| {} | {}{} | {}{} | **{}**{} |",
-            c.what,
-            num(c.value, c.decimals),
-            c.unit,
-            c.goal.describe(c.decimals),
-            c.unit,
-            c.verdict(),
-            if c.suspect { " (suspect ¹)" } else { "" }
-        );
+    let rows = [
+        ("command", format!("`{}`", run.command)),
+        ("date", machine.date.clone()),
+        (
+            "CPU",
+            format!(
+                "{} ({} logical CPUs in /proc/cpuinfo, {} usable)",
+                machine.cpu_model, machine.cores, machine.usable_cores
+            ),
+        ),
+        ("kernel", format!("Linux {}", machine.kernel)),
+        ("TPM", format!("{}, TCP, no resource manager, same machine", machine.swtpm)),
+        ("tpm2-tools", machine.tpm2_tools.clone().unwrap_or_else(|| "not installed".into())),
+        ("source", format!("`{}`, {} build", machine.revision, machine.profile)),
+        ("rounds", rounds),
+        (
+            "other phases",
+            format!(
+                "quote, seal, random, bulk crypto, key counts: {} s warm-up + {} s window each, every round",
+                secs(run.short.warmup, 1),
+                secs(run.short.window, 1)
+            ),
+        ),
+        (
+            "run time",
+            format!(
+                "{} s of rounds; {} s in all, cargo builds and set-up included",
+                secs(run.measuring, 0),
+                secs(run.elapsed, 0)
+            ),
+        ),
+        ("load average (1/5/15 min)", format!("{} at start, {} at end", machine.load_start, run.load_end)),
+    ];
+    let mut t = Table::new([("", Align::Left), ("", Align::Left)]);
+    for (what, value) in rows {
+        t.push(vec![Cell::text(what), Cell::Text(value)]);
     }
+    table(w, &t);
+}
+
+/// The targets, with a footnote when a PASS is suspect.
+fn targets(w: &mut String, s: &Summary) {
+    let _ = writeln!(w, "## Targets\n");
+    let mut t = Table::new(columns(&["target", "median", "goal", ""], &["median"]));
+    for c in &s.checks {
+        t.push(vec![
+            Cell::text(c.what.clone()),
+            Cell::Text(format!("{}{}", num(c.value, c.decimals), c.unit)),
+            Cell::Text(format!("{}{}", c.goal.describe(c.decimals), c.unit)),
+            Cell::Text(format!("**{}**{}", c.verdict(), if c.suspect { " (suspect ¹)" } else { "" })),
+        ]);
+    }
+    w.push_str(&t.markdown());
     if s.checks.iter().any(|c| c.suspect) {
         let _ = writeln!(
             w,
@@ -422,51 +474,50 @@ pub fn markdown(run: &RunInfo, machine: &Machine, s: &Summary) -> String {
              itself was slowed \
              (by load on the shared machine, see the load average above). This PASS is not \
              evidence; rerun on a quieter machine.",
-            (crate::summary::CEILING_SLACK - 1.0) * 100.0
+            (CEILING_SLACK - 1.0) * 100.0
         );
     }
     let _ = writeln!(w);
+}
 
+/// The signing table and its chart.
+fn sign_section(w: &mut String, run: &RunInfo, s: &Summary) {
     let _ = writeln!(w, "## ECDSA P-256 signing of a 32-byte digest\n");
     let _ = writeln!(w, "![signatures per second, median with min..max whiskers]({})\n", run.chart);
-    let _ = writeln!(
-        w,
-        "| path | signs/s | ratio | peer | p50 µs | p99 µs | target |\n\
-         |---|---:|---:|---|---:|---:|---|"
-    );
+    let titles = ["path", "signs/s", "ratio", "peer", "p50 µs", "p99 µs", "target"];
+    let mut t = Table::new(columns(&titles, &["signs/s", "ratio", "p50 µs", "p99 µs"]));
     let mut above_ceiling = false;
     for row in &s.sign {
-        let (ratio, peer, target) = match &row.ratio {
-            Some(r) if r.peer == "raw" && r.value.median > crate::summary::CEILING_SLACK => {
-                above_ceiling = true;
-                (format!("{} ²", ratio_cell(r)), r.peer.clone(), verdict(r))
-            }
-            Some(r) => (ratio_cell(r), r.peer.clone(), verdict(r)),
-            None => ("1.00×".into(), "(reference)".into(), String::new()),
-        };
-        let _ = writeln!(
-            w,
-            "| {} | {} | {} | {} | {} | {} | {} |",
-            row.label,
-            spread(&row.rate, 0, ""),
+        let [mut ratio, peer] = ratio_cells(row.ratio.as_ref(), ("1.00×", "(reference)"));
+        if let Some(r) = row.ratio.as_ref().filter(|r| r.peer == "raw" && r.value.median > CEILING_SLACK) {
+            above_ceiling = true;
+            ratio = Cell::Ratio { value: r.value, mark: "²" };
+        }
+        t.push(vec![
+            Cell::text(row.label.clone()),
+            Cell::figure(&row.rate, 0, ""),
             ratio,
             peer,
-            spread(&row.p50_us, 0, ""),
-            spread(&row.p99_us, 0, ""),
-            target
-        );
+            Cell::figure(&row.p50_us, 0, ""),
+            Cell::figure(&row.p99_us, 0, ""),
+            row.ratio.as_ref().map_or(Cell::empty(), Ratio::target),
+        ]);
     }
+    w.push_str(&t.markdown());
     if above_ceiling {
         let _ = writeln!(
             w,
             "\n² Above the raw ESAPI ceiling by more than {:.0} %, which a path through the same TPM \
              cannot really be: read it as noise from the shared machine (the reference was slowed \
              more than this path), not as a gain.",
-            (crate::summary::CEILING_SLACK - 1.0) * 100.0
+            (CEILING_SLACK - 1.0) * 100.0
         );
     }
     let _ = writeln!(w);
+}
 
+/// What the vault adds to one signature, and the floors under it.
+fn latency_section(w: &mut String, s: &Summary) {
     let _ = writeln!(w, "## Latency the vault adds (one caller)\n");
     let _ = writeln!(
         w,
@@ -487,17 +538,41 @@ pub fn markdown(run: &RunInfo, machine: &Machine, s: &Summary) -> String {
          `tpm-vaultd`, its gRPC stack without a TPM job. A daemon request pays that round trip \
          plus the TPM actor hand-off, so their sum is the least it can add with a gRPC API here.\n"
     );
-    let _ = writeln!(w, "| figure | µs | ratio | peer | target |\n|---|---:|---:|---|---|");
+    let mut t = Table::new(columns(&["figure", "µs", "ratio", "peer", "target"], &["µs", "ratio"]));
     for f in &s.latency {
-        let (ratio, peer) = match &f.ratio {
-            Some(r) => (ratio_cell(r), r.peer.clone()),
-            None => ("—".into(), "(a difference already)".into()),
-        };
-        let _ =
-            writeln!(w, "| {} | {} | {} | {} | {} |", f.label, spread(&f.value, 0, ""), ratio, peer, figure_goal(f));
+        let [ratio, peer] = ratio_cells(f.ratio.as_ref(), ("—", "(a difference already)"));
+        t.push(vec![Cell::text(f.label.clone()), Cell::figure(&f.value, 0, ""), ratio, peer, figure_goal(f)]);
     }
-    let _ = writeln!(w);
+    table(w, &t);
+}
 
+/// One access-policy decision in this process.
+fn policy_section(w: &mut String, s: &Summary) {
+    if s.policy.is_empty() {
+        return;
+    }
+    let _ = writeln!(w, "## Access-policy decision\n");
+    let _ = writeln!(
+        w,
+        "Every request the daemon serves is decided by its access policy before any TPM work. Here \
+         `Policy::decide` runs in this process on the shipped `policies/default.toml` plus the \
+         examples in `policies/examples/`, for a `www-data` client signing with `web-frontend-1` \
+         (allowed by the third rule checked), in batches of decisions back to back \
+         (`benches/src/policy.rs`); the figure is a batch's p50 divided by its decisions. It has \
+         no peer: one raw `TPM2_Sign` takes thousands of times longer. The identity behind a \
+         decision (SO_PEERCRED uid/gid, user and group names) is resolved once per 30 s per uid \
+         and cached, so NSS lookups are not in it.\n"
+    );
+    let mut t = Table::new(columns(&["figure", "value", "target"], &["value"]));
+    for f in &s.policy {
+        let value = Cell::figure(&f.value, figure_decimals(f), &format!(" {}", f.unit));
+        t.push(vec![Cell::text(f.label.clone()), value, figure_goal(f)]);
+    }
+    table(w, &t);
+}
+
+/// The daemon binary: start, memory, log lines.
+fn daemon_section(w: &mut String, run: &RunInfo, s: &Summary) {
     let _ = writeln!(w, "## Daemon process\n");
     let _ = writeln!(
         w,
@@ -508,23 +583,17 @@ pub fn markdown(run: &RunInfo, machine: &Machine, s: &Summary) -> String {
          denied by default).\n",
         run.daemon_rust_log
     );
-    let _ = writeln!(w, "| figure | value | ratio | peer |\n|---|---:|---:|---|");
+    let mut t = Table::new(columns(&["figure", "value", "ratio", "peer"], &["value", "ratio"]));
     for f in &s.daemon {
-        let (ratio, peer) = match &f.ratio {
-            Some(r) => (ratio_cell(r), r.peer.clone()),
-            None => ("—".into(), "no peer".into()),
-        };
-        let _ = writeln!(
-            w,
-            "| {} | {} | {} | {} |",
-            f.label,
-            spread(&f.value, figure_decimals(f), &format!(" {}", f.unit)),
-            ratio,
-            peer
-        );
+        let [ratio, peer] = ratio_cells(f.ratio.as_ref(), ("—", "no peer"));
+        let value = Cell::figure(&f.value, figure_decimals(f), &format!(" {}", f.unit));
+        t.push(vec![Cell::text(f.label.clone()), value, ratio, peer]);
     }
-    let _ = writeln!(w);
+    table(w, &t);
+}
 
+/// CPU per 1,000 signatures, and the daemon's split by thread.
+fn cpu_section(w: &mut String, s: &Summary) {
     let _ = writeln!(w, "## CPU time per 1,000 signatures\n");
     let _ = writeln!(
         w,
@@ -532,43 +601,22 @@ pub fn markdown(run: &RunInfo, machine: &Machine, s: &Summary) -> String {
          of the finished tool processes), divided by the signatures completed in it. The clock \
          tick is 10 ms, so short windows are coarse.\n"
     );
-    let _ = writeln!(w, "| where | ms CPU | ratio | peer |\n|---|---:|---:|---|");
+    let mut t = Table::new(columns(&["where", "ms CPU", "ratio", "peer"], &["ms CPU", "ratio"]));
     for f in &s.cpu {
-        let (ratio, peer) = match &f.ratio {
-            Some(r) => (ratio_cell(r), r.peer.clone()),
-            None => ("—".into(), "(reference)".into()),
-        };
-        let _ = writeln!(w, "| {} | {} | {} | {} |", f.label, spread(&f.value, 0, ""), ratio, peer);
+        let [ratio, peer] = ratio_cells(f.ratio.as_ref(), ("—", "(reference)"));
+        t.push(vec![Cell::text(f.label.clone()), Cell::figure(&f.value, 0, ""), ratio, peer]);
     }
-    let _ = writeln!(w);
-
+    table(w, &t);
     if !s.daemon_threads.is_empty() {
-        let _ = writeln!(w, "### The daemon's CPU by thread, {} clients\n", crate::summary::DAEMON_GOAL_CLIENTS);
+        let _ = writeln!(w, "### The daemon's CPU by thread, {DAEMON_GOAL_CLIENTS} clients\n");
         let _ =
             writeln!(w, "The daemon row above split by thread (`/proc/PID/task/*/stat`), ms CPU per 1,000 requests.\n");
-        let _ = writeln!(w, "| thread | ms CPU |\n|---|---:|");
+        let mut t = Table::new(columns(&["thread", "ms CPU"], &["ms CPU"]));
         for f in &s.daemon_threads {
-            let _ = writeln!(w, "| {} | {} |", f.label, spread(&f.value, 0, ""));
+            t.push(vec![Cell::text(f.label.clone()), Cell::figure(&f.value, 0, "")]);
         }
-        let _ = writeln!(w);
+        table(w, &t);
     }
-
-    more_sections(w, run, s);
-    what_each_path_does(w, run);
-    how_to_read(w, run);
-    w.push_str(&run.tls_section);
-    w.push_str(&run.pkcs11_section);
-    w.push_str(&run.device_section);
-    not_measured(w, !run.tls_section.is_empty());
-
-    if !run.notes.is_empty() {
-        let _ = writeln!(w, "## Notes from this run\n");
-        for n in &run.notes {
-            let _ = writeln!(w, "- {n}");
-        }
-        let _ = writeln!(w);
-    }
-    out
 }
 
 fn what_each_path_does(w: &mut String, run: &RunInfo) {
@@ -593,7 +641,10 @@ fn what_each_path_does(w: &mut String, run: &RunInfo) {
         w,
         "- **vault library**: `Vault::open` + `Vault::sign` from one async caller: the request \
          is queued to the TPM actor thread (key kept loaded in its LRU, one `TPM2_Sign` in a \
-         password session), awaited with a deadline, and the signature DER-encoded."
+         password session), awaited with a deadline, and the signature DER-encoded. The row with \
+         {} callers runs that many such callers at once on the same vault, so the next job \
+         waits in the actor's queue while the TPM works on one.",
+        ACTOR_CALLERS
     );
     let _ = writeln!(
         w,
@@ -721,7 +772,7 @@ fn strip_ticks(label: &str) -> String {
 
 fn row_console(row: &SignRow) -> String {
     let (ratio, peer, target) = match &row.ratio {
-        Some(r) => (ratio_cell(r), r.peer.clone(), verdict(r).replace("**", "")),
+        Some(r) => (r.cell().render(), r.peer.clone(), r.target().render().replace("**", "")),
         None => ("1.00×".into(), "reference".into(), String::new()),
     };
     format!(
@@ -748,19 +799,19 @@ pub fn console(s: &Summary) -> String {
         let _ = writeln!(out, "{}", row_console(row));
     }
     let _ = writeln!(out);
-    for f in s.latency.iter().chain(&s.daemon).chain(&s.cpu) {
-        let ratio = f.ratio.as_ref().map(|r| format!("  {} {}", ratio_cell(r), r.peer)).unwrap_or_default();
+    for f in s.latency.iter().chain(&s.policy).chain(&s.daemon).chain(&s.cpu) {
+        let ratio = f.ratio.as_ref().map(|r| format!("  {} {}", r.cell().render(), r.peer)).unwrap_or_default();
         let unit = if s.cpu.contains(f) { "ms CPU / 1,000 signs" } else { f.unit };
         let _ = writeln!(out, "{:<58} {:>22} {}{}", f.label, spread(&f.value, figure_decimals(f), ""), unit, ratio);
     }
     let _ = writeln!(out);
     let scale: Vec<&OpRow> = s.scale.iter().flat_map(|r| [&r.cached, &r.cold]).collect();
     for row in s.ops.iter().chain(scale) {
-        let ratio = row.ratio.as_ref().map(|r| format!("  {} {}", ratio_cell(r), r.peer)).unwrap_or_default();
+        let ratio = row.ratio.as_ref().map(|r| format!("  {} {}", r.cell().render(), r.peer)).unwrap_or_default();
         let _ = writeln!(out, "{:<58} {:>22} µs p50{}", strip_ticks(&row.label), spread(&row.p50_us, 0, ""), ratio);
     }
     for f in s.random.iter().chain(&s.bulk).chain(&s.agent) {
-        let ratio = f.ratio.as_ref().map(|r| format!("  {} {}", ratio_cell(r), r.peer)).unwrap_or_default();
+        let ratio = f.ratio.as_ref().map(|r| format!("  {} {}", r.cell().render(), r.peer)).unwrap_or_default();
         let value = spread(&f.value, figure_decimals(f), "");
         let _ = writeln!(out, "{:<58} {:>22} {}{}", strip_ticks(&f.label), value, f.unit, ratio);
     }
@@ -792,21 +843,6 @@ mod tests {
         assert_eq!(kept_tail(&old), Some(&old[old.find("<!--").unwrap_or(0)..]));
         assert!(kept_tail(&old).is_some_and(|t| t.ends_with("## By hand\ntext\n")));
         assert_eq!(kept_tail("# Benchmarks\nnothing kept\n"), None);
-    }
-
-    #[test]
-    fn numbers() {
-        assert_eq!(num(1234.4, 0), "1,234");
-        assert_eq!(num(999.0, 0), "999");
-        assert_eq!(num(1_234_567.891, 2), "1,234,567.89");
-        assert_eq!(num(0.981, 2), "0.98");
-        assert_eq!(num(-12.0, 0), "−12");
-        assert_eq!(num(-0.001, 0), "0");
-        assert_eq!(num(f64::NAN, 0), "n/a");
-        let s = Spread { median: 2.0, min: 1.0, max: 3.0 };
-        assert_eq!(spread(&s, 0, "×"), "2× (1..3)");
-        let flat = Spread { median: 2.0, min: 2.0, max: 2.0 };
-        assert_eq!(spread(&flat, 0, ""), "2");
     }
 
     #[test]
@@ -848,6 +884,10 @@ mod tests {
             "## SSH agent",
             "## Stored keys",
             "## Device model",
+            "## Access-policy decision",
+            "4 rules",
+            "2 callers",
+            "daemon `Sign` RPC, ml-dsa-44",
             "1,000 keys 0.1 s",
             "4.0 ms per record",
             "≤ 1.10: **PASS**",

@@ -2,21 +2,29 @@
 //! for every figure a ratio against its peer *computed within each round* (so a slow moment of
 //! the shared machine hits both sides of a ratio), then checked against the targets.
 
+use std::time::Duration;
+
 use crate::algs::AlgsRound;
 use crate::bulk::BulkRound;
 use crate::ops::OpsRound;
+use crate::policy::PolicyRound;
 use crate::scale::ScaleRound;
+use crate::sign::actor::CALLERS as ACTOR_CALLERS;
 use crate::sign::daemon::DaemonRound;
 use crate::sign::tools::Variant;
 use crate::stats::{Measurement, Spread};
+use crate::table::{num, Goal, Ratio};
 
 /// Everything one round measured.
 #[derive(Debug, Clone)]
 pub struct Round {
     /// In-process ESAPI.
     pub raw: Measurement,
-    /// The vault library through its TPM actor.
+    /// The vault library through its TPM actor, one caller.
     pub actor: Measurement,
+    /// The same with [`ACTOR_CALLERS`] concurrent callers (the next job waits in the actor's
+    /// queue while the TPM works on one).
+    pub actor_callers: Measurement,
     /// Empty jobs through the TPM actor (hand-off cost without a TPM command).
     pub handoff: Measurement,
     /// Round trips between two OS threads over std channels, no work: the hand-off's floor.
@@ -37,48 +45,8 @@ pub struct Round {
     pub scale: ScaleRound,
     /// The other key algorithms.
     pub algs: AlgsRound,
-}
-
-/// A target a figure must meet.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Goal {
-    /// The figure must be at least this.
-    AtLeast(f64),
-    /// The figure must be below this.
-    Below(f64),
-    /// The figure must be at most this.
-    AtMost(f64),
-}
-
-impl Goal {
-    /// Whether `value` meets the goal.
-    pub fn met(self, value: f64) -> bool {
-        match self {
-            Self::AtLeast(t) => value >= t,
-            Self::Below(t) => value < t,
-            Self::AtMost(t) => value <= t,
-        }
-    }
-
-    /// `≥ 0.97`, `< 150`.
-    pub fn describe(self, decimals: usize) -> String {
-        match self {
-            Self::AtLeast(t) => format!("≥ {t:.decimals$}"),
-            Self::Below(t) => format!("< {t:.decimals$}"),
-            Self::AtMost(t) => format!("≤ {t:.decimals$}"),
-        }
-    }
-}
-
-/// A figure divided by its peer's, per round.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Ratio {
-    /// What it is divided by.
-    pub peer: String,
-    /// The per-round ratios.
-    pub value: Spread,
-    /// The goal, if this ratio has one.
-    pub goal: Option<Goal>,
+    /// Access-policy decisions in this process.
+    pub policy: PolicyRound,
 }
 
 /// What a signing row measures.
@@ -86,8 +54,8 @@ pub struct Ratio {
 pub enum Path {
     /// In-process ESAPI.
     Raw,
-    /// Vault library.
-    Actor,
+    /// Vault library with this many concurrent callers.
+    Actor(usize),
     /// Daemon at this many clients.
     Daemon(usize),
     /// tpm2-tools.
@@ -150,11 +118,7 @@ pub const CEILING_SLACK: f64 = 1.05;
 impl Check {
     /// PASS or MISS.
     pub fn verdict(&self) -> &'static str {
-        if self.goal.met(self.value) {
-            "PASS"
-        } else {
-            "MISS"
-        }
+        self.goal.verdict(self.value)
     }
 }
 
@@ -167,6 +131,8 @@ pub struct Summary {
     pub sign: Vec<SignRow>,
     /// Latency the vault adds.
     pub latency: Vec<Figure>,
+    /// One access-policy decision.
+    pub policy: Vec<Figure>,
     /// Daemon start, memory.
     pub daemon: Vec<Figure>,
     /// CPU per 1,000 signatures.
@@ -185,6 +151,8 @@ pub struct Summary {
     pub scale: Vec<ScaleRow>,
     /// Signing with ECC P-384, RSA-2048, RSA-3072 and ML-DSA-65 against their peers.
     pub algs: Vec<OpRow>,
+    /// The other post-quantum parameter sets and operations against aws-lc-rs in-process.
+    pub pq: Vec<OpRow>,
     /// Raw ESAPI load + sign + flush, and the smallest key set's cold signature against it.
     pub cold_peer: Vec<OpRow>,
     /// Targets.
@@ -243,6 +211,8 @@ pub const CLI_ALL_GOAL: Goal = Goal::AtLeast(1.4);
 pub const LIBRARY_GOAL: Goal = Goal::AtLeast(0.95);
 /// Daemon GetRandom with 1 MiB requests, MiB/s.
 pub const RANDOM_GOAL: Goal = Goal::AtLeast(200.0);
+/// One access-policy decision, ns (the issue target: under 2 µs per request).
+pub const POLICY_GOAL: Goal = Goal::Below(2000.0);
 
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -346,6 +316,22 @@ fn algs_rows(rounds: &[Round]) -> Vec<OpRow> {
     rows
 }
 
+/// The other post-quantum parameter sets and operations: aws-lc-rs in this process, then the
+/// vault's path, paired per round.
+fn pq_rows(rounds: &[Round]) -> Vec<OpRow> {
+    let ops: Vec<crate::algs::PqWhat> =
+        rounds.first().map(|r| r.algs.pq.iter().map(|p| p.what).collect()).unwrap_or_default();
+    let mut rows = Vec::with_capacity(2 * ops.len());
+    for (i, what) in ops.into_iter().enumerate() {
+        let local: Vec<&Measurement> = rounds.iter().filter_map(|r| r.algs.pq.get(i).map(|p| &p.local)).collect();
+        let vault: Vec<&Measurement> = rounds.iter().filter_map(|r| r.algs.pq.get(i).map(|p| &p.vault)).collect();
+        rows.push(op_row(what.local_label(), &local, None));
+        let ratio = ratio_of(&p50s(&vault), &p50s(&local), "aws-lc-rs in-process", None);
+        rows.push(op_row(what.vault_label(), &vault, Some(ratio)));
+    }
+    rows
+}
+
 /// Random-bytes figures.
 fn random_figures(rounds: &[Round]) -> Vec<Figure> {
     let urandom: Vec<f64> = rounds.iter().map(|r| r.ops.random_urandom.bytes_per_sec()).collect();
@@ -361,7 +347,7 @@ fn random_figures(rounds: &[Round]) -> Vec<Figure> {
             ratio: None,
         },
         Figure {
-            label: format!("raw ESAPI `TPM2_GetRandom`, looped ({} B a call)", crate::report::num(per_call.median, 0)),
+            label: format!("raw ESAPI `TPM2_GetRandom`, looped ({} B a call)", num(per_call.median, 0)),
             unit: "KiB/s",
             value: spread(tpm.iter().map(|b| b / 1024.0)),
             goal: None,
@@ -616,7 +602,7 @@ fn cold_peer_rows(rounds: &[Round]) -> Vec<OpRow> {
     vec![
         op_row("raw ESAPI `TPM2_Load` + `TPM2_Sign` + `TPM2_FlushContext`", &raw, None),
         op_row(
-            format!("sign, key not loaded, {} keys, against it", crate::report::num(n as f64, 0)),
+            format!("sign, key not loaded, {} keys, against it", num(n as f64, 0)),
             &cold,
             Some(ratio_of(&p50s(&cold), &p50s(&raw), "raw load + sign + flush", None)),
         ),
@@ -635,7 +621,7 @@ fn scale_rows(rounds: &[Round]) -> Vec<ScaleRow> {
     let base_ready: Vec<f64> = base.iter().map(|c| c.ready.as_secs_f64() * 1e3).collect();
     let base_rss: Vec<f64> = base.iter().map(|c| c.rss_after_kib as f64 / 1024.0).collect();
     let base_cached: Vec<&Measurement> = base.iter().map(|c| &c.cached).collect();
-    let keys = |n: usize| format!("{} keys", crate::report::num(n as f64, 0));
+    let keys = |n: usize| format!("{} keys", num(n as f64, 0));
     counts
         .iter()
         .map(|&n| {
@@ -699,351 +685,310 @@ fn ratio_of(num: &[f64], den: &[f64], peer: &str, goal: Option<Goal>) -> Ratio {
     Ratio { peer: peer.into(), value: spread(values), goal }
 }
 
+/// The daemon's measurement at `clients` in round `r`.
+fn level(r: &Round, clients: usize) -> Option<&Measurement> {
+    r.daemon.levels.iter().find(|l| l.clients == clients).map(|l| &l.m)
+}
+
+/// The tpm2-tools measurement of variant `v` in round `r`.
+fn tool(r: &Round, v: Variant) -> Option<&Measurement> {
+    r.tools.iter().find(|(x, _)| *x == v).map(|(_, m)| m)
+}
+
+/// The daemon's concurrency levels (the first round's; every round has the same).
+fn levels(rounds: &[Round]) -> Vec<usize> {
+    rounds.first().map(|r| r.daemon.levels.iter().map(|l| l.clients).collect()).unwrap_or_default()
+}
+
+/// The tpm2-tools variants that ran.
+fn variants(rounds: &[Round]) -> Vec<Variant> {
+    rounds.first().map(|r| r.tools.iter().map(|(v, _)| *v).collect()).unwrap_or_default()
+}
+
+/// `1 client`, `16 clients`.
+fn clients(c: usize) -> String {
+    format!("{c} client{}", if c == 1 { "" } else { "s" })
+}
+
+/// CPU ms per 1,000 operations of `m`.
+fn per_1000(m: &Measurement, cpu: Duration) -> f64 {
+    m.cpu_per_1000(cpu)
+}
+
+impl Figure {
+    /// A figure without a goal or a peer.
+    fn plain(label: impl Into<String>, unit: &'static str, value: Spread) -> Self {
+        Self { label: label.into(), unit, value, goal: None, ratio: None }
+    }
+
+    /// A figure of per-round `values` with its ratio to `peer`'s values of the same rounds.
+    fn against(label: impl Into<String>, unit: &'static str, values: &[f64], peer: &[f64], name: &str) -> Self {
+        Self {
+            label: label.into(),
+            unit,
+            value: spread(values.iter().copied()),
+            goal: None,
+            ratio: Some(ratio_of(values, peer, name, None)),
+        }
+    }
+}
+
+/// The signing table: raw ESAPI, the library at 1 and 2 callers, the daemon per level,
+/// tpm2-tools per variant, each with its rate ratio against its peer.
+fn sign_rows(rounds: &[Round]) -> Vec<SignRow> {
+    let raw_rate: Vec<f64> = rounds.iter().map(|r| r.raw.rate()).collect();
+    let daemon1_rate: Vec<f64> = rounds.iter().filter_map(|r| level(r, 1)).map(Measurement::rate).collect();
+    // (path, label, per-round measurements)
+    let mut paths: Vec<(Path, String, Vec<&Measurement>)> = vec![
+        (Path::Raw, "raw ESAPI, in-process".into(), rounds.iter().map(|r| &r.raw).collect()),
+        (Path::Actor(1), "vault library (TPM actor), 1 caller".into(), rounds.iter().map(|r| &r.actor).collect()),
+        (
+            Path::Actor(ACTOR_CALLERS),
+            format!("vault library (TPM actor), {ACTOR_CALLERS} callers"),
+            rounds.iter().map(|r| &r.actor_callers).collect(),
+        ),
+    ];
+    for c in levels(rounds) {
+        let ms = rounds.iter().filter_map(|r| level(r, c)).collect();
+        paths.push((Path::Daemon(c), format!("daemon over gRPC/UDS, {}", clients(c)), ms));
+    }
+    for v in variants(rounds) {
+        let ms = rounds.iter().filter_map(|r| tool(r, v)).collect();
+        paths.push((Path::Tools(v), v.label().into(), ms));
+    }
+    let ratio = |path: Path, rate: &[f64]| match path {
+        Path::Raw => None,
+        Path::Actor(c) => Some(ratio_of(rate, &raw_rate, "raw", (c == 1).then_some(ACTOR_GOAL))),
+        Path::Daemon(c) => Some(ratio_of(rate, &raw_rate, "raw", (c == DAEMON_GOAL_CLIENTS).then_some(DAEMON_GOAL))),
+        Path::Tools(_) if !daemon1_rate.is_empty() => Some(ratio_of(rate, &daemon1_rate, "daemon, 1 client", None)),
+        Path::Tools(_) => None,
+    };
+    paths
+        .into_iter()
+        .map(|(path, label, ms)| {
+            let rate: Vec<f64> = ms.iter().map(|m| m.rate()).collect();
+            SignRow {
+                path,
+                label,
+                rate: spread(rate.iter().copied()),
+                p50_us: spread(ms.iter().map(|m| us(m.p50()))),
+                p99_us: spread(ms.iter().map(|m| us(m.p99()))),
+                ratio: ratio(path, &rate),
+            }
+        })
+        .collect()
+}
+
+/// What the vault adds to one signature, and the floors under it.
+fn latency_figures(rounds: &[Round]) -> Vec<Figure> {
+    let raw_p50: Vec<f64> = rounds.iter().map(|r| us(r.raw.p50())).collect();
+    let added = |p50s: Vec<f64>| spread(p50s.iter().zip(&raw_p50).map(|(a, b)| a - b));
+    let mut latency = vec![Figure::plain(
+        "vault library, 1 caller: p50 − raw p50",
+        "µs",
+        added(rounds.iter().map(|r| us(r.actor.p50())).collect()),
+    )];
+    if levels(rounds).contains(&1) {
+        latency.push(Figure {
+            goal: Some(ADDED_LATENCY_GOAL),
+            ..Figure::plain(
+                "daemon, 1 client: p50 − raw p50",
+                "µs",
+                added(rounds.iter().filter_map(|r| level(r, 1)).map(|m| us(m.p50())).collect()),
+            )
+        });
+    }
+    let p50 = |f: fn(&Round) -> &Measurement| -> Vec<f64> { rounds.iter().map(|r| us(f(r).p50())).collect() };
+    let floor = p50(|r| &r.floor);
+    let one_sign = "raw ESAPI p50 (one TPM2_Sign)";
+    latency.extend([
+        Figure::against(
+            "TPM actor hand-off alone (empty job, no TPM command): p50",
+            "µs",
+            &p50(|r| &r.handoff),
+            &raw_p50,
+            one_sign,
+        ),
+        Figure::against(
+            "thread round trip alone: two OS threads, std channels, no work: p50",
+            "µs",
+            &p50(|r| &r.threads),
+            &raw_p50,
+            one_sign,
+        ),
+        Figure::against(
+            "gRPC round trip alone: bare tonic server (health check only, own process), 1 client: p50",
+            "µs",
+            &floor,
+            &raw_p50,
+            one_sign,
+        ),
+        Figure::against(
+            "daemon health check (its gRPC stack, no TPM job), 1 client: p50",
+            "µs",
+            &p50(|r| &r.daemon.health),
+            &floor,
+            "bare tonic round trip",
+        ),
+    ]);
+    latency
+}
+
+/// One access-policy decision with the shipped and example policies.
+fn policy_figures(rounds: &[Round]) -> Vec<Figure> {
+    let Some(first) = rounds.first() else { return Vec::new() };
+    let per_decision = rounds.iter().map(|r| r.policy.m.p50().as_secs_f64() * 1e9 / r.policy.batch.max(1) as f64);
+    let label = format!(
+        "one access-policy decision (`Policy::decide`, {} rules: the shipped default and the examples), \
+         p50 of batches of {}",
+        first.policy.rules,
+        num(first.policy.batch as f64, 0)
+    );
+    vec![Figure { goal: Some(POLICY_GOAL), ..Figure::plain(label, "ns", spread(per_decision)) }]
+}
+
+/// Start, memory and logging of the daemon.
+fn daemon_figures(rounds: &[Round]) -> Vec<Figure> {
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    let idle: Vec<f64> = rounds.iter().map(|r| mib(r.daemon.rss_idle_kib)).collect();
+    let loaded: Vec<f64> = rounds.iter().map(|r| mib(r.daemon.rss_loaded_kib)).collect();
+    let max_clients = levels(rounds).iter().max().copied().unwrap_or(0);
+    let lines = rounds.iter().map(|r| r.daemon.log_lines as f64 * 1000.0 / r.daemon.requests.max(1) as f64);
+    vec![
+        Figure::plain(
+            "start to ready (spawn until the socket accepts)",
+            "ms",
+            spread(rounds.iter().map(|r| r.daemon.ready.as_secs_f64() * 1e3)),
+        ),
+        Figure::plain("RSS after start, idle", "MiB", spread(idle.iter().copied())),
+        Figure::against(format!("RSS after the load (up to {max_clients} clients)"), "MiB", &loaded, &idle, "idle RSS"),
+        Figure::plain("log lines written per 1,000 requests", "lines", spread(lines)),
+    ]
+}
+
+/// CPU per 1,000 signatures: raw ESAPI, the library and the TPM under them.
+fn cpu_figures(rounds: &[Round]) -> Vec<Figure> {
+    let col = |f: &dyn Fn(&Round) -> Option<f64>| -> Vec<f64> { rounds.iter().filter_map(f).collect() };
+    let raw_cpu = col(&|r| Some(per_1000(&r.raw, r.raw.cpu.bench)));
+    let raw_swtpm = col(&|r| Some(per_1000(&r.raw, r.raw.cpu.swtpm)));
+    let actor_swtpm = col(&|r| Some(per_1000(&r.actor, r.actor.cpu.swtpm)));
+    let mut cpu = vec![
+        Figure::plain("raw ESAPI: this process", "ms", spread(raw_cpu.iter().copied())),
+        Figure::plain("raw ESAPI: swtpm", "ms", spread(raw_swtpm.iter().copied())),
+        Figure::against("vault library: swtpm", "ms", &actor_swtpm, &raw_swtpm, "raw ESAPI: swtpm"),
+    ];
+    if levels(rounds).contains(&DAEMON_GOAL_CLIENTS) {
+        let d_swtpm = col(&|r| level(r, DAEMON_GOAL_CLIENTS).map(|m| per_1000(m, m.cpu.swtpm)));
+        let label = format!("daemon, {DAEMON_GOAL_CLIENTS} clients: swtpm");
+        cpu.push(Figure::against(label, "ms", &d_swtpm, &raw_swtpm, "raw ESAPI: swtpm"));
+    }
+    let actor_cpu = col(&|r| Some(per_1000(&r.actor, r.actor.cpu.bench)));
+    cpu.push(Figure::against("vault library: this process", "ms", &actor_cpu, &raw_cpu, "raw ESAPI process"));
+    cpu.extend(process_cpu_figures(rounds, &raw_cpu));
+    cpu
+}
+
+/// CPU per 1,000 signatures of the daemon and its clients per level, and of tpm2-tools.
+fn process_cpu_figures(rounds: &[Round], raw_cpu: &[f64]) -> Vec<Figure> {
+    let per_level = |c: usize, cpu: fn(&Measurement) -> Duration| -> Vec<f64> {
+        rounds.iter().filter_map(|r| level(r, c)).map(|m| per_1000(m, cpu(m))).collect()
+    };
+    let levels = levels(rounds);
+    let daemon = levels.iter().map(|&c| {
+        let v = per_level(c, |m| m.cpu.daemon.unwrap_or_default());
+        Figure::against(format!("daemon process, {}", clients(c)), "ms", &v, raw_cpu, "raw ESAPI process")
+    });
+    let client_side = levels.iter().map(|&c| {
+        let v = per_level(c, |m| m.cpu.bench);
+        Figure::against(format!("gRPC clients (this process), {}", clients(c)), "ms", &v, raw_cpu, "raw ESAPI process")
+    });
+    let tools = variants(rounds).into_iter().map(|v| {
+        let t: Vec<f64> = rounds.iter().filter_map(|r| tool(r, v)).map(|m| per_1000(m, m.cpu.children)).collect();
+        Figure::against(format!("{}: the tpm2 processes", v.label()), "ms", &t, raw_cpu, "raw ESAPI process")
+    });
+    daemon.chain(client_side).chain(tools).collect()
+}
+
+/// The daemon's CPU per 1,000 requests by thread at [`DAEMON_GOAL_CLIENTS`] clients.
+fn thread_figures(rounds: &[Round]) -> Vec<Figure> {
+    let at_goal = || rounds.iter().filter_map(|r| r.daemon.levels.iter().find(|l| l.clients == DAEMON_GOAL_CLIENTS));
+    let mut names: Vec<String> = at_goal().flat_map(|l| l.threads.iter().map(|(n, _)| n.clone())).collect();
+    names.sort();
+    names.dedup();
+    names
+        .into_iter()
+        .map(|name| {
+            let per_round = at_goal().map(|l| {
+                let cpu = l.threads.iter().find(|(n, _)| *n == name).map(|(_, c)| *c).unwrap_or_default();
+                per_1000(&l.m, cpu)
+            });
+            Figure::plain(thread_label(&name), "ms", spread(per_round))
+        })
+        .collect()
+}
+
+/// The targets of the signing, latency and operation figures.
+fn checks(s: &Summary) -> Vec<Check> {
+    let ratio_check = |what: String, value: &Spread, goal: Goal, suspect: bool| Check {
+        what,
+        value: value.median,
+        unit: "×",
+        decimals: 2,
+        goal,
+        suspect,
+    };
+    let mut checks = Vec::new();
+    for row in &s.sign {
+        if let Some(Ratio { value, goal: Some(goal), .. }) = &row.ratio {
+            let what = format!("{} ÷ raw, signs/s", row.label);
+            checks.push(ratio_check(what, value, *goal, value.median > CEILING_SLACK));
+        }
+    }
+    let value_check = |f: &Figure, what: String, unit: &'static str| {
+        f.goal.map(|goal| Check { what, value: f.value.median, unit, decimals: 0, goal, suspect: false })
+    };
+    checks.extend(s.latency.iter().filter_map(|f| value_check(f, format!("added latency, {}", f.label), " µs")));
+    for row in &s.ops {
+        if let Some(Ratio { value, goal: Some(goal), peer }) = &row.ratio {
+            let what = format!("{} p50 ÷ {peer} p50", row.label);
+            checks.push(ratio_check(what, value, *goal, value.median < 1.0 / CEILING_SLACK));
+        }
+    }
+    for f in s.bulk.iter().chain(&s.random).chain(&s.agent) {
+        if let Some(Ratio { value, goal: Some(goal), peer }) = &f.ratio {
+            if value.median.is_finite() {
+                checks.push(ratio_check(format!("{} ÷ {peer}", f.label), value, *goal, false));
+            }
+        }
+        checks.extend(value_check(f, f.label.clone(), " MiB/s"));
+    }
+    checks.extend(s.policy.iter().filter_map(|f| value_check(f, f.label.clone(), " ns")));
+    checks
+}
+
 impl Summary {
     /// Summarises `rounds` (which must all have the same daemon levels and tool variants).
     pub fn new(rounds: &[Round]) -> Self {
-        let raw: Vec<&Measurement> = rounds.iter().map(|r| &r.raw).collect();
-        let raw_rate: Vec<f64> = raw.iter().map(|m| m.rate()).collect();
-        let levels: Vec<usize> =
-            rounds.first().map(|r| r.daemon.levels.iter().map(|l| l.clients).collect()).unwrap_or_default();
-        let variants: Vec<Variant> =
-            rounds.first().map(|r| r.tools.iter().map(|(v, _)| *v).collect()).unwrap_or_default();
-        let level = |r: &Round, clients: usize| -> Option<Measurement> {
-            r.daemon.levels.iter().find(|l| l.clients == clients).map(|l| l.m.clone())
-        };
-        let tool = |r: &Round, v: Variant| -> Option<Measurement> {
-            r.tools.iter().find(|(x, _)| *x == v).map(|(_, m)| m.clone())
-        };
-
-        // (path, label, per-round measurements)
-        let mut paths: Vec<(Path, String, Vec<Measurement>)> = vec![
-            (Path::Raw, "raw ESAPI, in-process".into(), raw.iter().map(|m| (*m).clone()).collect()),
-            (
-                Path::Actor,
-                "vault library (TPM actor), 1 caller".into(),
-                rounds.iter().map(|r| r.actor.clone()).collect(),
-            ),
-        ];
-        for &c in &levels {
-            let label = if c == 1 {
-                "daemon over gRPC/UDS, 1 client".to_owned()
-            } else {
-                format!("daemon over gRPC/UDS, {c} clients")
-            };
-            let ms = rounds.iter().filter_map(|r| level(r, c)).collect();
-            paths.push((Path::Daemon(c), label, ms));
-        }
-        for &v in &variants {
-            let ms = rounds.iter().filter_map(|r| tool(r, v)).collect();
-            paths.push((Path::Tools(v), v.label().into(), ms));
-        }
-        let daemon1_rate: Vec<f64> = rounds.iter().filter_map(|r| level(r, 1)).map(|m| m.rate()).collect();
-
-        let sign = paths
-            .into_iter()
-            .map(|(path, label, ms)| {
-                let rate: Vec<f64> = ms.iter().map(Measurement::rate).collect();
-                let ratio = match path {
-                    Path::Raw => None,
-                    Path::Actor => Some(ratio_of(&rate, &raw_rate, "raw", Some(ACTOR_GOAL))),
-                    Path::Daemon(c) => {
-                        Some(ratio_of(&rate, &raw_rate, "raw", (c == DAEMON_GOAL_CLIENTS).then_some(DAEMON_GOAL)))
-                    }
-                    Path::Tools(_) if !daemon1_rate.is_empty() => {
-                        Some(ratio_of(&rate, &daemon1_rate, "daemon, 1 client", None))
-                    }
-                    Path::Tools(_) => None,
-                };
-                SignRow {
-                    path,
-                    label,
-                    rate: spread(rate.iter().copied()),
-                    p50_us: spread(ms.iter().map(|m| us(m.p50()))),
-                    p99_us: spread(ms.iter().map(|m| us(m.p99()))),
-                    ratio,
-                }
-            })
-            .collect::<Vec<_>>();
-
-        let raw_p50: Vec<f64> = raw.iter().map(|m| us(m.p50())).collect();
-        let added = |p50s: Vec<f64>| spread(p50s.iter().zip(&raw_p50).map(|(a, b)| a - b));
-        let mut latency = vec![Figure {
-            label: "vault library, 1 caller: p50 − raw p50".into(),
-            unit: "µs",
-            value: added(rounds.iter().map(|r| us(r.actor.p50())).collect()),
-            goal: None,
-            ratio: None,
-        }];
-        if levels.contains(&1) {
-            latency.push(Figure {
-                label: "daemon, 1 client: p50 − raw p50".into(),
-                unit: "µs",
-                value: added(rounds.iter().filter_map(|r| level(r, 1)).map(|m| us(m.p50())).collect()),
-                goal: Some(ADDED_LATENCY_GOAL),
-                ratio: None,
-            });
-        }
-        // A p50 in µs per round, with its ratio to a peer's p50s of the same rounds.
-        let p50_figure = |label: &str, p50s: &[f64], peer: &[f64], peer_name: &str| Figure {
-            label: label.into(),
-            unit: "µs",
-            value: spread(p50s.iter().copied()),
-            goal: None,
-            ratio: Some(ratio_of(p50s, peer, peer_name, None)),
-        };
-        let handoff: Vec<f64> = rounds.iter().map(|r| us(r.handoff.p50())).collect();
-        let threads: Vec<f64> = rounds.iter().map(|r| us(r.threads.p50())).collect();
-        let floor: Vec<f64> = rounds.iter().map(|r| us(r.floor.p50())).collect();
-        let health: Vec<f64> = rounds.iter().map(|r| us(r.daemon.health.p50())).collect();
-        let one_sign = "raw ESAPI p50 (one TPM2_Sign)";
-        latency.extend([
-            p50_figure("TPM actor hand-off alone (empty job, no TPM command): p50", &handoff, &raw_p50, one_sign),
-            p50_figure(
-                "thread round trip alone: two OS threads, std channels, no work: p50",
-                &threads,
-                &raw_p50,
-                one_sign,
-            ),
-            p50_figure(
-                "gRPC round trip alone: bare tonic server (health check only, own process), 1 client: p50",
-                &floor,
-                &raw_p50,
-                one_sign,
-            ),
-            p50_figure(
-                "daemon health check (its gRPC stack, no TPM job), 1 client: p50",
-                &health,
-                &floor,
-                "bare tonic round trip",
-            ),
-        ]);
-
-        let mib = |kib: u64| kib as f64 / 1024.0;
-        let idle: Vec<f64> = rounds.iter().map(|r| mib(r.daemon.rss_idle_kib)).collect();
-        let loaded: Vec<f64> = rounds.iter().map(|r| mib(r.daemon.rss_loaded_kib)).collect();
-        let max_clients = levels.iter().max().copied().unwrap_or(0);
-        let daemon = vec![
-            Figure {
-                label: "start to ready (spawn until the socket accepts)".into(),
-                unit: "ms",
-                value: spread(rounds.iter().map(|r| r.daemon.ready.as_secs_f64() * 1e3)),
-                goal: None,
-                ratio: None,
-            },
-            Figure {
-                label: "RSS after start, idle".into(),
-                unit: "MiB",
-                value: spread(idle.iter().copied()),
-                goal: None,
-                ratio: None,
-            },
-            Figure {
-                label: format!("RSS after the load (up to {max_clients} clients)"),
-                unit: "MiB",
-                value: spread(loaded.iter().copied()),
-                goal: None,
-                ratio: Some(ratio_of(&loaded, &idle, "idle RSS", None)),
-            },
-            Figure {
-                label: "log lines written per 1,000 requests".into(),
-                unit: "lines",
-                value: spread(
-                    rounds.iter().map(|r| r.daemon.log_lines as f64 * 1000.0 / r.daemon.requests.max(1) as f64),
-                ),
-                goal: None,
-                ratio: None,
-            },
-        ];
-
-        let per_1000 = |m: &Measurement, cpu: std::time::Duration| m.cpu_per_1000(cpu);
-        let raw_cpu: Vec<f64> = raw.iter().map(|m| per_1000(m, m.cpu.bench)).collect();
-        let mut cpu = vec![
-            Figure {
-                label: "raw ESAPI: this process".into(),
-                unit: "ms",
-                value: spread(raw_cpu.iter().copied()),
-                goal: None,
-                ratio: None,
-            },
-            Figure {
-                label: "raw ESAPI: swtpm".into(),
-                unit: "ms",
-                value: spread(raw.iter().map(|m| per_1000(m, m.cpu.swtpm))),
-                goal: None,
-                ratio: None,
-            },
-        ];
-        let raw_swtpm: Vec<f64> = raw.iter().map(|m| per_1000(m, m.cpu.swtpm)).collect();
-        let actor_swtpm: Vec<f64> = rounds.iter().map(|r| per_1000(&r.actor, r.actor.cpu.swtpm)).collect();
-        cpu.push(Figure {
-            label: "vault library: swtpm".into(),
-            unit: "ms",
-            value: spread(actor_swtpm.iter().copied()),
-            goal: None,
-            ratio: Some(ratio_of(&actor_swtpm, &raw_swtpm, "raw ESAPI: swtpm", None)),
-        });
-        if levels.contains(&DAEMON_GOAL_CLIENTS) {
-            let d_swtpm: Vec<f64> = rounds
-                .iter()
-                .filter_map(|r| level(r, DAEMON_GOAL_CLIENTS))
-                .map(|m| per_1000(&m, m.cpu.swtpm))
-                .collect();
-            cpu.push(Figure {
-                label: format!("daemon, {DAEMON_GOAL_CLIENTS} clients: swtpm"),
-                unit: "ms",
-                value: spread(d_swtpm.iter().copied()),
-                goal: None,
-                ratio: Some(ratio_of(&d_swtpm, &raw_swtpm, "raw ESAPI: swtpm", None)),
-            });
-        }
-        let actor_cpu: Vec<f64> = rounds.iter().map(|r| per_1000(&r.actor, r.actor.cpu.bench)).collect();
-        cpu.push(Figure {
-            label: "vault library: this process".into(),
-            unit: "ms",
-            value: spread(actor_cpu.iter().copied()),
-            goal: None,
-            ratio: Some(ratio_of(&actor_cpu, &raw_cpu, "raw ESAPI process", None)),
-        });
-        for &c in &levels {
-            let ms: Vec<Measurement> = rounds.iter().filter_map(|r| level(r, c)).collect();
-            let daemon_cpu: Vec<f64> = ms.iter().map(|m| per_1000(m, m.cpu.daemon.unwrap_or_default())).collect();
-            cpu.push(Figure {
-                label: format!("daemon process, {c} client{}", if c == 1 { "" } else { "s" }),
-                unit: "ms",
-                value: spread(daemon_cpu.iter().copied()),
-                goal: None,
-                ratio: Some(ratio_of(&daemon_cpu, &raw_cpu, "raw ESAPI process", None)),
-            });
-        }
-        for &c in &levels {
-            let ms: Vec<Measurement> = rounds.iter().filter_map(|r| level(r, c)).collect();
-            let client_cpu: Vec<f64> = ms.iter().map(|m| per_1000(m, m.cpu.bench)).collect();
-            cpu.push(Figure {
-                label: format!("gRPC clients (this process), {c} client{}", if c == 1 { "" } else { "s" }),
-                unit: "ms",
-                value: spread(client_cpu.iter().copied()),
-                goal: None,
-                ratio: Some(ratio_of(&client_cpu, &raw_cpu, "raw ESAPI process", None)),
-            });
-        }
-        for &v in &variants {
-            let ms: Vec<Measurement> = rounds.iter().filter_map(|r| tool(r, v)).collect();
-            let tools_cpu: Vec<f64> = ms.iter().map(|m| per_1000(m, m.cpu.children)).collect();
-            cpu.push(Figure {
-                label: format!("{}: the tpm2 processes", v.label()),
-                unit: "ms",
-                value: spread(tools_cpu.iter().copied()),
-                goal: None,
-                ratio: Some(ratio_of(&tools_cpu, &raw_cpu, "raw ESAPI process", None)),
-            });
-        }
-
-        let mut checks = Vec::new();
-        for row in &sign {
-            if let Some(Ratio { value, goal: Some(goal), .. }) = &row.ratio {
-                checks.push(Check {
-                    what: format!("{} ÷ raw, signs/s", row.label),
-                    value: value.median,
-                    unit: "×",
-                    decimals: 2,
-                    goal: *goal,
-                    suspect: value.median > CEILING_SLACK,
-                });
-            }
-        }
-        for f in &latency {
-            if let Some(goal) = f.goal {
-                checks.push(Check {
-                    what: format!("added latency, {}", f.label),
-                    value: f.value.median,
-                    unit: " µs",
-                    decimals: 0,
-                    goal,
-                    suspect: false,
-                });
-            }
-        }
-
-        let mut names: Vec<String> = rounds
-            .iter()
-            .filter_map(|r| r.daemon.levels.iter().find(|l| l.clients == DAEMON_GOAL_CLIENTS))
-            .flat_map(|l| l.threads.iter().map(|(n, _)| n.clone()))
-            .collect();
-        names.sort();
-        names.dedup();
-        let daemon_threads = names
-            .into_iter()
-            .map(|name| {
-                let per_round = rounds
-                    .iter()
-                    .filter_map(|r| r.daemon.levels.iter().find(|l| l.clients == DAEMON_GOAL_CLIENTS))
-                    .map(|l| {
-                        let cpu = l.threads.iter().find(|(n, _)| *n == name).map(|(_, c)| *c).unwrap_or_default();
-                        per_1000(&l.m, cpu)
-                    });
-                Figure { label: thread_label(&name), unit: "ms", value: spread(per_round), goal: None, ratio: None }
-            })
-            .collect();
-
-        let ops = ops_rows(rounds);
-        let algs = algs_rows(rounds);
-        let random = random_figures(rounds);
-        let bulk = bulk_figures(rounds);
-        let agent = agent_figures(rounds);
-        for row in &ops {
-            if let Some(Ratio { value, goal: Some(goal), peer }) = &row.ratio {
-                checks.push(Check {
-                    what: format!("{} p50 ÷ {peer} p50", row.label),
-                    value: value.median,
-                    unit: "×",
-                    decimals: 2,
-                    goal: *goal,
-                    suspect: value.median < 1.0 / CEILING_SLACK,
-                });
-            }
-        }
-        for f in bulk.iter().chain(&random).chain(&agent) {
-            if let Some(Ratio { value, goal: Some(goal), peer }) = &f.ratio {
-                if value.median.is_finite() {
-                    checks.push(Check {
-                        what: format!("{} ÷ {peer}", f.label),
-                        value: value.median,
-                        unit: "×",
-                        decimals: 2,
-                        goal: *goal,
-                        suspect: false,
-                    });
-                }
-            }
-            if let Some(goal) = f.goal {
-                checks.push(Check {
-                    what: f.label.clone(),
-                    value: f.value.median,
-                    unit: " MiB/s",
-                    decimals: 0,
-                    goal,
-                    suspect: false,
-                });
-            }
-        }
-        let scale = scale_rows(rounds);
-        let cold_peer = cold_peer_rows(rounds);
-        Self {
+        let mut s = Self {
             rounds: rounds.len(),
-            sign,
-            latency,
-            daemon,
-            cpu,
-            daemon_threads,
-            ops,
-            algs,
-            random,
-            bulk,
-            agent,
-            scale,
-            cold_peer,
-            checks,
-        }
+            sign: sign_rows(rounds),
+            latency: latency_figures(rounds),
+            policy: policy_figures(rounds),
+            daemon: daemon_figures(rounds),
+            cpu: cpu_figures(rounds),
+            daemon_threads: thread_figures(rounds),
+            ops: ops_rows(rounds),
+            random: random_figures(rounds),
+            bulk: bulk_figures(rounds),
+            agent: agent_figures(rounds),
+            scale: scale_rows(rounds),
+            algs: algs_rows(rounds),
+            pq: pq_rows(rounds),
+            cold_peer: cold_peer_rows(rounds),
+            checks: Vec::new(),
+        };
+        s.checks = checks(&s);
+        s
     }
 }
 
@@ -1053,6 +998,7 @@ pub(crate) mod tests {
 
     use super::*;
     use crate::agent::{AgentLevel, AgentRound};
+    use crate::algs::{PqOp, PqWhat};
     use crate::bulk::{CliRound, LocalRates, Openssl, StreamRound, Streams};
     use crate::ops::ByteRate;
     use crate::scale::CountRound;
@@ -1074,86 +1020,105 @@ pub(crate) mod tests {
         )
     }
 
+    fn daemon_round(raw: usize, d16: usize) -> DaemonRound {
+        DaemonRound {
+            ready: Duration::from_millis(40),
+            rss_idle_kib: 10 * 1024,
+            rss_loaded_kib: 12 * 1024,
+            levels: vec![
+                Level { clients: 1, m: m(raw * 9 / 10, 800), threads: vec![] },
+                Level {
+                    clients: 16,
+                    m: m(d16, 10_000),
+                    threads: vec![
+                        ("tpm".into(), Duration::from_millis(d16 as u64 / 20)),
+                        ("tpm-vaultd".into(), Duration::from_millis(d16 as u64 / 5)),
+                    ],
+                },
+            ],
+            requests: 5000,
+            log_lines: 10,
+            health: m(4000, 200),
+        }
+    }
+
+    fn ops_round(raw: usize) -> OpsRound {
+        OpsRound {
+            quote_raw: m(raw, 1000),
+            quote_raw_pcr: m(raw, 1100),
+            quote_daemon: m(raw, 1050),
+            seal_raw: m(raw, 2000),
+            seal_daemon: m(raw, 3000),
+            unseal_raw: m(raw, 2500),
+            unseal_daemon: m(raw, 2600),
+            unseal_auth_raw: m(raw, 4000),
+            unseal_auth_daemon: m(raw, 4400),
+            sign_cold_raw: m(raw, 1500),
+            random_tpm: ByteRate { m: m(1000, 100), bytes_per_op: 64.0 },
+            random_urandom: ByteRate { m: m(300, 3000), bytes_per_op: MIB },
+            random_daemon: ByteRate { m: m(400, 2500), bytes_per_op: MIB },
+        }
+    }
+
+    fn bulk_round() -> BulkRound {
+        BulkRound {
+            aes: 3000.0 * MIB,
+            sha: 1500.0 * MIB,
+            openssl: Some(Openssl { aes_gcm: 3200.0 * MIB, sha256: 1600.0 * MIB, ecdsa_sign: 40_000.0 }),
+            streams: Streams {
+                daemon: StreamRound {
+                    bytes: 1 << 30,
+                    elapsed: Duration::from_millis(500),
+                    rss_before_kib: 20 * 1024,
+                    rss_peak_kib: 22 * 1024,
+                    cpu: CpuUse::default(),
+                    decrypt_bytes: 256 << 20,
+                    decrypt_elapsed: Duration::from_millis(160),
+                },
+                tuned: StreamRound { bytes: 1 << 30, elapsed: Duration::from_millis(400), ..Default::default() },
+                library_one: LocalRates { threads: 1, bytes: 256 << 20, encrypt: 3100.0 * MIB, decrypt: 3050.0 * MIB },
+                library_all: LocalRates { threads: 2, bytes: 256 << 20, encrypt: 6000.0 * MIB, decrypt: 5900.0 * MIB },
+                stream_key: m(5000, 140),
+                cli: Some(CliRound {
+                    bytes: 1 << 30,
+                    cpus: 2,
+                    encrypt_one: 2800.0 * MIB,
+                    decrypt_one: 2700.0 * MIB,
+                    encrypt_all: 4800.0 * MIB,
+                    decrypt_all: 4600.0 * MIB,
+                }),
+            },
+        }
+    }
+
+    fn algs_round(raw: usize) -> AlgsRound {
+        AlgsRound {
+            tpm: vec![(KeyAlg::EccP384, m(raw / 2, 1400), m(raw / 3, 1800))],
+            ml_dsa_local: m(5000, 200),
+            ml_dsa_daemon: m(2500, 400),
+            hybrid_daemon: m(900, 1050),
+            ml_kem_local: m(20000, 50),
+            ml_kem_daemon: m(4000, 250),
+            pq: vec![
+                PqOp { what: PqWhat::Sign(KeyAlg::MlDsa44), local: m(8000, 125), vault: m(3000, 330) },
+                PqOp { what: PqWhat::Decapsulate(KeyAlg::MlKem1024), local: m(15000, 60), vault: m(4000, 240) },
+            ],
+        }
+    }
+
     pub fn round(raw: usize, actor: usize, d16: usize) -> Round {
         Round {
             raw: m(raw, 700),
             actor: m(actor, 710),
+            actor_callers: m(actor, 1400),
+            policy: PolicyRound { m: m(1000, 40), batch: 1000, rules: 4 },
             handoff: m(1000, 20),
             threads: m(1000, 20),
             floor: m(5000, 150),
-            daemon: DaemonRound {
-                ready: Duration::from_millis(40),
-                rss_idle_kib: 10 * 1024,
-                rss_loaded_kib: 12 * 1024,
-                levels: vec![
-                    Level { clients: 1, m: m(raw * 9 / 10, 800), threads: vec![] },
-                    Level {
-                        clients: 16,
-                        m: m(d16, 10_000),
-                        threads: vec![
-                            ("tpm".into(), Duration::from_millis(d16 as u64 / 20)),
-                            ("tpm-vaultd".into(), Duration::from_millis(d16 as u64 / 5)),
-                        ],
-                    },
-                ],
-                requests: 5000,
-                log_lines: 10,
-                health: m(4000, 200),
-            },
+            daemon: daemon_round(raw, d16),
             tools: vec![(Variant::SignFlush, m(50, 20_000))],
-            ops: OpsRound {
-                quote_raw: m(raw, 1000),
-                quote_raw_pcr: m(raw, 1100),
-                quote_daemon: m(raw, 1050),
-                seal_raw: m(raw, 2000),
-                seal_daemon: m(raw, 3000),
-                unseal_raw: m(raw, 2500),
-                unseal_daemon: m(raw, 2600),
-                unseal_auth_raw: m(raw, 4000),
-                unseal_auth_daemon: m(raw, 4400),
-                sign_cold_raw: m(raw, 1500),
-                random_tpm: ByteRate { m: m(1000, 100), bytes_per_op: 64.0 },
-                random_urandom: ByteRate { m: m(300, 3000), bytes_per_op: MIB },
-                random_daemon: ByteRate { m: m(400, 2500), bytes_per_op: MIB },
-            },
-            bulk: BulkRound {
-                aes: 3000.0 * MIB,
-                sha: 1500.0 * MIB,
-                openssl: Some(Openssl { aes_gcm: 3200.0 * MIB, sha256: 1600.0 * MIB, ecdsa_sign: 40_000.0 }),
-                streams: Streams {
-                    daemon: StreamRound {
-                        bytes: 1 << 30,
-                        elapsed: Duration::from_millis(500),
-                        rss_before_kib: 20 * 1024,
-                        rss_peak_kib: 22 * 1024,
-                        cpu: CpuUse::default(),
-                        decrypt_bytes: 256 << 20,
-                        decrypt_elapsed: Duration::from_millis(160),
-                    },
-                    tuned: StreamRound { bytes: 1 << 30, elapsed: Duration::from_millis(400), ..Default::default() },
-                    library_one: LocalRates {
-                        threads: 1,
-                        bytes: 256 << 20,
-                        encrypt: 3100.0 * MIB,
-                        decrypt: 3050.0 * MIB,
-                    },
-                    library_all: LocalRates {
-                        threads: 2,
-                        bytes: 256 << 20,
-                        encrypt: 6000.0 * MIB,
-                        decrypt: 5900.0 * MIB,
-                    },
-                    stream_key: m(5000, 140),
-                    cli: Some(CliRound {
-                        bytes: 1 << 30,
-                        cpus: 2,
-                        encrypt_one: 2800.0 * MIB,
-                        decrypt_one: 2700.0 * MIB,
-                        encrypt_all: 4800.0 * MIB,
-                        decrypt_all: 4600.0 * MIB,
-                    }),
-                },
-            },
+            ops: ops_round(raw),
+            bulk: bulk_round(),
             scale: ScaleRound {
                 counts: [10, 1000]
                     .into_iter()
@@ -1173,14 +1138,7 @@ pub(crate) mod tests {
                     AgentLevel { clients: 8, agent: 1900.0, grpc: 2000.0 },
                 ],
             },
-            algs: AlgsRound {
-                tpm: vec![(KeyAlg::EccP384, m(raw / 2, 1400), m(raw / 3, 1800))],
-                ml_dsa_local: m(5000, 200),
-                ml_dsa_daemon: m(2500, 400),
-                hybrid_daemon: m(900, 1050),
-                ml_kem_local: m(20000, 50),
-                ml_kem_daemon: m(4000, 250),
-            },
+            algs: algs_round(raw),
         }
     }
 
@@ -1205,18 +1163,21 @@ pub(crate) mod tests {
     fn ratios_are_paired_per_round_and_checked() {
         let s = Summary::new(&[round(1000, 990, 960), round(2000, 1900, 1800), round(1500, 1470, 1440)]);
         assert_eq!(s.rounds, 3);
-        let actor = s.sign.iter().find(|r| r.path == Path::Actor).unwrap_or_else(|| panic!("actor"));
+        let actor = s.sign.iter().find(|r| r.path == Path::Actor(1)).unwrap_or_else(|| panic!("actor"));
         let ratio = actor.ratio.as_ref().unwrap_or_else(|| panic!("ratio"));
         assert!((ratio.value.median - 0.98).abs() < 1e-9);
         assert!((ratio.value.min - 0.95).abs() < 1e-9);
         assert!((ratio.value.max - 0.99).abs() < 1e-9);
-        assert_eq!(s.checks.len(), 15);
+        assert_eq!(s.checks.len(), 16);
         let verdicts: Vec<&str> = s.checks.iter().map(Check::verdict).collect();
         // actor 0.98 ≥ 0.97; daemon@16 0.96 ≥ 0.95; added latency 100 µs < 150; quote 1.05 ≤ 1.1;
         // AES 0.94 ≥ 0.9; CLI on 1 CPU 0.88 and 0.84 ≥ 0.8, on 2 CPUs 1.5 and 1.44 ≥ 1.4;
         // library 0.97 and 0.95 ≥ 0.95; stream 0.64 ≥ 0.4; GetRandom 400 MiB/s ≥ 200; the SSH
-        // agent 0.95 ≥ 0.9 at 1 and 8 clients.
-        assert_eq!(verdicts, ["PASS"; 15]);
+        // agent 0.95 ≥ 0.9 at 1 and 8 clients; a policy decision 40 ns < 2,000.
+        assert_eq!(verdicts, ["PASS"; 16]);
+        let two = s.sign.iter().find(|r| r.path == Path::Actor(2)).unwrap_or_else(|| panic!("2 callers"));
+        let two = two.ratio.as_ref().unwrap_or_else(|| panic!("2-caller ratio"));
+        assert!((two.value.median - 0.98).abs() < 1e-9 && two.goal.is_none(), "{two:?}");
         let tools = s.sign.iter().find(|r| matches!(r.path, Path::Tools(_))).unwrap_or_else(|| panic!("tools"));
         assert_eq!(tools.ratio.as_ref().map(|r| r.peer.as_str()), Some("daemon, 1 client"));
         let added = &s.latency[1];
@@ -1247,7 +1208,14 @@ pub(crate) mod tests {
         assert!((key.value.median - 140.0).abs() < 1e-9 && (vs_raw.value.median - 0.2).abs() < 1e-9, "{key:?}");
         let cli = s.bulk.iter().find(|f| f.label.starts_with("`tpm-vault encrypt`")).unwrap_or_else(|| panic!("cli"));
         assert!((cli.ratio.as_ref().map_or(0.0, |r| r.value.median) - 2800.0 / 3200.0).abs() < 1e-9, "{cli:?}");
-        assert!(Goal::AtMost(1.1).met(1.1) && !Goal::AtMost(1.1).met(1.11));
+        let policy = s.policy.first().unwrap_or_else(|| panic!("policy"));
+        assert!((policy.value.median - 40.0).abs() < 1e-9, "{policy:?}");
+        assert!(policy.label.contains("4 rules") && policy.goal == Some(POLICY_GOAL), "{policy:?}");
+        let labels: Vec<&str> = s.pq.iter().map(|r| r.label.as_str()).collect();
+        assert_eq!(labels.len(), 4, "{labels:?}");
+        assert!(labels[0].contains("ML-DSA-44") && labels[3].contains("ml-kem-1024"), "{labels:?}");
+        let decap = s.pq[3].ratio.as_ref().unwrap_or_else(|| panic!("ML-KEM-1024 ratio"));
+        assert!((decap.value.median - 4.0).abs() < 1e-9, "{decap:?}");
     }
 
     #[test]
@@ -1256,11 +1224,9 @@ pub(crate) mod tests {
         let verdicts: Vec<&str> = s.checks.iter().map(Check::verdict).collect();
         assert_eq!(verdicts[..2], ["MISS", "MISS"]);
         assert!(verdicts[2..].iter().all(|v| *v == "PASS"), "{verdicts:?}");
-        assert_eq!(verdicts.len(), 15);
+        assert_eq!(verdicts.len(), 16);
         assert!(s.checks.iter().all(|c| !c.suspect));
         let above = Summary::new(&[round(1000, 1200, 1100)]);
         assert!(above.checks[0].suspect && above.checks[1].suspect && !above.checks[2].suspect);
-        assert!(Goal::Below(150.0).met(149.0) && !Goal::Below(150.0).met(150.0));
-        assert_eq!(Goal::AtLeast(0.97).describe(2), "≥ 0.97");
     }
 }

@@ -4,8 +4,8 @@
 
 use std::fmt::Write as _;
 
-use crate::report::num;
-use crate::summary::{Path, Summary};
+use crate::summary::{Path, SignRow, Summary, CEILING_SLACK};
+use crate::table::num;
 
 const WIDTH: f64 = 1000.0;
 const LABEL_X: f64 = 290.0;
@@ -35,9 +35,14 @@ fn axis(max: f64) -> (f64, f64) {
 fn colour(path: Path) -> &'static str {
     match path {
         Path::Raw => "#6b7280",
-        Path::Actor | Path::Daemon(_) => "#2563eb",
+        Path::Actor(_) | Path::Daemon(_) => "#2563eb",
         Path::Tools(_) => "#d97706",
     }
+}
+
+/// The x coordinate of `v` on an axis that ends at `axis_max`.
+fn at(v: f64, axis_max: f64) -> f64 {
+    BAR_X + BAR_MAX * (v / axis_max).clamp(0.0, 1.0)
 }
 
 /// The chart; `subtitle` names the machine and date.
@@ -45,11 +50,30 @@ pub fn sign_chart(s: &Summary, subtitle: &str) -> String {
     let rows = &s.sign;
     let top = rows.iter().map(|r| r.rate.max).filter(|v| v.is_finite()).fold(0.0, f64::max);
     let (axis_max, step) = axis(top);
-    let x = |v: f64| BAR_X + BAR_MAX * (v / axis_max).clamp(0.0, 1.0);
+    let x = |v: f64| at(v, axis_max);
     let plot_bottom = TOP + ROW * rows.len() as f64;
-    let height = plot_bottom + 78.0;
-
     let mut o = String::new();
+    title(&mut o, s, subtitle, plot_bottom + 78.0);
+    grid(&mut o, axis_max, step, plot_bottom);
+    for (i, row) in rows.iter().enumerate() {
+        bar(&mut o, row, TOP + ROW * i as f64, &x);
+    }
+    if let Some(raw) = rows.iter().find(|r| r.path == Path::Raw) {
+        let rx = x(raw.rate.median);
+        let _ = writeln!(
+            o,
+            r##"<line x1="{rx:.1}" y1="{:.1}" x2="{rx:.1}" y2="{plot_bottom:.1}" stroke="#6b7280" stroke-dasharray="4 3"/>"##,
+            TOP - 8.0
+        );
+    }
+
+    legend(&mut o, plot_bottom);
+    let _ = writeln!(o, "</svg>");
+    o
+}
+
+/// The opening tag, background, title and subtitles.
+fn title(o: &mut String, s: &Summary, subtitle: &str, height: f64) {
     let _ = writeln!(
         o,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="{FONT}" font-size="13">"#
@@ -71,8 +95,11 @@ pub fn sign_chart(s: &Summary, subtitle: &str) -> String {
         esc(&format!("{rounds}; ratio = this path ÷ its peer, measured in the same round."))
     );
     let _ = writeln!(o, r##"<text x="20" y="68" fill="#4b5563">{}</text>"##, esc(subtitle));
+}
 
-    // Grid and axis.
+/// The vertical grid lines, their values and the axis title.
+fn grid(o: &mut String, axis_max: f64, step: f64, plot_bottom: f64) {
+    let x = |v: f64| at(v, axis_max);
     let mut tick = 0.0;
     while tick <= axis_max + step / 2.0 {
         let tx = x(tick);
@@ -95,75 +122,67 @@ pub fn sign_chart(s: &Summary, subtitle: &str) -> String {
         BAR_X + BAR_MAX / 2.0,
         plot_bottom + 34.0
     );
+}
 
-    for (i, row) in rows.iter().enumerate() {
-        let y = TOP + ROW * i as f64;
-        let mid = y + BAR_H / 2.0;
-        let end = x(row.rate.median);
+/// One path's bar at `y`: label, bar, whisker, rate with its ratio and verdict.
+fn bar(o: &mut String, row: &SignRow, y: f64, x: &dyn Fn(f64) -> f64) {
+    let mid = y + BAR_H / 2.0;
+    let end = x(row.rate.median);
+    let _ = writeln!(
+        o,
+        r##"<text x="{LABEL_X}" y="{:.1}" text-anchor="end" fill="#111827">{}</text>"##,
+        mid + 4.5,
+        esc(&row.label)
+    );
+    let _ = writeln!(
+        o,
+        r#"<rect x="{BAR_X}" y="{y:.1}" width="{:.1}" height="{BAR_H}" fill="{}" rx="2"/>"#,
+        (end - BAR_X).max(1.0),
+        colour(row.path)
+    );
+    let (lo, hi) = (x(row.rate.min), x(row.rate.max));
+    if row.rate.varies() {
         let _ = writeln!(
             o,
-            r##"<text x="{LABEL_X}" y="{:.1}" text-anchor="end" fill="#111827">{}</text>"##,
-            mid + 4.5,
-            esc(&row.label)
+            r##"<path d="M{lo:.1} {mid:.1}H{hi:.1}M{lo:.1} {:.1}V{:.1}M{hi:.1} {:.1}V{:.1}" stroke="#111827" stroke-width="1.3" fill="none"/>"##,
+            mid - 5.0,
+            mid + 5.0,
+            mid - 5.0,
+            mid + 5.0
         );
-        let _ = writeln!(
-            o,
-            r#"<rect x="{BAR_X}" y="{y:.1}" width="{:.1}" height="{BAR_H}" fill="{}" rx="2"/>"#,
-            (end - BAR_X).max(1.0),
-            colour(row.path)
-        );
-        let (lo, hi) = (x(row.rate.min), x(row.rate.max));
-        if row.rate.varies() {
-            let _ = writeln!(
-                o,
-                r##"<path d="M{lo:.1} {mid:.1}H{hi:.1}M{lo:.1} {:.1}V{:.1}M{hi:.1} {:.1}V{:.1}" stroke="#111827" stroke-width="1.3" fill="none"/>"##,
-                mid - 5.0,
-                mid + 5.0,
-                mid - 5.0,
-                mid + 5.0
-            );
-        }
-        let mut text = format!("{}/s", num(row.rate.median, 0));
-        let mut verdict = None;
-        match &row.ratio {
-            Some(r) => {
-                let _ = write!(text, " · {}× {}", num(r.value.median, 2), r.peer);
-                if let Some(goal) = r.goal {
-                    let suspect = r.value.median > crate::summary::CEILING_SLACK;
-                    verdict = Some((goal.met(r.value.median), suspect, goal.describe(2)));
-                }
+    }
+    let mut text = format!("{}/s", num(row.rate.median, 0));
+    let mut verdict = None;
+    match &row.ratio {
+        Some(r) => {
+            let _ = write!(text, " · {}× {}", num(r.value.median, 2), r.peer);
+            if let Some(goal) = r.goal {
+                let suspect = r.value.median > CEILING_SLACK;
+                verdict = Some((goal.met(r.value.median), suspect, goal.describe(2)));
             }
-            None => text.push_str(" · reference"),
         }
-        let tx = hi.max(end) + 8.0;
-        let _ =
-            write!(o, r##"<text x="{tx:.1}" y="{:.1}" fill="#111827" xml:space="preserve">{}"##, mid + 4.5, esc(&text));
-        if let Some((met, suspect, goal)) = verdict {
-            let (word, fill) = match (met, suspect) {
-                // Above the ceiling: the reference was slowed by load, not evidence.
-                (true, true) => ("PASS?", "#b45309"),
-                (true, false) => ("PASS", "#15803d"),
-                (false, _) => ("MISS", "#b91c1c"),
-            };
-            let _ = write!(
-                o,
-                r#"<tspan fill="{fill}" font-weight="600"> {word}</tspan><tspan fill="{fill}"> (target {})</tspan>"#,
-                esc(&goal)
-            );
-        }
-        let _ = writeln!(o, "</text>");
+        None => text.push_str(" · reference"),
     }
-
-    if let Some(raw) = rows.iter().find(|r| r.path == Path::Raw) {
-        let rx = x(raw.rate.median);
-        let _ = writeln!(
+    let tx = hi.max(end) + 8.0;
+    let _ = write!(o, r##"<text x="{tx:.1}" y="{:.1}" fill="#111827" xml:space="preserve">{}"##, mid + 4.5, esc(&text));
+    if let Some((met, suspect, goal)) = verdict {
+        let (word, fill) = match (met, suspect) {
+            // Above the ceiling: the reference was slowed by load, not evidence.
+            (true, true) => ("PASS?", "#b45309"),
+            (true, false) => ("PASS", "#15803d"),
+            (false, _) => ("MISS", "#b91c1c"),
+        };
+        let _ = write!(
             o,
-            r##"<line x1="{rx:.1}" y1="{:.1}" x2="{rx:.1}" y2="{plot_bottom:.1}" stroke="#6b7280" stroke-dasharray="4 3"/>"##,
-            TOP - 8.0
+            r#"<tspan fill="{fill}" font-weight="600"> {word}</tspan><tspan fill="{fill}"> (target {})</tspan>"#,
+            esc(&goal)
         );
     }
+    let _ = writeln!(o, "</text>");
+}
 
-    // Legend.
+/// The colour key under the plot.
+fn legend(o: &mut String, plot_bottom: f64) {
     let ly = plot_bottom + 56.0;
     let mut lx = 20.0;
     for (fill, label) in [
@@ -180,8 +199,6 @@ pub fn sign_chart(s: &Summary, subtitle: &str) -> String {
         );
         lx += 18.0 + 7.0 * label.len() as f64 + 24.0;
     }
-    let _ = writeln!(o, "</svg>");
-    o
 }
 
 #[cfg(test)]

@@ -34,11 +34,12 @@ use tokio::runtime::Runtime;
 use tpm_vault_proto::v1 as pb;
 use tpm_vault_proto::v1::key_service_client::KeyServiceClient;
 
-use crate::report::{num, spread};
 use crate::sign::daemon::{Daemon, Setup};
 use crate::sign::{Timing, KEY_NAME};
 use crate::stats::Spread;
-use crate::summary::{Check, Goal};
+use crate::summary::Check;
+use crate::table::Goal;
+use crate::table::{num, Align, Cell, Table};
 use crate::tls_peers::{self, Files, Peers, Server};
 
 /// The target: the vault's rate ÷ the model limit (one client).
@@ -112,7 +113,7 @@ pub struct TlsSetup {
 /// # Errors
 /// When it cannot be built and is not there.
 pub fn example_binary(workspace: &Path) -> Result<PathBuf> {
-    crate::client_binary(workspace, &["--example", "tls_server"], Path::new("examples/tls_server"))
+    crate::binaries::client(workspace, &["--example", "tls_server"], Path::new("examples/tls_server"))
 }
 
 /// The OpenSSL peers that can run here, and a note for each one that cannot.
@@ -189,7 +190,7 @@ fn describe(r: Rate) -> String {
 /// Issues the self-signed certificate the example server presents (stored with the key);
 /// returns it (PEM).
 pub(crate) async fn self_sign(socket: &Path) -> Result<String> {
-    let chain = KeyServiceClient::new(crate::sign::daemon::channel(socket).await?)
+    let chain = KeyServiceClient::new(crate::sign::health::channel(socket).await?)
         .create_self_signed_certificate(pb::CreateSelfSignedCertificateRequest {
             name: KEY_NAME.into(),
             subject: Some(pb::CertificateSubject {
@@ -401,12 +402,6 @@ pub fn markdown(rounds: &[TlsRound], timing: Timing, skipped: &[(Server, String)
     if rounds.is_empty() {
         return String::new();
     }
-    let cell = |s: Option<Spread>, decimals: usize, suffix: &str| {
-        s.map_or_else(|| "—".to_owned(), |s| spread(&s, decimals, suffix))
-    };
-    let rates = |f: fn(&TlsRound) -> Option<Rate>| {
-        (cell(col(rounds, |r| f(r).map(|x| x.one)), 0, ""), cell(col(rounds, |r| f(r).map(|x| x.many)), 0, ""))
-    };
     let window = timing.window.as_secs().max(1);
     let mut out = String::new();
     out.push_str("## TLS 1.3 handshakes with the server key in the TPM\n\n");
@@ -422,66 +417,97 @@ pub fn markdown(rounds: &[TlsRound], timing: Timing, skipped: &[(Server, String)
         openssl_version(),
         Server::Tpm2Documented.window(timing.window).as_secs().max(1),
     ));
-    out.push_str(&format!(
-        "| server | key | handshakes/s, 1 client | handshakes/s, {CLIENTS} clients |\n|---|---|---:|---:|\n"
-    ));
-    let (one, many) = rates(|r| Some(r.software));
-    out.push_str(&format!(
-        "| rustls (tokio-rustls, aws-lc-rs) in the benchmark process: the ceiling | software P-256 | {one} | {many} |\n"
-    ));
-    let peer_row = |out: &mut String, server: Server| {
-        if let Some((_, why)) = skipped.iter().find(|(s, _)| *s == server) {
-            out.push_str(&format!("| {} | {} | skipped: {why} | — |\n", server.label(), server.key()));
-            return;
-        }
-        let one = cell(col(rounds, |r| r.peer(server).map(|x| x.one)), 0, "");
-        let many = cell(col(rounds, |r| r.peer(server).map(|x| x.many)), 0, "");
-        out.push_str(&format!("| {} | {} | {one} | {many} |\n", server.label(), server.key()));
-    };
-    peer_row(&mut out, Server::OpensslSoftware);
-    let (one, many) = rates(|r| Some(r.vault));
-    out.push_str(&format!(
-        "| **`tls_server` example**: tokio-rustls + `VaultSigningKey` via `tpm-vaultd` | vault P-256 (swtpm) | \
-         **{one}** | **{many}** |\n"
-    ));
-    peer_row(&mut out, Server::Tpm2Documented);
-    peer_row(&mut out, Server::Tpm2Best);
-    out.push_str(&format!(
-        "| raw ESAPI `TPM2_Sign`, same round (signs/s, one caller, key loaded) | P-256 in swtpm | {} | — |\n",
-        cell(col(rounds, |r| Some(r.raw_sign)), 0, "")
-    ));
-    out.push_str(&format!(
-        "| model limit `1 / (1/rustls software + 1/raw sign)` | | {} | — |\n\n",
-        cell(col(rounds, |r| Some(r.model())), 0, "")
-    ));
+    out.push_str(&rates_table(rounds, skipped).markdown());
+    out.push('\n');
+    out.push_str("The vault's `tls_server` divided by each peer, per round:\n\n");
+    out.push_str(&ratios_table(rounds).markdown());
+    out.push('\n');
+    explanations(&mut out);
+    out
+}
 
-    out.push_str(&format!(
-        "The vault's `tls_server` divided by each peer, per round:\n\n\
-         | vault `tls_server` ÷ | 1 client | {CLIENTS} clients | target (1 client) |\n|---|---:|---:|---|\n"
-    ));
-    let verdict = |goal: Goal, s: Option<Spread>| match s {
-        Some(s) => format!("{}: **{}**", goal.describe(2), if goal.met(s.median) { "PASS" } else { "MISS" }),
-        None => format!("{}: not measured", goal.describe(2)),
+/// Handshakes per second of every server, and the model limit.
+fn rates_table(rounds: &[TlsRound], skipped: &[(Server, String)]) -> Table {
+    let many_title = format!("handshakes/s, {CLIENTS} clients");
+    let (l, r) = (Align::Left, Align::Right);
+    let mut t = Table::new([("server", l), ("key", l), ("handshakes/s, 1 client", r), (many_title.as_str(), r)]);
+    let rates = |f: &dyn Fn(&TlsRound) -> Option<Rate>| {
+        [
+            Cell::maybe(col(rounds, |r| f(r).map(|x| x.one)), 0, ""),
+            Cell::maybe(col(rounds, |r| f(r).map(|x| x.many)), 0, ""),
+        ]
     };
+    let row = |server: &str, key: &str, [one, many]: [Cell; 2]| vec![Cell::text(server), Cell::text(key), one, many];
+    let peer_row = |server: Server| match skipped.iter().find(|(s, _)| *s == server) {
+        Some((_, why)) => row(server.label(), server.key(), [Cell::Text(format!("skipped: {why}")), Cell::text("—")]),
+        None => row(server.label(), server.key(), rates(&|r| r.peer(server))),
+    };
+    let bold = |[one, many]: [Cell; 2]| [one, many].map(|c| Cell::Text(format!("**{}**", c.render())));
+    t.push(row(
+        "rustls (tokio-rustls, aws-lc-rs) in the benchmark process: the ceiling",
+        "software P-256",
+        rates(&|r| Some(r.software)),
+    ));
+    t.push(peer_row(Server::OpensslSoftware));
+    t.push(row(
+        "**`tls_server` example**: tokio-rustls + `VaultSigningKey` via `tpm-vaultd`",
+        "vault P-256 (swtpm)",
+        bold(rates(&|r| Some(r.vault))),
+    ));
+    t.push(peer_row(Server::Tpm2Documented));
+    t.push(peer_row(Server::Tpm2Best));
+    t.push(row(
+        "raw ESAPI `TPM2_Sign`, same round (signs/s, one caller, key loaded)",
+        "P-256 in swtpm",
+        [Cell::maybe(col(rounds, |r| Some(r.raw_sign)), 0, ""), Cell::text("—")],
+    ));
+    t.push(row(
+        "model limit `1 / (1/rustls software + 1/raw sign)`",
+        "",
+        [Cell::maybe(col(rounds, |r| Some(r.model())), 0, ""), Cell::text("—")],
+    ));
+    t
+}
+
+/// The vault's example server divided by the model limit and by each peer, with the targets.
+fn ratios_table(rounds: &[TlsRound]) -> Table {
+    let (l, r) = (Align::Left, Align::Right);
+    let many_title = format!("{CLIENTS} clients");
+    let mut t =
+        Table::new([("vault `tls_server` ÷", l), ("1 client", r), (many_title.as_str(), r), ("target (1 client)", l)]);
     let model = col(rounds, |r| Some(r.ratio()));
-    out.push_str(&format!("| model limit | {} | — | {} |\n", cell(model, 2, "×"), verdict(GOAL, model)));
+    t.push(vec![
+        Cell::text("model limit"),
+        Cell::maybe(model, 2, "×"),
+        Cell::text("—"),
+        Cell::maybe_verdict(GOAL, model),
+    ]);
     let ratio = |f: fn(&TlsRound) -> Option<Rate>| {
         let one = col(rounds, |r| f(r).map(|p| r.vault.one / p.one));
         let many = col(rounds, |r| f(r).map(|p| r.vault.many / p.many));
-        (one, cell(one, 2, "×"), cell(many, 2, "×"))
+        (one, Cell::maybe(one, 2, "×"), Cell::maybe(many, 2, "×"))
     };
     let (best, one, many) = ratio(TlsRound::best_tpm2);
-    out.push_str(&format!(
-        "| best OpenSSL + tpm2-openssl configuration (the faster of the two, per round and column) | {one} | {many} | {} |\n",
-        verdict(PEER_GOAL, best)
-    ));
-    let (_, one, many) = ratio(|r| r.peer(Server::Tpm2Documented));
-    out.push_str(&format!("| OpenSSL + tpm2-openssl as documented | {one} | {many} | |\n"));
-    let (_, one, many) = ratio(|r| Some(r.software));
-    out.push_str(&format!("| rustls, software key (the ceiling) | {one} | {many} | |\n"));
-    let (_, one, many) = ratio(|r| r.peer(Server::OpensslSoftware));
-    out.push_str(&format!("| `openssl s_server`, software key | {one} | {many} | |\n\n"));
+    t.push(vec![
+        Cell::text("best OpenSSL + tpm2-openssl configuration (the faster of the two, per round and column)"),
+        one,
+        many,
+        Cell::maybe_verdict(PEER_GOAL, best),
+    ]);
+    let others: [(&str, fn(&TlsRound) -> Option<Rate>); 3] = [
+        ("OpenSSL + tpm2-openssl as documented", |r| r.peer(Server::Tpm2Documented)),
+        ("rustls, software key (the ceiling)", |r| Some(r.software)),
+        ("`openssl s_server`, software key", |r| r.peer(Server::OpensslSoftware)),
+    ];
+    for (label, f) in others {
+        let (_, one, many) = ratio(f);
+        t.push(vec![Cell::text(label), one, many, Cell::empty()]);
+    }
+    t
+}
 
+/// What the figures mean, the OpenSSL peers, what the rows need.
+fn explanations(out: &mut String) {
     out.push_str(
         "Each handshake costs the server one CertificateVerify signature. With a software key that is microseconds; \
          with the vault key it is a `Sign` RPC to `tpm-vaultd` over its Unix socket (made by the signing client on its \
@@ -515,7 +541,6 @@ pub fn markdown(rounds: &[TlsRound], timing: Timing, skipped: &[(Server, String)
          says *skipped* and the run notes why.\n\n",
         tls_peers::INSTALL
     ));
-    out
 }
 
 /// `3.0.13` from `openssl version`, or `3` if it cannot be read.

@@ -1,19 +1,25 @@
 //! The vault library in this process: `Vault::open` + `Vault::sign` from one async caller.
 //! Each signature is a job queued to the TPM actor thread (which keeps the key loaded and
 //! signs with one `TPM2_Sign`), awaited over a oneshot channel with a deadline, then
-//! DER-encoded: exactly what the daemon's Sign RPC does below gRPC.
+//! DER-encoded: exactly what the daemon's Sign RPC does below gRPC. Then the same with
+//! [`CALLERS`] concurrent callers, so the next job waits in the actor's queue while the TPM
+//! works on one (what the daemon's clients do to the actor, without gRPC).
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context as _, Result};
+use tokio::task::JoinSet;
 use tpm_vault_daemon::model::{HashAlg, KeyAlg, KeyName, Scheme, SignInput};
 use tpm_vault_daemon::tpm::QueueConfig;
 use tpm_vault_daemon::vault::SignRequest;
 use tpm_vault_daemon::{Vault, VaultConfig};
 
-use super::{timed_async, Pids, Timing, DIGEST, KEY_NAME};
+use super::{timed_async, CpuSnapshot, Pids, Timing, DIGEST, KEY_NAME};
 use crate::stats::Measurement;
+
+/// Concurrent callers of the second library measurement.
+pub const CALLERS: usize = 2;
 
 /// How long shutdown waits for the actor to flush and close.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -68,14 +74,16 @@ pub async fn create_key(state_dir: &Path, tcti: &str) -> Result<()> {
 pub struct ActorRound {
     /// `Vault::sign` in a loop.
     pub sign: Measurement,
+    /// `Vault::sign` in a loop from each of [`CALLERS`] concurrent callers.
+    pub callers: Measurement,
     /// Empty jobs through the actor (`TpmHandle::call` with a closure that does nothing): the
     /// cost of the hand-off to the TPM thread and back, without a TPM command. Only when asked.
     pub handoff: Option<Measurement>,
 }
 
-/// Opens the vault, checks one signature in-core, signs in a loop, times empty actor jobs if
-/// `with_handoff`, shuts the vault down (which flushes its objects and closes the TPM
-/// connection).
+/// Opens the vault, checks one signature in-core, signs in a loop from one caller, then from
+/// [`CALLERS`], times empty actor jobs if `with_handoff`, shuts the vault down (which flushes
+/// its objects and closes the TPM connection).
 ///
 /// # Errors
 /// Vault errors, or a signature that does not verify.
@@ -83,8 +91,9 @@ pub async fn run(state_dir: &Path, tcti: &str, timing: Timing, pids: Pids, with_
     let vault = open(state_dir, tcti).await?;
     let result = async {
         let sign = measure(&vault, timing, pids).await?;
+        let callers = concurrent(&vault, CALLERS, timing, pids).await?;
         let handoff = if with_handoff { Some(handoff(&vault, timing, pids).await?) } else { None };
-        Ok(ActorRound { sign, handoff })
+        Ok(ActorRound { sign, callers, handoff })
     }
     .await;
     vault.shutdown(SHUTDOWN_GRACE).await;
@@ -112,4 +121,41 @@ async fn measure(vault: &Vault, timing: Timing, pids: Pids) -> Result<Measuremen
         vault.sign(&name, request(), None).await.map(drop).map_err(anyhow::Error::from)
     })
     .await
+}
+
+/// `callers` tasks signing back to back on `vault` at once; every signature that completes
+/// inside the window counts, with its latency as its caller saw it.
+async fn concurrent(vault: &Vault, callers: usize, timing: Timing, pids: Pids) -> Result<Measurement> {
+    let name = key_name()?;
+    CpuSnapshot::take(pids)?;
+    let t0 = Instant::now() + timing.warmup;
+    let t1 = t0 + timing.window;
+    let mut tasks = JoinSet::new();
+    for _ in 0..callers {
+        let (vault, name) = (vault.clone(), name.clone());
+        tasks.spawn(async move {
+            let mut latencies = Vec::new();
+            loop {
+                let start = Instant::now();
+                if start >= t1 {
+                    break;
+                }
+                vault.sign(&name, request(), None).await?;
+                let end = Instant::now();
+                if end >= t0 && end <= t1 {
+                    latencies.push(end - start);
+                }
+            }
+            anyhow::Ok(latencies)
+        });
+    }
+    tokio::time::sleep_until(t0.into()).await;
+    let cpu_start = CpuSnapshot::take(pids)?;
+    tokio::time::sleep_until(t1.into()).await;
+    let cpu_end = CpuSnapshot::take(pids)?;
+    let mut latencies = Vec::new();
+    while let Some(joined) = tasks.join_next().await {
+        latencies.extend(joined.context("caller task panicked")??);
+    }
+    Ok(Measurement::finish(latencies, timing.window, cpu_end.since(&cpu_start)))
 }

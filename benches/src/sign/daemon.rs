@@ -21,10 +21,11 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use tokio::runtime::Runtime;
 use tokio::task::JoinSet;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tpm_vault_proto::v1 as pb;
 use tpm_vault_proto::v1::key_service_client::KeyServiceClient;
 
+use super::health::{self, channel};
 use super::{CpuSnapshot, Pids, Timing, DIGEST, KEY_NAME};
 use crate::procfs::{self, Proc};
 use crate::stats::Measurement;
@@ -264,17 +265,6 @@ fn policy_toml(uid: u32) -> String {
     )
 }
 
-/// A gRPC channel to the Unix socket `socket`, connected now.
-///
-/// # Errors
-/// A bad path, or the socket not accepting.
-pub async fn channel(socket: &Path) -> Result<Channel> {
-    Endpoint::from_shared(format!("unix://{}", socket.display()))?
-        .connect()
-        .await
-        .with_context(|| format!("connecting to {}", socket.display()))
-}
-
 async fn connect(socket: &Path) -> Result<KeyServiceClient<Channel>> {
     Ok(KeyServiceClient::new(channel(socket).await?))
 }
@@ -410,7 +400,7 @@ pub fn run(
         done.push(l);
     }
     let rss_loaded_kib = procfs::rss_kib(Proc::Pid(pid))?;
-    let health = rt.block_on(crate::floor::measure(&daemon.socket, crate::floor::timing(timing), pids))?;
+    let health = rt.block_on(health::measure(&daemon.socket, health::timing(timing), pids))?;
     progress(&format!("health check: p50 {:.0} µs", health.p50().as_secs_f64() * 1e6));
     let log_lines = daemon.log_lines();
     daemon.stop()?;

@@ -13,6 +13,7 @@
 
 pub mod actor;
 pub mod daemon;
+pub mod health;
 pub mod raw;
 pub mod tools;
 
