@@ -161,7 +161,7 @@ impl Cell {
         match self {
             Self::Text(t) => t.clone(),
             Self::Figure { value, decimals, suffix } => spread(value, *decimals, suffix),
-            Self::Ratio { value, mark } if mark.is_empty() => spread(value, 2, "×"),
+            Self::Ratio { value, mark: "" } => spread(value, 2, "×"),
             Self::Ratio { value, mark } => format!("{} {mark}", spread(value, 2, "×")),
             Self::Verdict { goal, value, decimals, unit } => {
                 format!("{}{unit}: **{}**", goal.describe(*decimals), goal.verdict(*value))

@@ -494,7 +494,8 @@ fn ratios_table(rounds: &[TlsRound]) -> Table {
         many,
         Cell::maybe_verdict(PEER_GOAL, best),
     ]);
-    let others: [(&str, fn(&TlsRound) -> Option<Rate>); 3] = [
+    type Peer = fn(&TlsRound) -> Option<Rate>;
+    let others: [(&str, Peer); 3] = [
         ("OpenSSL + tpm2-openssl as documented", |r| r.peer(Server::Tpm2Documented)),
         ("rustls, software key (the ceiling)", |r| Some(r.software)),
         ("`openssl s_server`, software key", |r| r.peer(Server::OpensslSoftware)),
