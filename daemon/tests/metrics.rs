@@ -74,7 +74,15 @@ async fn metrics_an_sre_can_alert_on() {
     assert_eq!(s.policy_source, format!("{} (1 file(s))", env.tpm.path().join("policies").display()));
     assert_eq!(s.tpm_reconnects, 0);
 
+    let scraped_at = Instant::now();
     let m = scrape(&addr).await;
+    eprintln!(
+        "scrape: {} bytes, {} families, {} samples in {:?}",
+        m.text.len(),
+        m.families.len(),
+        m.samples.len(),
+        scraped_at.elapsed()
+    );
     let mut wrong = Vec::new();
     for (name, labels, want) in [
         ("tpm_vault_rpc_errors_total", &[("rpc", "GetKey"), ("code", "NotFound")][..], 1.0),
@@ -121,11 +129,13 @@ async fn metrics_an_sre_can_alert_on() {
     let gone = keys.sign(sign_request("m")).await;
     assert_eq!(gone.map(|_| ()).map_err(|e| e.code()), Err(Code::Unavailable));
     env.tpm.swtpm.restart().expect("restart swtpm");
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let restarted = Instant::now();
+    let deadline = restarted + Duration::from_secs(20);
     while keys.sign(sign_request("m")).await.is_err() {
         assert!(Instant::now() < deadline, "no recovery after the swtpm restart");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    eprintln!("signing again {:?} after the swtpm restart", restarted.elapsed());
     let m = scrape(&addr).await;
     assert_eq!(m.value("tpm_vault_tpm_reconnects_total", &[]), Some(1.0), "{}", m.text);
     let s = status.get_status(pb::GetStatusRequest {}).await.expect("status").into_inner();
