@@ -75,6 +75,32 @@ fn readme_tour_verifies_with_openssl() {
     assert!(String::from_utf8(ok(d.cli(&["status"]))).unwrap().contains("simulator:"));
 }
 
+/// `tpm-vault status` names the software TPM and the rules in force; with no rule in force the
+/// refusal says plainly that every request is denied.
+#[test]
+fn status_shows_the_software_tpm_and_the_rules_in_force() {
+    let d = Daemon::start();
+    let status = String::from_utf8(ok(d.cli(&["status"]))).unwrap();
+    for row in [
+        "software tpm:    YES: the daemon's own swtpm (--simulator); TCTI swtpm: (swtpm's TCP protocol); \
+         the TPM reports manufacturer IBM and vendor \"SW   TPM\" (swtpm/libtpms). Keys are NOT hardware-protected\n",
+        "tpm:             IBM \"SW   TPM\" (firmware ",
+        "tpm reconnects:  0\n",
+        "policy:          1 rule(s) from fixed policy (embedded)\n",
+    ] {
+        assert!(status.contains(row), "{row:?} in\n{status}");
+    }
+    let json: serde_json::Value = serde_json::from_slice(&ok(d.cli(&["--output", "json", "status"]))).unwrap();
+    assert_eq!(
+        (&json["software_tpm"], &json["policy_rules"], &json["tpm_vendor"]),
+        (&true.into(), &1.into(), &"SW   TPM".into())
+    );
+    drop(d);
+    let none = Daemon::start_with_policy("# no rules\n");
+    let line = fails(&none.cli(&["status"]), 5);
+    assert!(line.ends_with("by the access policy: no access rules are in force, so every request is denied"), "{line}");
+}
+
 #[test]
 fn key_passwords_from_env_and_file() {
     let d = Daemon::start();

@@ -318,24 +318,21 @@ impl Snapshot {
         for (class, n) in &self.tpm_errors {
             line(o, "tpm_vault_tpm_errors_total", &[("class", class)], *n);
         }
-        header(
+        counter(
             o,
             "tpm_vault_tpm_reconnects_total",
-            "counter",
             "Reconnections to the TPM after it went away or was reset.",
+            self.reconnects,
         );
-        line(o, "tpm_vault_tpm_reconnects_total", &[], self.reconnects);
         if let Some(da) = self.da {
             let counter = "The TPM's dictionary-attack failure counter (TPM_PT_LOCKOUT_COUNTER), as last read.";
             gauge(o, "tpm_vault_tpm_lockout_counter", counter, u64::from(da.failures));
             let max = "Failures at which the TPM locks out DA-protected objects (TPM_PT_MAX_AUTH_FAIL), as last read.";
             gauge(o, "tpm_vault_tpm_lockout_max", max, u64::from(da.max_tries));
         }
-        header(o, "tpm_vault_da_failures_total", "counter", "Wrong key passwords the TPM rejected.");
-        line(o, "tpm_vault_da_failures_total", &[], self.da_failures);
+        counter(o, "tpm_vault_da_failures_total", "Wrong key passwords the TPM rejected.", self.da_failures);
         let refused = "Key-password attempts refused without reaching the TPM (throttled, or the TPM's reserve).";
-        header(o, "tpm_vault_da_refused_total", "counter", refused);
-        line(o, "tpm_vault_da_refused_total", &[], self.da_refused);
+        counter(o, "tpm_vault_da_refused_total", refused, self.da_refused);
         family(o, &RPC, &self.rpc);
         family(o, &TPM, &self.tpm);
         if let Some(p) = &self.process {
@@ -419,18 +416,20 @@ fn family(o: &mut String, f: &Family, series: &BTreeMap<String, Series>) {
 
 /// The `process_*` family of the Prometheus client libraries.
 fn process(o: &mut String, p: &ProcessSample) {
-    let float = |o: &mut String, name: &str, kind: &str, help: &str, value: f64| {
-        header(o, name, kind, help);
-        let _ = writeln!(o, "{name} {value}");
-    };
-    float(o, "process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.", p.cpu_seconds);
+    single(
+        o,
+        "process_cpu_seconds_total",
+        "counter",
+        "Total user and system CPU time spent in seconds.",
+        p.cpu_seconds,
+    );
     gauge(o, "process_resident_memory_bytes", "Resident memory size in bytes.", p.resident_bytes);
     gauge(o, "process_virtual_memory_bytes", "Virtual memory size in bytes.", p.virtual_bytes);
     gauge(o, "process_open_fds", "Number of open file descriptors.", p.open_fds);
     if let Some(max) = p.max_fds {
         gauge(o, "process_max_fds", "Maximum number of open file descriptors.", max);
     }
-    float(
+    single(
         o,
         "process_start_time_seconds",
         "gauge",
@@ -445,8 +444,17 @@ fn header(o: &mut String, name: &str, kind: &str, help: &str) {
 }
 
 fn gauge(o: &mut String, name: &str, help: &str, value: u64) {
-    header(o, name, "gauge", help);
-    let _ = writeln!(o, "{name} {}", value);
+    single(o, name, "gauge", help, value);
+}
+
+fn counter(o: &mut String, name: &str, help: &str, value: u64) {
+    single(o, name, "counter", help, value);
+}
+
+/// A family of one series without labels.
+fn single(o: &mut String, name: &str, kind: &str, help: &str, value: impl std::fmt::Display) {
+    header(o, name, kind, help);
+    let _ = writeln!(o, "{name} {value}");
 }
 
 fn line(o: &mut String, name: &str, labels: &[(&str, &str)], value: u64) {

@@ -65,7 +65,15 @@ async fn metrics_an_sre_can_alert_on() {
     assert_eq!(s.policy_source, format!("{} (1 file(s))", env.tpm.path().join("policies").display()));
     assert_eq!(s.tpm_reconnects, 0);
 
+    let scraped_at = Instant::now();
     let m = scrape(&addr).await;
+    eprintln!(
+        "scrape: {} bytes, {} families, {} samples in {:?}",
+        m.text.len(),
+        m.families.len(),
+        m.samples.len(),
+        scraped_at.elapsed()
+    );
     let mut wrong = Vec::new();
     for (name, labels, want) in [
         ("tpm_vault_rpc_errors_total", &[("rpc", "GetKey"), ("code", "NotFound")][..], 1.0),
@@ -112,11 +120,13 @@ async fn metrics_an_sre_can_alert_on() {
     let gone = keys.sign(sign_request("m")).await;
     assert_eq!(gone.map(|_| ()).map_err(|e| e.code()), Err(Code::Unavailable));
     env.tpm.swtpm.restart().expect("restart swtpm");
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let restarted = Instant::now();
+    let deadline = restarted + Duration::from_secs(20);
     while keys.sign(sign_request("m")).await.is_err() {
         assert!(Instant::now() < deadline, "no recovery after the swtpm restart");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    eprintln!("signing again {:?} after the swtpm restart", restarted.elapsed());
     let m = scrape(&addr).await;
     assert_eq!(m.value("tpm_vault_tpm_reconnects_total", &[]), Some(1.0), "{}", m.text);
     let s = status.get_status(pb::GetStatusRequest {}).await.expect("status").into_inner();
@@ -423,25 +433,34 @@ impl Exposition {
             if kind != "histogram" {
                 continue;
             }
-            let mut series: BTreeMap<Vec<(String, String)>, Vec<(f64, f64)>> = BTreeMap::new();
-            for s in self.samples.iter().filter(|s| s.name == format!("{family}_bucket")) {
-                let le = s.label("le").ok_or_else(|| format!("{family}_bucket without le"))?;
-                let le: f64 =
-                    if le == "+Inf" { f64::INFINITY } else { le.parse().map_err(|_| format!("le {le:?}"))? };
-                let rest: Vec<(String, String)> = s.labels.iter().filter(|(k, _)| k != "le").cloned().collect();
-                series.entry(rest).or_default().push((le, s.value));
-            }
-            for (labels, mut buckets) in series {
+            // Each series has one `_count`; its buckets carry the same labels plus `le`.
+            let bucket_name = format!("{family}_bucket");
+            let mut matched = 0;
+            for count in self.series(&format!("{family}_count")) {
+                let mut buckets = Vec::new();
+                for s in self.series(&bucket_name) {
+                    let le = s.label("le").ok_or_else(|| format!("{bucket_name} without le"))?;
+                    let rest: Vec<&(String, String)> = s.labels.iter().filter(|(k, _)| k != "le").collect();
+                    if rest.len() == count.labels.len() && rest.iter().all(|l| count.labels.contains(l)) {
+                        let le: f64 =
+                            if le == "+Inf" { f64::INFINITY } else { le.parse().map_err(|_| format!("le {le:?}"))? };
+                        buckets.push((le, s.value));
+                    }
+                }
+                matched += buckets.len();
                 buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+                let labels = &count.labels;
                 if buckets.windows(2).any(|w| w[1].1 < w[0].1) {
                     return Err(format!("{family}{labels:?}: buckets are not cumulative"));
                 }
                 let inf = buckets.last().filter(|b| b.0.is_infinite()).map(|b| b.1);
                 let refs: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-                let count = self.value(&format!("{family}_count"), &refs);
-                if inf.is_none() || inf != count || self.value(&format!("{family}_sum"), &refs).is_none() {
-                    return Err(format!("{family}{labels:?}: +Inf bucket {inf:?}, count {count:?}, or no sum"));
+                if inf != Some(count.value) || self.value(&format!("{family}_sum"), &refs).is_none() {
+                    return Err(format!("{family}{labels:?}: +Inf bucket {inf:?}, count {}, or no sum", count.value));
                 }
+            }
+            if matched != self.series(&bucket_name).count() {
+                return Err(format!("{bucket_name}: buckets of a series without _count"));
             }
         }
         Ok(())
