@@ -25,7 +25,8 @@
 //!   optional Prometheus endpoint.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![deny(missing_docs, missing_debug_implementations)]
-// One audited exception: `spawn` runs a close_range hook between fork and exec.
+// Two audited exceptions: `spawn` runs a close_range hook between fork and exec, and
+// `auth::peer::peer_groups` reads SO_PEERGROUPS (getsockopt) into a buffer it owns.
 #![deny(unsafe_code)]
 
 pub mod auth;

@@ -3,7 +3,9 @@
 //! what it does, and the audit log records both; reloads under load never fail a request for
 //! any reason but the policy; every shipped policy file loads; owner-only rules compare the
 //! caller with the owner of the record the request acts on (signing key, sealed secret or
-//! data key: three namespaces), so a signing key named like someone's secret opens nothing.
+//! data key: three namespaces), so a signing key named like someone's secret opens nothing;
+//! group rules match the supplementary groups the kernel says the peer has (SO_PEERGROUPS),
+//! not the user's groups in the group database.
 
 mod support;
 
@@ -101,13 +103,19 @@ async fn client_running_as_nobody() {
 
 /// Runs the ignored test `helper` of this binary as uid 65534 against `env`'s socket.
 fn run_as_nobody(env: &DaemonEnv, helper: &str) {
+    run_as_nobody_with(env, helper, &["--clear-groups"]);
+}
+
+/// [`run_as_nobody`] with `groups`, setpriv's options for the supplementary groups.
+fn run_as_nobody_with(env: &DaemonEnv, helper: &str, groups: &[&str]) {
     // Let uid 65534 reach the socket in our temp dir.
     std::fs::set_permissions(env.tpm.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod dir");
     std::fs::set_permissions(&env.socket, std::fs::Permissions::from_mode(0o666)).expect("chmod socket");
     let exe = std::env::current_exe().expect("exe");
     let out = std::process::Command::new("setpriv")
         .close_inherited_fds()
-        .args(["--reuid", &NOBODY.to_string(), "--regid", &NOBODY.to_string(), "--clear-groups"])
+        .args(["--reuid", &NOBODY.to_string(), "--regid", &NOBODY.to_string()])
+        .args(groups)
         .arg(exe)
         .args(["--ignored", "--exact", helper, "--nocapture"])
         .env("TPM_VAULT_TEST_SOCKET", &env.socket)
@@ -208,6 +216,63 @@ async fn owner_only_client_running_as_nobody() {
     let first = pb::EncryptRequest { key_name: "mydk".into(), context: vec![], data: b"x".to_vec().into() };
     let mut out = crypto.encrypt(tokio_stream::iter(vec![first])).await.expect("encrypt").into_inner();
     assert!(out.message().await.expect("encrypt stream").is_some());
+}
+
+/// A group no user lists in the group database: only the kernel knows a process has it.
+const KERNEL_ONLY_GID: u32 = 4321;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_rules_match_the_groups_the_kernel_says_the_peer_has() {
+    assert!(nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(KERNEL_ONLY_GID)).ok().flatten().is_none());
+    let tpm = TpmEnv::start();
+    let audit_path = tpm.path().join("audit.jsonl");
+    let mut policy = Policy::default();
+    let text = format!(
+        "{}\n[[rule]]\nname = \"by-group\"\nclients = [\"gid:{KERNEL_ONLY_GID}\"]\nkeys = [\"grp-*\"]\n\
+         operations = [\"sign\"]\n",
+        support::allow_self_policy()
+    );
+    policy.add_file(Path::new("test.toml"), &text).expect("policy");
+    let access = Access::with_policy(policy, AuditLog::with_file(&audit_path).expect("audit file"));
+    let env = DaemonEnv::start_with(tpm, Arc::new(access)).await;
+    env.keys().await.create_key(create("grp-1")).await.expect("create");
+    // uid 65534 with the group as a supplementary group (setgroups), which NSS does not list
+    // for nobody: allowed. The same uid without it: denied.
+    let gid = KERNEL_ONLY_GID.to_string();
+    run_as_nobody_with(&env, "group_member_running_as_nobody", &["--groups", &gid]);
+    run_as_nobody_with(&env, "non_member_running_as_nobody", &["--clear-groups"]);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let log = std::fs::read_to_string(&audit_path).expect("audit log");
+    let entries: Vec<serde_json::Value> = log.lines().map(|l| serde_json::from_str(l).expect("json line")).collect();
+    let signs = |decision: &str| {
+        entries
+            .iter()
+            .filter(|e| e["uid"] == NOBODY && e["op"] == "sign" && e["decision"] == decision)
+            .collect::<Vec<_>>()
+    };
+    let (allowed, denied) = (signs("allow"), signs("deny"));
+    assert!(allowed.len() == 1 && allowed[0]["rule"] == "by-group", "{log}");
+    assert_eq!(denied.len(), 1, "{log}");
+    // Each record says where the groups came from.
+    assert!(allowed.iter().chain(&denied).all(|e| e["groups"] == "SO_PEERGROUPS"), "{log}");
+    env.stop().await;
+}
+
+/// Runs in the child process as uid 65534 with group 4321; ignored in normal runs.
+#[tokio::test]
+#[ignore = "helper: run by group_rules_match_the_groups_the_kernel_says_the_peer_has"]
+async fn group_member_running_as_nobody() {
+    assert!(nix::unistd::getgroups().expect("groups").contains(&nix::unistd::Gid::from_raw(KERNEL_ONLY_GID)));
+    let mut c = pb::key_service_client::KeyServiceClient::new(nobody_channel().await);
+    c.sign(sign("grp-1")).await.expect("a member of the group signs");
+}
+
+/// Runs in the child process as uid 65534 without supplementary groups; ignored in normal runs.
+#[tokio::test]
+#[ignore = "helper: run by group_rules_match_the_groups_the_kernel_says_the_peer_has"]
+async fn non_member_running_as_nobody() {
+    let mut c = pb::key_service_client::KeyServiceClient::new(nobody_channel().await);
+    denied(c.sign(sign("grp-1")).await, "sign without the group");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

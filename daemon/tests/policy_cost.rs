@@ -5,8 +5,8 @@
 use std::path::Path;
 use std::time::Instant;
 
-use tpm_vault_daemon::auth::{Identity, Operation, Policy, UnixIdentity};
-use tpm_vault_daemon::model::KeyName;
+use tpm_vault_daemon::auth::{GroupsSource, Identity, Operation, Policy, UnixIdentity};
+use tpm_vault_daemon::model::{KeyName, Owner};
 
 #[test]
 #[ignore = "measurement; run explicitly"]
@@ -23,6 +23,7 @@ fn policy_decision_cost() {
         pid: Some(1),
         user: Some("www-data".into()),
         groups: vec![(33, "www-data".into())],
+        groups_source: GroupsSource::Nss,
     });
     let key = KeyName::try_from("web-frontend-1").expect("name");
     let n = 1_000_000u32;
@@ -30,7 +31,7 @@ fn policy_decision_cost() {
     let mut allowed = 0u32;
     for _ in 0..n {
         if matches!(
-            policy.decide(&www, Operation::Sign, Some(&key), Some(0)),
+            policy.decide(&www, Operation::Sign, Some(&key), Some(&Owner::Uid(0))),
             tpm_vault_daemon::auth::Decision::Allow(_)
         ) {
             allowed += 1;

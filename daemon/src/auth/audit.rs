@@ -1,5 +1,6 @@
 //! The audit trail: one structured event per access decision on the `audit` tracing target
-//! (time, client, operation, key, decision, rule, outcome), and optionally the same as JSON
+//! (time, client, where a local client's groups came from, operation, key, decision, rule,
+//! outcome), and optionally the same as JSON
 //! lines appended to a file in batches by a background thread ([`BatchedWriter`]: never
 //! dropped; under a slow disk, requests wait). Never contains secrets.
 //!
@@ -60,10 +61,10 @@ impl AuditLog {
         rule: Option<&str>,
         outcome: &str,
     ) {
-        let (uid, user, pid, subject) = match who {
-            Identity::Unix(u) => (Some(u.uid), u.user.clone(), u.pid, None),
-            Identity::Cert { subject } => (None, None, None, Some(subject.clone())),
-            Identity::Unknown => (None, None, None, None),
+        let (uid, user, pid, subject, groups) = match who {
+            Identity::Unix(u) => (Some(u.uid), u.user.clone(), u.pid, None, Some(u.groups_source.as_str())),
+            Identity::Cert { subject } => (None, None, None, Some(subject.clone()), None),
+            Identity::Unknown => (None, None, None, None, None),
         };
         tracing::info!(
             target: "audit",
@@ -71,6 +72,7 @@ impl AuditLog {
             user = user.as_deref(),
             pid,
             subject = subject.as_deref(),
+            groups,
             op = op.as_str(),
             key,
             decision,
@@ -82,7 +84,7 @@ impl AuditLog {
             let time =
                 std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
             let line = serde_json::json!({
-                "time": time, "uid": uid, "user": user, "pid": pid, "subject": subject,
+                "time": time, "uid": uid, "user": user, "pid": pid, "subject": subject, "groups": groups,
                 "op": op.as_str(), "key": key, "decision": decision, "rule": rule, "outcome": outcome,
             });
             writer.append(format!("{line}\n").as_bytes());

@@ -12,11 +12,11 @@ pub mod policy;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
-pub use peer::{identity, Identity, Peer, UnixIdentity};
+pub use peer::{identity, owner_of, peer_groups, GroupsSource, Identity, Peer, UnixConnectInfo, UnixIdentity};
 pub use policy::{Decision, Operation, Policy, PolicyError};
 
 use crate::error::Error;
-use crate::model::KeyName;
+use crate::model::{KeyName, Owner};
 
 /// The access-control state shared by every handler.
 #[derive(Debug)]
@@ -123,7 +123,7 @@ impl Access {
         who: Option<Identity>,
         op: Operation,
         key: Option<&KeyName>,
-        owner: Option<u32>,
+        owner: Option<&Owner>,
     ) -> Result<Grant, Error> {
         let Some(who) = who else {
             self.audit.record(&Identity::Unknown, op, key.map(KeyName::as_str), "deny", None, "no client identity");
@@ -139,6 +139,13 @@ impl Access {
                 }))
             }
         }
+    }
+
+    /// Whether the policy in force now allows `who` to do `op` on `key` owned by `owner`
+    /// (`None`: no such record). No audit record: for checks repeated inside a granted
+    /// request (see `rpc/call.rs`), whose outcome its own record carries.
+    pub fn allows(&self, who: &Identity, op: Operation, key: &KeyName, owner: Option<&Owner>) -> bool {
+        matches!(self.current().decide(who, op, Some(key), owner), Decision::Allow(_))
     }
 
     /// Records the outcome of a granted request.
