@@ -309,9 +309,9 @@ async fn records_created_over_tls_belong_to_the_certificate() {
     let agent2 = channel(d.addr, client_config(&d.server_ca, Some(agent(&d.client_ca, "agent-2")))).await.unwrap();
     let create = pb::CreateKeyRequest { name: "own-agent".into(), ..Default::default() };
     let created = KeyServiceClient::new(agent1.clone()).create_key(create).await.unwrap().into_inner();
-    assert_eq!(created.owner_uid, u32::MAX, "no uid owns it");
     // The creator signs with it; another certificate may not.
     sign(d.addr, client_config(&d.server_ca, Some(agent(&d.client_ca, "agent-1"))), "own-agent").await.unwrap();
+    assert_eq!(created.owner_uid, u32::MAX, "no uid owns it");
     let e = sign(d.addr, client_config(&d.server_ca, Some(agent(&d.client_ca, "agent-2"))), "own-agent").await;
     assert_eq!(e.unwrap_err().code(), Code::PermissionDenied);
     let get = pb::GetKeyRequest { name: "own-agent".into() };

@@ -71,7 +71,12 @@ impl StoreError {
 /// Decides whether a checked write may go ahead, given the owner of the record on disk when
 /// the table's write lock is held (`None`: there is none, or it does not parse, so no owner can
 /// be shown). The RPC layer makes one that repeats the caller's policy decision.
-pub struct OwnerCheck(Box<dyn Fn(Option<&Owner>) -> bool + Send + Sync>);
+pub struct OwnerCheck(Box<dyn Allows>);
+
+/// The decision of an [`OwnerCheck`]: whether a write may go ahead over a record of `owner`.
+trait Allows: Fn(Option<&Owner>) -> bool + Send + Sync {}
+
+impl<F: Fn(Option<&Owner>) -> bool + Send + Sync> Allows for F {}
 
 impl OwnerCheck {
     /// A check deciding with `allows`.
