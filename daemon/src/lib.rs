@@ -12,7 +12,8 @@
 //!   loaded objects); the only code that touches `tss_esapi`.
 //! - [`store`]: the state directory (one crash-safe record table per kind).
 //! - [`crypto`]: in-core cryptography: signature verification, the envelopes' AEAD, the
-//!   stream format, the DRBG every key comes from, and the post-quantum algorithms.
+//!   stream format, the DRBG every key comes from, opaque page tokens, and the post-quantum
+//!   algorithms.
 //! - [`model`]: validated domain types; [`error`]: the error type; [`metrics`]: counters.
 //! - [`bounds`]: connection and message bounds that hold before authorization.
 //! - [`config`], [`server`], [`simulator`]: configuration, the listener/lifecycle, and the
