@@ -207,16 +207,18 @@ impl CryptoService for CryptoRpc {
         &self,
         req: Request<pb::DeleteDataKeyRequest>,
     ) -> Result<Response<pb::DeleteDataKeyResponse>, Status> {
-        let mut call = Call::start(&self.ctx, "DeleteDataKey", Operation::Delete, &req);
-        let r = req.into_inner();
-        let result = async {
-            let name = KeyName::try_from(r.name.as_str())?;
-            call.authorize(Some((&name, Resource::DataKey))).await?;
-            // Decided again under the store's write lock, with the owner on disk then.
-            self.ctx.vault.delete_data_key(&name, call.recheck(Operation::Delete, &name)).await
-        }
-        .await;
-        call.end(result.map(|()| pb::DeleteDataKeyResponse {}))
+        let kind = (Operation::Delete, Resource::DataKey);
+        self.ctx
+            .on_named_write(
+                "DeleteDataKey",
+                req,
+                kind,
+                |r| &r.name,
+                |_, name, check| async move {
+                    self.ctx.vault.delete_data_key(&name, check).await.map(|()| pb::DeleteDataKeyResponse {})
+                },
+            )
+            .await
     }
 
     async fn encrypt(

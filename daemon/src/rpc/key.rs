@@ -205,16 +205,17 @@ impl KeyService for KeyRpc {
     }
 
     async fn delete_key(&self, req: Request<pb::DeleteKeyRequest>) -> Result<Response<pb::DeleteKeyResponse>, Status> {
-        let mut call = Call::start(&self.ctx, "DeleteKey", Operation::Delete, &req);
-        let r = req.into_inner();
-        let result = async {
-            let n = name(&r.name)?;
-            call.authorize(Some((&n, Resource::Key))).await?;
-            // Decided again under the store's write lock, with the owner on disk then.
-            self.ctx.vault.delete_checked(&n, call.recheck(Operation::Delete, &n)).await
-        }
-        .await;
-        call.end(result.map(|()| pb::DeleteKeyResponse {}))
+        self.ctx
+            .on_named_write(
+                "DeleteKey",
+                req,
+                (Operation::Delete, Resource::Key),
+                |r| &r.name,
+                |_, n, check| async move {
+                    self.ctx.vault.delete_checked(&n, check).await.map(|()| pb::DeleteKeyResponse {})
+                },
+            )
+            .await
     }
 
     async fn get_public_key(&self, req: Request<pb::GetPublicKeyRequest>) -> Result<Response<pb::PublicKey>, Status> {

@@ -118,16 +118,17 @@ impl SealService for SealRpc {
         &self,
         req: Request<pb::DeleteSealedRequest>,
     ) -> Result<Response<pb::DeleteSealedResponse>, Status> {
-        let mut call = Call::start(&self.ctx, "DeleteSealed", Operation::Seal, &req);
-        let r = req.into_inner();
-        let result = async {
-            let name = KeyName::try_from(r.name.as_str())?;
-            call.authorize(Some((&name, Resource::Sealed))).await?;
-            // Decided again under the store's write lock, with the owner on disk then.
-            self.ctx.vault.delete_sealed_checked(&name, call.recheck(Operation::Seal, &name)).await
-        }
-        .await;
-        call.end(result.map(|()| pb::DeleteSealedResponse {}))
+        self.ctx
+            .on_named_write(
+                "DeleteSealed",
+                req,
+                (Operation::Seal, Resource::Sealed),
+                |r| &r.name,
+                |_, name, check| async move {
+                    self.ctx.vault.delete_sealed_checked(&name, check).await.map(|()| pb::DeleteSealedResponse {})
+                },
+            )
+            .await
     }
 }
 
