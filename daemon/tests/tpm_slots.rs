@@ -7,37 +7,24 @@
 
 mod support;
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::{DaemonEnv, TpmEnv};
+use support::{sign_request, DaemonEnv, TpmEnv, NOBODY};
 use tonic::Code;
 use tpm_vault_daemon::auth::audit::AuditLog;
 use tpm_vault_daemon::auth::limits::DEFAULT_PER_CLIENT;
 use tpm_vault_daemon::auth::{Access, Policy};
 use tpm_vault_daemon::model::PcrBank;
-use tpm_vault_daemon::spawn::CloseInheritedFds as _;
 use tpm_vault_proto::v1 as pb;
 
-const NOBODY: u32 = 65534;
 /// Connections of the flooding client, and Decrypt calls in flight on each.
 const FLOOD_CONNECTIONS: usize = 8;
 const FLOOD_PER_CONNECTION: usize = 64;
 /// The other client's signatures, one at a time.
 const VICTIM_SIGNS: usize = 40;
-
-fn sign(name: &str) -> pb::SignRequest {
-    pb::SignRequest {
-        name: name.into(),
-        input: Some(pb::sign_request::Input::Message(vec![1])),
-        hash: 0,
-        scheme: 0,
-        auth: vec![],
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_decrypt_flood_leaves_another_clients_signatures_fast() {
@@ -95,7 +82,7 @@ async fn a_decrypt_flood_leaves_another_clients_signatures_fast() {
         }
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let out = run_victim(&env, "victim_signs").await;
+    let out = support::run_as_nobody(&env, "victim_signs").await;
     stop.store(true, Ordering::Relaxed);
     for f in flooders {
         f.await.expect("flooder");
@@ -142,27 +129,12 @@ async fn victim_signs() {
     let mut lat = Vec::new();
     for _ in 0..VICTIM_SIGNS {
         let t = Instant::now();
-        c.sign(sign("victim")).await.expect("victim sign");
+        c.sign(sign_request("victim")).await.expect("victim sign");
         lat.push(t.elapsed());
     }
     lat.sort();
     println!("VICTIM_P50_US={}", lat[lat.len() / 2].as_micros());
     println!("VICTIM_MAX_US={}", lat.last().map_or(0, Duration::as_micros));
-}
-
-/// Runs the ignored test `helper` of this binary as uid 65534 against `env`'s socket.
-async fn run_victim(env: &DaemonEnv, helper: &str) -> std::process::Output {
-    std::fs::set_permissions(env.tpm.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod dir");
-    std::fs::set_permissions(&env.socket, std::fs::Permissions::from_mode(0o666)).expect("chmod socket");
-    tokio::process::Command::new("setpriv")
-        .close_inherited_fds()
-        .args(["--reuid", &NOBODY.to_string(), "--regid", &NOBODY.to_string(), "--clear-groups"])
-        .arg(std::env::current_exe().expect("exe"))
-        .args(["--ignored", "--exact", helper, "--nocapture"])
-        .env("TPM_VAULT_TEST_SOCKET", &env.socket)
-        .output()
-        .await
-        .expect("setpriv")
 }
 
 /// More self-signed certificates in flight from one client than it has TPM slots: each call

@@ -305,6 +305,38 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// uid 65534 (`nobody`), the other client of the tests that need two uids.
+pub const NOBODY: u32 = 65534;
+
+/// A request to sign a one-byte message with `name`.
+pub fn sign_request(name: &str) -> tpm_vault_proto::v1::SignRequest {
+    tpm_vault_proto::v1::SignRequest {
+        name: name.into(),
+        input: Some(tpm_vault_proto::v1::sign_request::Input::Message(vec![1])),
+        hash: 0,
+        scheme: 0,
+        auth: vec![],
+    }
+}
+
+/// Runs the ignored test `helper` of the calling test binary as uid [`NOBODY`] (no
+/// supplementary groups), with `env`'s socket in `TPM_VAULT_TEST_SOCKET` and made reachable
+/// for it; returns its output.
+pub async fn run_as_nobody(env: &DaemonEnv, helper: &str) -> std::process::Output {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(env.tpm.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod dir");
+    std::fs::set_permissions(&env.socket, std::fs::Permissions::from_mode(0o666)).expect("chmod socket");
+    tokio::process::Command::new("setpriv")
+        .close_inherited_fds()
+        .args(["--reuid", &NOBODY.to_string(), "--regid", &NOBODY.to_string(), "--clear-groups"])
+        .arg(std::env::current_exe().expect("exe"))
+        .args(["--ignored", "--exact", helper, "--nocapture"])
+        .env("TPM_VAULT_TEST_SOCKET", &env.socket)
+        .output()
+        .await
+        .expect("setpriv")
+}
+
 /// A policy file granting the test process's own uid every operation on every key (the
 /// daemon denies by default).
 pub fn allow_self_policy() -> String {
