@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tpm_vault_daemon::spawn::CloseInheritedFds as _;
 
-use support::{DaemonEnv, TpmEnv};
+use support::{nobody_channel, DaemonEnv, TpmEnv};
 use tonic::Code;
 use tpm_vault_daemon::auth::audit::AuditLog;
 use tpm_vault_daemon::auth::{Access, Policy};
@@ -65,17 +65,6 @@ async fn another_uid_gets_exactly_what_its_rule_allows_and_the_audit_log_has_bot
     assert!(by_nobody("delete", "web-1", "deny"), "{log}");
     assert!(entries.iter().any(|e| e["rule"] == "nobody-web" && e["outcome"] == "ok"), "{log}");
     env.stop().await;
-}
-
-/// In a helper child: checks it runs as uid 65534 and connects to the parent's daemon.
-async fn nobody_channel() -> tonic::transport::Channel {
-    let socket = std::env::var("TPM_VAULT_TEST_SOCKET").expect("socket env");
-    assert_eq!(nix::unistd::getuid().as_raw(), NOBODY);
-    tonic::transport::Endpoint::from_shared(format!("unix://{socket}"))
-        .expect("endpoint")
-        .connect()
-        .await
-        .expect("connect")
 }
 
 /// Runs in the child process as uid 65534 (see above); ignored in normal runs.

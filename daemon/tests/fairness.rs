@@ -5,13 +5,10 @@
 
 mod support;
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::{sign_request, DaemonEnv, TpmEnv, NOBODY};
-use tpm_vault_daemon::auth::audit::AuditLog;
-use tpm_vault_daemon::auth::{Access, Policy};
+use support::sign_request;
 use tpm_vault_proto::v1 as pb;
 
 const FLOOD: usize = 64;
@@ -23,14 +20,7 @@ fn median(mut v: Vec<Duration>) -> Duration {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_greedy_client_cannot_starve_another() {
-    let tpm = TpmEnv::start();
-    let mut policy = Policy::default();
-    let text = format!(
-        "{}\n[[rule]]\nclients = [\"uid:{NOBODY}\"]\nkeys = [\"fair-*\"]\noperations = [\"sign\"]\n",
-        support::allow_self_policy()
-    );
-    policy.add_file(Path::new("t.toml"), &text).expect("policy");
-    let env = DaemonEnv::start_with(tpm, Arc::new(Access::with_policy(policy, AuditLog::tracing_only()))).await;
+    let env = support::daemon_where_nobody_signs("fair-*").await;
     let mut keys = env.keys().await;
     for n in ["fair-flood", "fair-victim"] {
         keys.create_key(pb::CreateKeyRequest { name: n.into(), algorithm: 0, pcr_binding: None, auth: vec![] })
@@ -84,13 +74,7 @@ async fn a_greedy_client_cannot_starve_another() {
 #[tokio::test]
 #[ignore = "helper: run by a_greedy_client_cannot_starve_another"]
 async fn victim() {
-    let socket = std::env::var("TPM_VAULT_TEST_SOCKET").expect("socket env");
-    let channel = tonic::transport::Endpoint::from_shared(format!("unix://{socket}"))
-        .expect("endpoint")
-        .connect()
-        .await
-        .expect("connect");
-    let mut c = pb::key_service_client::KeyServiceClient::new(channel);
+    let mut c = pb::key_service_client::KeyServiceClient::new(support::nobody_channel().await);
     let mut lat = Vec::new();
     for _ in 0..40 {
         let t = Instant::now();

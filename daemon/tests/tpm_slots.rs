@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::{sign_request, DaemonEnv, TpmEnv, NOBODY};
+use support::{sign_request, DaemonEnv, TpmEnv};
 use tonic::Code;
 use tpm_vault_daemon::auth::audit::AuditLog;
 use tpm_vault_daemon::auth::limits::DEFAULT_PER_CLIENT;
@@ -28,14 +28,7 @@ const VICTIM_SIGNS: usize = 40;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_decrypt_flood_leaves_another_clients_signatures_fast() {
-    let tpm = TpmEnv::start();
-    let mut policy = Policy::default();
-    let text = format!(
-        "{}\n[[rule]]\nclients = [\"uid:{NOBODY}\"]\nkeys = [\"victim\"]\noperations = [\"sign\"]\n",
-        support::allow_self_policy()
-    );
-    policy.add_file(Path::new("t.toml"), &text).expect("policy");
-    let env = DaemonEnv::start_with(tpm, Arc::new(Access::with_policy(policy, AuditLog::tracing_only()))).await;
+    let env = support::daemon_where_nobody_signs("victim").await;
     let channel = env.channel().await;
     let mut keys = pb::key_service_client::KeyServiceClient::new(channel.clone());
     keys.create_key(pb::CreateKeyRequest { name: "victim".into(), algorithm: 0, pcr_binding: None, auth: vec![] })
@@ -118,14 +111,7 @@ async fn decrypt_error(
 #[tokio::test]
 #[ignore = "helper: run by a_decrypt_flood_leaves_another_clients_signatures_fast"]
 async fn victim_signs() {
-    let socket = std::env::var("TPM_VAULT_TEST_SOCKET").expect("socket env");
-    assert_eq!(nix::unistd::getuid().as_raw(), NOBODY);
-    let channel = tonic::transport::Endpoint::from_shared(format!("unix://{socket}"))
-        .expect("endpoint")
-        .connect()
-        .await
-        .expect("connect");
-    let mut c = pb::key_service_client::KeyServiceClient::new(channel);
+    let mut c = pb::key_service_client::KeyServiceClient::new(support::nobody_channel().await);
     let mut lat = Vec::new();
     for _ in 0..VICTIM_SIGNS {
         let t = Instant::now();

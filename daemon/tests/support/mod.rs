@@ -337,6 +337,31 @@ pub async fn run_as_nobody(env: &DaemonEnv, helper: &str) -> std::process::Outpu
         .expect("setpriv")
 }
 
+/// A daemon where this process may do everything and uid [`NOBODY`] may sign with the keys
+/// `glob` matches.
+pub async fn daemon_where_nobody_signs(glob: &str) -> DaemonEnv {
+    let text = format!(
+        "{}\n[[rule]]\nclients = [\"uid:{NOBODY}\"]\nkeys = [\"{glob}\"]\noperations = [\"sign\"]\n",
+        allow_self_policy()
+    );
+    let mut policy = tpm_vault_daemon::auth::Policy::default();
+    policy.add_file(Path::new("t.toml"), &text).expect("policy");
+    let audit = tpm_vault_daemon::auth::audit::AuditLog::tracing_only();
+    let access = tpm_vault_daemon::auth::Access::with_policy(policy, audit);
+    DaemonEnv::start_with(TpmEnv::start(), std::sync::Arc::new(access)).await
+}
+
+/// In a child [`run_as_nobody`] started: a channel to the parent's daemon.
+pub async fn nobody_channel() -> tonic::transport::Channel {
+    let socket = std::env::var("TPM_VAULT_TEST_SOCKET").expect("socket env");
+    assert_eq!(nix::unistd::getuid().as_raw(), NOBODY);
+    tonic::transport::Endpoint::from_shared(format!("unix://{socket}"))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect")
+}
+
 /// A policy file granting the test process's own uid every operation on every key (the
 /// daemon denies by default).
 pub fn allow_self_policy() -> String {
