@@ -10,8 +10,8 @@
 use std::path::Path;
 
 use anyhow::{ensure, Context as _, Result};
-use tpm_vault_daemon::auth::{Decision, Identity, Operation, Policy, UnixIdentity};
-use tpm_vault_daemon::model::KeyName;
+use tpm_vault_daemon::auth::{Decision, GroupsSource, Identity, Operation, Policy, UnixIdentity};
+use tpm_vault_daemon::model::{KeyName, Owner};
 
 use crate::sign::{timed_loop, Pids, Timing};
 use crate::stats::Measurement;
@@ -61,13 +61,17 @@ impl PolicySetup {
             pid: Some(1),
             user: Some("www-data".into()),
             groups: vec![(33, "www-data".into())],
+            groups_source: GroupsSource::Nss,
         });
         let key = KeyName::try_from("web-frontend-1").context("key name")?;
         Ok(Self { policy, who, key })
     }
 
     fn allowed(&self) -> bool {
-        matches!(self.policy.decide(&self.who, Operation::Sign, Some(&self.key), Some(0)), Decision::Allow(_))
+        matches!(
+            self.policy.decide(&self.who, Operation::Sign, Some(&self.key), Some(&Owner::Uid(0))),
+            Decision::Allow(_)
+        )
     }
 
     /// Times batches of decisions; checks that the first batch allows every request.

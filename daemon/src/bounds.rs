@@ -48,6 +48,7 @@ impl ConnectionLimits {
     /// Admits `stream` if its uid (from `SO_PEERCRED`; unknown counts as one uid) and the
     /// daemon are under their bounds; otherwise drops it, which closes it.
     pub fn admit(&self, stream: UnixStream) -> Option<Counted> {
+        use std::os::fd::AsFd as _;
         let uid = stream.peer_cred().map_or(u32::MAX, |c| c.uid());
         let mut open = self.shared.open.lock().unwrap_or_else(PoisonError::into_inner);
         let (total, per_uid) = &mut *open;
@@ -60,7 +61,10 @@ impl ConnectionLimits {
         }
         *total += 1;
         per_uid.insert(uid, mine + 1);
-        Some(Counted { stream, _slot: Slot { counts: self.shared.clone(), uid } })
+        drop(open);
+        // The peer's groups as the kernel recorded them at connect, read once per connection.
+        let groups = crate::auth::peer_groups(stream.as_fd()).map(Arc::from);
+        Some(Counted { stream, groups, _slot: Slot { counts: self.shared.clone(), uid } })
     }
 
     /// Connections open now (for tests and status).
@@ -90,18 +94,20 @@ impl Drop for Slot {
     }
 }
 
-/// An admitted Unix connection: the stream itself, counted until dropped.
+/// An admitted Unix connection: the stream itself, counted until dropped, and its peer's
+/// groups, which every request on it carries ([`crate::auth::UnixConnectInfo`]).
 #[derive(Debug)]
 pub struct Counted {
     stream: UnixStream,
+    groups: Option<Arc<[u32]>>,
     _slot: Slot,
 }
 
 impl Connected for Counted {
-    type ConnectInfo = <UnixStream as Connected>::ConnectInfo;
+    type ConnectInfo = crate::auth::UnixConnectInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.stream.connect_info()
+        crate::auth::UnixConnectInfo { uds: self.stream.connect_info(), groups: self.groups.clone() }
     }
 }
 

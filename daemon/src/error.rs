@@ -22,7 +22,8 @@ pub enum Error {
     /// store's [`StoreError::Exists`] becomes this).
     #[error("key {:?} already exists", .0.as_str())]
     KeyExists(KeyName),
-    /// The access policy denies the operation.
+    /// The access policy denies the operation (also when a write's re-check under the store's
+    /// lock refuses it: [`StoreError::Refused`] becomes this).
     #[error("{0}")]
     PermissionDenied(String),
     /// The device has no measured-boot event log (none configured, or no file at its path).
@@ -61,6 +62,7 @@ impl From<StoreError> for Error {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Exists(name) => Self::KeyExists(name),
+            e @ StoreError::Refused { .. } => Self::PermissionDenied(e.to_string()),
             other => Self::Store(other),
         }
     }

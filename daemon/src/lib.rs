@@ -13,7 +13,8 @@
 //! - [`store`]: the state directory (one crash-safe record table per kind), trusted only when
 //!   nobody else can change it, read without following links or waiting on FIFOs.
 //! - [`crypto`]: in-core cryptography: signature verification, the envelopes' AEAD, the
-//!   stream format, the DRBG every key comes from, and the post-quantum algorithms.
+//!   stream format, the DRBG every key comes from, opaque page tokens, and the post-quantum
+//!   algorithms.
 //! - [`model`]: validated domain types; [`error`]: the error type; [`metrics`]: counters.
 //! - [`bounds`]: connection and message bounds that hold before authorization.
 //! - [`config`], [`server`], [`simulator`]: configuration, the listener/lifecycle, and the
@@ -28,7 +29,8 @@
 //! - `fuzzing` (hidden): the fuzz targets' way into parsers private to their modules.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![deny(missing_docs, missing_debug_implementations)]
-// One audited exception: `spawn` runs a close_range hook between fork and exec.
+// Two audited exceptions: `spawn` runs a close_range hook between fork and exec, and
+// `auth::peer::peer_groups` reads SO_PEERGROUPS (getsockopt) into a buffer it owns.
 #![deny(unsafe_code)]
 
 pub mod auth;

@@ -79,6 +79,53 @@ impl fmt::Display for KeyName {
     }
 }
 
+/// Who created a record: owner-only access rules compare the caller with it. A record keeps
+/// it as `owner_uid` plus, for a TLS client, `owner_certificate` (see `store::record`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Owner {
+    /// A local client on the Unix socket, by uid.
+    Uid(u32),
+    /// A client of the TLS listener, by its certificate identity (subject or SPIFFE ID).
+    Certificate(String),
+}
+
+impl Owner {
+    /// The `owner_uid` a record made by a TLS client holds: `(uid_t)-1`, which no process can
+    /// have (`setuid(-1)` means "leave unchanged"), so no local client ever matches it.
+    pub const CERTIFICATE_UID: u32 = u32::MAX;
+
+    /// The owner a record's `owner_uid` and `owner_certificate` fields name.
+    pub fn from_fields(uid: u32, certificate: Option<&str>) -> Self {
+        match certificate {
+            Some(c) => Self::Certificate(c.to_owned()),
+            None => Self::Uid(uid),
+        }
+    }
+
+    /// The record fields for this owner: `owner_uid` and `owner_certificate`.
+    pub fn to_fields(&self) -> (u32, Option<String>) {
+        match self {
+            Self::Uid(u) => (*u, None),
+            Self::Certificate(c) => (Self::CERTIFICATE_UID, Some(c.clone())),
+        }
+    }
+}
+
+impl From<u32> for Owner {
+    fn from(uid: u32) -> Self {
+        Self::Uid(uid)
+    }
+}
+
+impl fmt::Display for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Uid(u) => write!(f, "uid {u}"),
+            Self::Certificate(c) => write!(f, "certificate {c:?}"),
+        }
+    }
+}
+
 /// Shortens untrusted input before it is echoed in an error message.
 pub(crate) fn truncate_for_message(s: &str) -> String {
     const MAX: usize = 80;

@@ -72,6 +72,7 @@ impl MetricsSource {
             state: shared.state(),
             tpm_errors: shared.errors_by_class(),
             keys,
+            corrupt_records: self.vault.corrupt_records(),
             uptime: self.vault.uptime(),
             simulator: self.vault.is_simulator(),
             software_tpm: self.vault.software_tpm().is_some(),
@@ -253,6 +254,7 @@ struct Snapshot {
     state: TpmState,
     tpm_errors: BTreeMap<&'static str, u64>,
     keys: Option<usize>,
+    corrupt_records: u64,
     uptime: Duration,
     simulator: bool,
     software_tpm: bool,
@@ -301,6 +303,13 @@ impl Snapshot {
         if let Some(keys) = self.keys {
             gauge(o, "tpm_vault_keys", "Keys in the state directory.", keys as u64);
         }
+        header(
+            o,
+            "tpm_vault_store_corrupt_records_total",
+            "counter",
+            "Key records a listing skipped because they do not parse.",
+        );
+        line(o, "tpm_vault_store_corrupt_records_total", &[], self.corrupt_records);
         header(o, "tpm_vault_tpm_up", "gauge", "1 when the TPM is connected and its storage root key checked.");
         line(o, "tpm_vault_tpm_up", &[], u64::from(self.state == TpmState::Ready));
         header(o, "tpm_vault_tpm_state", "gauge", "TPM connection state (1 for the current state).");
@@ -519,6 +528,7 @@ mod tests {
             state: TpmState::Ready,
             tpm_errors: [("unavailable", 4u64)].into_iter().collect(),
             keys: Some(5),
+            corrupt_records: 6,
             uptime: Duration::from_secs(7),
             simulator: true,
             software_tpm: true,
@@ -560,6 +570,8 @@ mod tests {
             "tpm_vault_tpm_state{state=\"down\"} 0\n",
             "tpm_vault_tpm_up 1\n",
             "tpm_vault_keys 5\n",
+            "# TYPE tpm_vault_store_corrupt_records_total counter\n",
+            "tpm_vault_store_corrupt_records_total 6\n",
             "tpm_vault_simulator 1\n",
             "tpm_vault_uptime_seconds 7\n",
             "tpm_vault_software_tpm 1\n",

@@ -3,8 +3,10 @@
 //! what it does, and the audit log records both; reloads under load never fail a request for
 //! any reason but the policy; every shipped policy file loads; owner-only rules compare the
 //! caller with the owner of the record the request acts on (signing key, sealed secret or
-//! data key: three namespaces), so a signing key named like someone's secret opens nothing; a
-//! flood of denials is summed up in the audit log and slows no other client.
+//! data key: three namespaces), so a signing key named like someone's secret opens nothing;
+//! group rules match the supplementary groups the kernel says the peer has (SO_PEERGROUPS),
+//! not the user's groups in the group database; a flood of denials is summed up in the audit
+//! log and slows no other client.
 
 mod support;
 
@@ -14,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tpm_vault_daemon::spawn::CloseInheritedFds as _;
 
-use support::{DaemonEnv, TpmEnv};
+use support::{nobody_channel, DaemonEnv, TpmEnv};
 use tonic::Code;
 use tpm_vault_daemon::auth::audit::AuditLog;
 use tpm_vault_daemon::auth::{Access, Policy};
@@ -66,17 +68,6 @@ async fn another_uid_gets_exactly_what_its_rule_allows_and_the_audit_log_has_bot
     env.stop().await;
 }
 
-/// In a helper child: checks it runs as uid 65534 and connects to the parent's daemon.
-async fn nobody_channel() -> tonic::transport::Channel {
-    let socket = std::env::var("TPM_VAULT_TEST_SOCKET").expect("socket env");
-    assert_eq!(nix::unistd::getuid().as_raw(), NOBODY);
-    tonic::transport::Endpoint::from_shared(format!("unix://{socket}"))
-        .expect("endpoint")
-        .connect()
-        .await
-        .expect("connect")
-}
-
 /// Runs in the child process as uid 65534 (see above); ignored in normal runs.
 #[tokio::test]
 #[ignore = "helper: run by another_uid_gets_exactly_what_its_rule_allows_and_the_audit_log_has_both"]
@@ -102,12 +93,17 @@ async fn client_running_as_nobody() {
 
 /// Runs the ignored test `helper` of this binary as uid 65534 against `env`'s socket.
 fn run_as_nobody(env: &DaemonEnv, helper: &str) {
-    passed(nobody_command(env, helper).output().expect("setpriv"));
+    run_as_nobody_with(env, helper, &["--clear-groups"]);
 }
 
-/// The command running the ignored test `helper` of this binary as uid 65534 against `env`'s
-/// socket.
-fn nobody_command(env: &DaemonEnv, helper: &str) -> std::process::Command {
+/// [`run_as_nobody`] with `groups`, setpriv's options for the supplementary groups.
+fn run_as_nobody_with(env: &DaemonEnv, helper: &str, groups: &[&str]) {
+    passed(nobody_command(env, helper, groups).output().expect("setpriv"));
+}
+
+/// The command running the ignored test `helper` of this binary as uid 65534, with setpriv's
+/// supplementary-group options `groups`, against `env`'s socket.
+fn nobody_command(env: &DaemonEnv, helper: &str, groups: &[&str]) -> std::process::Command {
     // Let uid 65534 reach the socket in our temp dir.
     std::fs::set_permissions(env.tpm.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod dir");
     std::fs::set_permissions(&env.socket, std::fs::Permissions::from_mode(0o666)).expect("chmod socket");
@@ -115,7 +111,8 @@ fn nobody_command(env: &DaemonEnv, helper: &str) -> std::process::Command {
     let mut command = std::process::Command::new("setpriv");
     command
         .close_inherited_fds()
-        .args(["--reuid", &NOBODY.to_string(), "--regid", &NOBODY.to_string(), "--clear-groups"])
+        .args(["--reuid", &NOBODY.to_string(), "--regid", &NOBODY.to_string()])
+        .args(groups)
         .arg(exe)
         .args(["--ignored", "--exact", helper, "--nocapture"])
         .env("TPM_VAULT_TEST_SOCKET", &env.socket);
@@ -258,7 +255,7 @@ async fn a_flood_of_denials_is_summed_up_and_does_not_slow_other_clients() {
     let mut c = env.keys().await;
     c.create_key(create("mine")).await.expect("create");
 
-    let mut flood = nobody_command(&env, "flood_of_denials_as_nobody");
+    let mut flood = nobody_command(&env, "flood_of_denials_as_nobody", &["--clear-groups"]);
     let started = std::time::Instant::now();
     let flood = tokio::task::spawn_blocking(move || flood.output().expect("setpriv"));
     let (mut signs, mut slowest) = (0, Duration::ZERO);
@@ -331,6 +328,63 @@ async fn flood_of_denials_as_nobody() {
     for task in tasks {
         task.await.expect("flooding task");
     }
+}
+
+/// A group no user lists in the group database: only the kernel knows a process has it.
+const KERNEL_ONLY_GID: u32 = 4321;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_rules_match_the_groups_the_kernel_says_the_peer_has() {
+    assert!(nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(KERNEL_ONLY_GID)).ok().flatten().is_none());
+    let tpm = TpmEnv::start();
+    let audit_path = tpm.path().join("audit.jsonl");
+    let mut policy = Policy::default();
+    let text = format!(
+        "{}\n[[rule]]\nname = \"by-group\"\nclients = [\"gid:{KERNEL_ONLY_GID}\"]\nkeys = [\"grp-*\"]\n\
+         operations = [\"sign\"]\n",
+        support::allow_self_policy()
+    );
+    policy.add_file(Path::new("test.toml"), &text).expect("policy");
+    let access = Access::with_policy(policy, AuditLog::with_file(&audit_path).expect("audit file"));
+    let env = DaemonEnv::start_with(tpm, Arc::new(access)).await;
+    env.keys().await.create_key(create("grp-1")).await.expect("create");
+    // uid 65534 with the group as a supplementary group (setgroups), which NSS does not list
+    // for nobody: allowed. The same uid without it: denied.
+    let gid = KERNEL_ONLY_GID.to_string();
+    run_as_nobody_with(&env, "group_member_running_as_nobody", &["--groups", &gid]);
+    run_as_nobody_with(&env, "non_member_running_as_nobody", &["--clear-groups"]);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let log = std::fs::read_to_string(&audit_path).expect("audit log");
+    let entries: Vec<serde_json::Value> = log.lines().map(|l| serde_json::from_str(l).expect("json line")).collect();
+    let signs = |decision: &str| {
+        entries
+            .iter()
+            .filter(|e| e["uid"] == NOBODY && e["op"] == "sign" && e["decision"] == decision)
+            .collect::<Vec<_>>()
+    };
+    let (allowed, denied) = (signs("allow"), signs("deny"));
+    assert!(allowed.len() == 1 && allowed[0]["rule"] == "by-group", "{log}");
+    assert_eq!(denied.len(), 1, "{log}");
+    // Each record says where the groups came from.
+    assert!(allowed.iter().chain(&denied).all(|e| e["groups"] == "SO_PEERGROUPS"), "{log}");
+    env.stop().await;
+}
+
+/// Runs in the child process as uid 65534 with group 4321; ignored in normal runs.
+#[tokio::test]
+#[ignore = "helper: run by group_rules_match_the_groups_the_kernel_says_the_peer_has"]
+async fn group_member_running_as_nobody() {
+    assert!(nix::unistd::getgroups().expect("groups").contains(&nix::unistd::Gid::from_raw(KERNEL_ONLY_GID)));
+    let mut c = pb::key_service_client::KeyServiceClient::new(nobody_channel().await);
+    c.sign(sign("grp-1")).await.expect("a member of the group signs");
+}
+
+/// Runs in the child process as uid 65534 without supplementary groups; ignored in normal runs.
+#[tokio::test]
+#[ignore = "helper: run by group_rules_match_the_groups_the_kernel_says_the_peer_has"]
+async fn non_member_running_as_nobody() {
+    let mut c = pb::key_service_client::KeyServiceClient::new(nobody_channel().await);
+    denied(c.sign(sign("grp-1")).await, "sign without the group");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -165,7 +165,9 @@ impl TlsDaemon {
              [[rule]]\nname = \"agent-1\"\nclients = [\"cert:CN=agent-1,O=Example\"]\nkeys = [\"svc\"]\n\
              operations = [\"sign\", \"public\"]\n\n\
              [[rule]]\nname = \"spiffe\"\nclients = [\"cert:spiffe://example.org/agent-3\"]\nkeys = [\"svc\"]\n\
-             operations = [\"sign\"]\n"
+             operations = [\"sign\"]\n\n\
+             [[rule]]\nname = \"own\"\nclients = [\"any\"]\nkeys = [\"own-*\"]\n\
+             operations = [\"create\", \"sign\", \"public\", \"delete\"]\nowner_only = true\n"
         );
         let mut policy = Policy::default();
         policy.add_file(std::path::Path::new("tls.toml"), &policy_text).unwrap();
@@ -295,6 +297,41 @@ async fn client_certificates_are_required_and_matched_by_policy() {
     assert_eq!(served, expected);
     assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
     drop(tls);
+    d.stop().await;
+}
+
+/// A key created over TLS belongs to the certificate identity that created it: owner-only rules
+/// let that certificate (and no other, nor any local uid) use it, and the record says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_created_over_tls_belong_to_the_certificate() {
+    let d = TlsDaemon::start().await;
+    let agent1 = channel(d.addr, client_config(&d.server_ca, Some(agent(&d.client_ca, "agent-1")))).await.unwrap();
+    let agent2 = channel(d.addr, client_config(&d.server_ca, Some(agent(&d.client_ca, "agent-2")))).await.unwrap();
+    let create = pb::CreateKeyRequest { name: "own-agent".into(), ..Default::default() };
+    let created = KeyServiceClient::new(agent1.clone()).create_key(create).await.unwrap().into_inner();
+    // The creator signs with it; another certificate may not.
+    sign(d.addr, client_config(&d.server_ca, Some(agent(&d.client_ca, "agent-1"))), "own-agent").await.unwrap();
+    assert_eq!(created.owner_uid, u32::MAX, "no uid owns it");
+    let e = sign(d.addr, client_config(&d.server_ca, Some(agent(&d.client_ca, "agent-2"))), "own-agent").await;
+    assert_eq!(e.unwrap_err().code(), Code::PermissionDenied);
+    let get = pb::GetKeyRequest { name: "own-agent".into() };
+    assert_eq!(KeyServiceClient::new(agent2.clone()).get_key(get).await.unwrap_err().code(), Code::PermissionDenied);
+    // The record names the certificate.
+    let record = std::fs::read_to_string(d.env.state_dir().join("keys/own-agent.key")).unwrap();
+    let record: serde_json::Value = serde_json::from_str(&record).unwrap();
+    assert_eq!(record["owner_certificate"], "CN=agent-1,O=Example");
+    assert_eq!(record["owner_uid"], u32::MAX);
+    // A key agent-2 creates is agent-2's, and agent-1 cannot delete it.
+    let create = pb::CreateKeyRequest { name: "own-other".into(), ..Default::default() };
+    KeyServiceClient::new(agent2).create_key(create).await.unwrap();
+    let delete = pb::DeleteKeyRequest { name: "own-other".into() };
+    let e = KeyServiceClient::new(agent1.clone()).delete_key(delete).await.unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied);
+    // The creator lists only its own.
+    let list = KeyServiceClient::new(agent1.clone()).list_keys(pb::ListKeysRequest::default()).await.unwrap();
+    assert_eq!(list.into_inner().keys.iter().map(|k| k.name.as_str()).collect::<Vec<_>>(), ["own-agent", "svc"]);
+    let delete = pb::DeleteKeyRequest { name: "own-agent".into() };
+    KeyServiceClient::new(agent1).delete_key(delete).await.unwrap();
     d.stop().await;
 }
 

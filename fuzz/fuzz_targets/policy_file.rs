@@ -8,8 +8,8 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use tpm_vault_daemon::auth::{Decision, Identity, Operation, Policy, UnixIdentity};
-use tpm_vault_daemon::model::KeyName;
+use tpm_vault_daemon::auth::{Decision, GroupsSource, Identity, Operation, Policy, UnixIdentity};
+use tpm_vault_daemon::model::{KeyName, Owner};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
@@ -24,6 +24,7 @@ fuzz_target!(|data: &[u8]| {
                     pid: None,
                     user: Some("root".into()),
                     groups: vec![(0, "root".into())],
+                    groups_source: GroupsSource::Kernel,
                 }),
                 Identity::Unix(UnixIdentity {
                     uid: 1000,
@@ -31,6 +32,7 @@ fuzz_target!(|data: &[u8]| {
                     pid: Some(1),
                     user: None,
                     groups: vec![(990, "tpm-vault".into())],
+                    groups_source: GroupsSource::Nss,
                 }),
                 Identity::Cert { subject: "CN=agent".into() },
             ];
@@ -38,13 +40,19 @@ fuzz_target!(|data: &[u8]| {
                 ["web-1", "a", "x.y_z-0"].iter().filter_map(|k| KeyName::try_from(*k).ok()).collect();
             for w in &who {
                 for op in Operation::ALL {
-                    for owner in [None, Some(0), Some(1000)] {
+                    let owners = [
+                        None,
+                        Some(Owner::Uid(0)),
+                        Some(Owner::Uid(1000)),
+                        Some(Owner::Certificate("CN=agent".into())),
+                    ];
+                    for owner in &owners {
                         for k in &keys {
-                            if let Decision::Allow(rule) = policy.decide(w, op, Some(k), owner) {
+                            if let Decision::Allow(rule) = policy.decide(w, op, Some(k), owner.as_ref()) {
                                 assert!(!rule.is_empty());
                             }
                         }
-                        let _ = policy.decide(w, op, None, owner);
+                        let _ = policy.decide(w, op, None, owner.as_ref());
                     }
                 }
             }

@@ -1,8 +1,8 @@
 //! The audit trail: one structured event per access decision on the `audit` tracing target
-//! (time, client, operation, key, decision, rule, outcome), and optionally the same as JSON
-//! lines appended to a file in batches by a background thread ([`BatchedWriter`]: loggers
-//! never wait for it; past its bound it drops lines, counted and reported, see
-//! [`crate::logwriter`]). Never contains secrets.
+//! (time, client, where a local client's groups came from, operation, key, decision, rule,
+//! outcome), and optionally the same as JSON lines appended to a file in batches by a
+//! background thread ([`BatchedWriter`]: loggers never wait for it; past its bound it drops
+//! lines, counted and reported, see [`crate::logwriter`]). Never contains secrets.
 //!
 //! Repeated refusals are aggregated, so a client with no rights cannot flood the journal: of
 //! the requests refused for one client (uid or certificate subject), operation and reason
@@ -121,10 +121,10 @@ struct Sink {
 
 impl Sink {
     fn write(&self, e: &Entry<'_>) {
-        let (uid, user, pid, subject) = match e.who {
-            Identity::Unix(u) => (Some(u.uid), u.user.as_deref(), u.pid, None),
-            Identity::Cert { subject } => (None, None, None, Some(subject.as_str())),
-            Identity::Unknown => (None, None, None, None),
+        let (uid, user, pid, subject, groups) = match e.who {
+            Identity::Unix(u) => (Some(u.uid), u.user.as_deref(), u.pid, None, Some(u.groups_source.as_str())),
+            Identity::Cert { subject } => (None, None, None, Some(subject.as_str()), None),
+            Identity::Unknown => (None, None, None, None, None),
         };
         tracing::info!(
             target: "audit",
@@ -132,6 +132,7 @@ impl Sink {
             user,
             pid,
             subject,
+            groups,
             op = e.op.as_str(),
             key = e.key,
             decision = e.decision,
@@ -144,7 +145,7 @@ impl Sink {
             let time =
                 std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
             let mut line = serde_json::json!({
-                "time": time, "uid": uid, "user": user, "pid": pid, "subject": subject,
+                "time": time, "uid": uid, "user": user, "pid": pid, "subject": subject, "groups": groups,
                 "op": e.op.as_str(), "key": e.key, "decision": e.decision, "rule": e.rule, "outcome": e.outcome,
             });
             if let (Some(n), Some(fields)) = (e.repeated, line.as_object_mut()) {
@@ -471,7 +472,14 @@ mod tests {
     }
 
     fn unix(uid: u32, pid: i32) -> Identity {
-        Identity::Unix(super::super::UnixIdentity { uid, gid: uid, pid: Some(pid), user: None, groups: vec![] })
+        Identity::Unix(super::super::UnixIdentity {
+            uid,
+            gid: uid,
+            pid: Some(pid),
+            user: None,
+            groups: vec![],
+            groups_source: crate::auth::GroupsSource::Nss,
+        })
     }
 
     fn lines(path: &Path) -> Vec<serde_json::Value> {

@@ -13,11 +13,11 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-pub use peer::{identity, Identity, Peer, UnixIdentity};
+pub use peer::{identity, owner_of, peer_groups, GroupsSource, Identity, Peer, UnixConnectInfo, UnixIdentity};
 pub use policy::{Decision, Operation, Policy, PolicyError};
 
 use crate::error::Error;
-use crate::model::KeyName;
+use crate::model::{KeyName, Owner};
 
 /// The access-control state shared by every handler.
 #[derive(Debug)]
@@ -159,7 +159,7 @@ impl Access {
         who: Option<Identity>,
         op: Operation,
         key: Option<&KeyName>,
-        owner: Option<u32>,
+        owner: Option<&Owner>,
     ) -> Result<Grant, Error> {
         let Some(who) = who else {
             self.count_denial(op);
@@ -188,6 +188,13 @@ impl Access {
         }
     }
 
+    /// Whether the policy in force now allows `who` to do `op` on `key` owned by `owner`
+    /// (`None`: no such record). No audit record: for checks repeated inside a granted
+    /// request (see `rpc/call.rs`), whose outcome its own record carries.
+    pub fn allows(&self, who: &Identity, op: Operation, key: &KeyName, owner: Option<&Owner>) -> bool {
+        matches!(self.current().decide(who, op, Some(key), owner), Decision::Allow(_))
+    }
+
     /// Records the outcome of a granted request.
     pub fn finish(&self, grant: &Grant, outcome: &str) {
         self.audit.record(&grant.who, grant.op, grant.key.as_deref(), "allow", Some(&grant.rule), outcome);
@@ -207,7 +214,7 @@ mod tests {
 
     /// A client whose uid no user has (so its identity does not depend on the machine).
     fn alice() -> Identity {
-        Identity::Unix(UnixIdentity::resolve(4_000_000, 4_000_000, None))
+        Identity::Unix(UnixIdentity::resolve(4_000_000, 4_000_000, None, None))
     }
 
     fn access(text: &str) -> Access {

@@ -1,10 +1,19 @@
 //! Client identity from the transport. On the Unix socket it comes from SO_PEERCRED (uid, gid,
-//! pid), which the kernel vouches for; user and group names are resolved from the system
-//! databases (NSS) so policies can name them.
+//! pid) and SO_PEERGROUPS (the supplementary groups), which the kernel vouches for, as they
+//! were when the client connected; user and group names are resolved from the system databases
+//! (NSS) so policies can name them. Only where the kernel lacks SO_PEERGROUPS (before Linux
+//! 4.13) are the groups NSS's list for the user (`getgrouplist`), which misses groups a process
+//! was given or dropped (`setgroups`, `newgrp`, `systemd`'s `SupplementaryGroups=`); each audit
+//! record says which source its groups came from ([`GroupsSource`]).
 
 use std::fmt;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::sync::Arc;
 
 use tonic::transport::server::UdsConnectInfo;
+
+use crate::error::Error;
+use crate::model::Owner;
 
 /// An authenticated client.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,24 +40,57 @@ pub struct UnixIdentity {
     pub pid: Option<i32>,
     /// User name, if the uid resolves.
     pub user: Option<String>,
-    /// Groups (primary and supplementary of the user), id and name.
+    /// Groups (primary and supplementary), id and name.
     pub groups: Vec<(u32, String)>,
+    /// Where the supplementary groups came from.
+    pub groups_source: GroupsSource,
+}
+
+/// Where a local client's supplementary groups came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupsSource {
+    /// The kernel's record of the connecting process (`SO_PEERGROUPS`).
+    Kernel,
+    /// The user's groups in the system's group database (`getgrouplist`): the kernel lacks
+    /// `SO_PEERGROUPS`, or there is no connection (CheckAccess asks about a uid).
+    Nss,
+}
+
+impl GroupsSource {
+    /// The name audit records use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Kernel => "SO_PEERGROUPS",
+            Self::Nss => "getgrouplist",
+        }
+    }
 }
 
 impl UnixIdentity {
-    /// Resolves names and groups for a uid/gid pair (blocking NSS lookups; fast for local
-    /// files, cached by callers where it matters).
-    pub fn resolve(uid: u32, gid: u32, pid: Option<i32>) -> Self {
+    /// Resolves names for a uid/gid pair, with the supplementary groups the kernel reported
+    /// for the peer (`kernel_groups`, from [`peer_groups`]) or, when there are none to go by,
+    /// NSS's list for the user (blocking NSS lookups; fast for local files, cached by callers
+    /// where it matters).
+    pub fn resolve(uid: u32, gid: u32, pid: Option<i32>, kernel_groups: Option<&[u32]>) -> Self {
         use nix::unistd::{getgrouplist, Gid, Group, Uid, User};
         let user = User::from_uid(Uid::from_raw(uid)).ok().flatten();
         let mut gids = vec![Gid::from_raw(gid)];
-        if let Some(u) = &user {
-            if let Ok(name) = std::ffi::CString::new(u.name.clone()) {
-                if let Ok(list) = getgrouplist(&name, Gid::from_raw(gid)) {
-                    gids.extend(list);
-                }
+        let groups_source = match kernel_groups {
+            Some(list) => {
+                gids.extend(list.iter().map(|&g| Gid::from_raw(g)));
+                GroupsSource::Kernel
             }
-        }
+            None => {
+                if let Some(u) = &user {
+                    if let Ok(name) = std::ffi::CString::new(u.name.clone()) {
+                        if let Ok(list) = getgrouplist(&name, Gid::from_raw(gid)) {
+                            gids.extend(list);
+                        }
+                    }
+                }
+                GroupsSource::Nss
+            }
+        };
         gids.sort_unstable_by_key(|g| g.as_raw());
         gids.dedup();
         let groups = gids
@@ -58,7 +100,68 @@ impl UnixIdentity {
                 (g.as_raw(), name)
             })
             .collect();
-        Self { uid, gid, pid, user: user.map(|u| u.name), groups }
+        Self { uid, gid, pid, user: user.map(|u| u.name), groups, groups_source }
+    }
+}
+
+/// The supplementary groups of the process at the other end of a connected Unix socket, as the
+/// kernel recorded them when it connected (`SO_PEERGROUPS`, Linux 4.13); `None` where the
+/// kernel lacks the option (or the socket has no peer credentials).
+pub fn peer_groups(socket: BorrowedFd<'_>) -> Option<Vec<u32>> {
+    use nix::errno::Errno;
+    use nix::libc;
+    const GID: usize = std::mem::size_of::<libc::gid_t>();
+    let mut groups: Vec<libc::gid_t> = vec![0; 64];
+    // Twice at most: a first answer of ERANGE says how much room the list needs.
+    for _ in 0..2 {
+        let mut len = libc::socklen_t::try_from(groups.len() * GID).ok()?;
+        // SAFETY (the crate's second audited `unsafe`; nix and rustix have no wrapper for this
+        // option): `groups` is a live, writable, gid_t-aligned buffer of `len` bytes that
+        // nothing else references during the call; the kernel writes at most `len` bytes into
+        // it and stores the length it wrote (or, failing with ERANGE, the length it needs) in
+        // `len`, a live socklen_t; `socket` is borrowed, so the descriptor stays open.
+        #[allow(unsafe_code)]
+        let rc = unsafe {
+            libc::getsockopt(
+                socket.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PEERGROUPS,
+                groups.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        let len = usize::try_from(len).ok()?;
+        match rc {
+            0 => {
+                groups.truncate(len.min(groups.len() * GID) / GID);
+                return Some(groups);
+            }
+            _ if Errno::last() == Errno::ERANGE && len > groups.len() * GID => groups.resize(len / GID, 0),
+            _ => return None,
+        }
+    }
+    None
+}
+
+/// What a connection on the Unix socket carries into each of its requests: tonic's peer
+/// credentials, and the peer's supplementary groups ([`peer_groups`], read once at accept).
+#[derive(Debug, Clone)]
+pub struct UnixConnectInfo {
+    /// Peer credentials and address.
+    pub uds: UdsConnectInfo,
+    /// The peer's supplementary groups; `None` where the kernel lacks `SO_PEERGROUPS`.
+    pub groups: Option<Arc<[u32]>>,
+}
+
+impl Identity {
+    /// The owner a record this client creates gets: its uid on the Unix socket, its
+    /// certificate identity on the TLS listener; `None` for an unidentified client.
+    pub fn owner(&self) -> Option<Owner> {
+        match self {
+            Self::Unix(u) => Some(Owner::Uid(u.uid)),
+            Self::Cert { subject } => Some(Owner::Certificate(subject.clone())),
+            Self::Unknown => None,
+        }
     }
 }
 
@@ -76,7 +179,7 @@ impl fmt::Display for Identity {
 }
 
 /// Raw peer credentials of a request on the Unix socket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Peer {
     /// Unix user id.
     pub uid: u32,
@@ -84,14 +187,20 @@ pub struct Peer {
     pub gid: u32,
     /// Process id, when known.
     pub pid: Option<i32>,
+    /// Supplementary groups from the kernel (`SO_PEERGROUPS`), when it reports them.
+    pub groups: Option<Arc<[u32]>>,
 }
 
 impl Peer {
     /// The credentials of the client that sent `req`. `None` when the transport carries none.
     pub fn of<T>(req: &tonic::Request<T>) -> Option<Peer> {
-        let info = req.extensions().get::<UdsConnectInfo>()?;
+        let ext = req.extensions();
+        let (info, groups) = match ext.get::<UnixConnectInfo>() {
+            Some(i) => (&i.uds, i.groups.clone()),
+            None => (ext.get::<UdsConnectInfo>()?, None),
+        };
         let cred = info.peer_cred?;
-        Some(Peer { uid: cred.uid(), gid: cred.gid(), pid: cred.pid() })
+        Some(Peer { uid: cred.uid(), gid: cred.gid(), pid: cred.pid(), groups })
     }
 }
 
@@ -102,34 +211,52 @@ pub fn identity<T>(req: &tonic::Request<T>) -> Option<Identity> {
         return Some(id.clone());
     }
     let p = Peer::of(req)?;
-    Some(Identity::Unix(resolve_cached(p.uid, p.gid, p.pid)))
+    Some(Identity::Unix(resolve_cached(p)))
+}
+
+/// The owner a record made by the client of `req` gets ([`Identity::owner`]), without
+/// resolving names: the certificate identity the TLS listener attached, or the peer's uid.
+///
+/// # Errors
+/// [`Error::PermissionDenied`] for a client without identity (which no rule grants anyway).
+pub fn owner_of<T>(req: &tonic::Request<T>) -> Result<Owner, Error> {
+    let owner = match req.extensions().get::<Identity>() {
+        Some(id) => id.owner(),
+        None => Peer::of(req).map(|p| Owner::Uid(p.uid)),
+    };
+    owner.ok_or_else(|| Error::PermissionDenied("client identity unknown".into()))
 }
 
 /// How long a resolved user/group lookup is reused. Name and group changes take effect within
 /// this time (and at once for new uids).
 const RESOLVE_TTL: std::time::Duration = std::time::Duration::from_secs(30);
 
-type ResolveCache = std::collections::HashMap<(u32, u32), (std::time::Instant, UnixIdentity)>;
+/// A resolved identity's cache key: uid, gid and the kernel's group list (if any).
+type ResolveKey = (u32, u32, Option<Arc<[u32]>>);
+
+type ResolveCache = std::collections::HashMap<ResolveKey, (std::time::Instant, UnixIdentity)>;
 
 /// [`UnixIdentity::resolve`] with a short-lived cache: NSS lookups read /etc/passwd and
 /// /etc/group (or ask a directory service) and would otherwise cost more than a TPM signature's
 /// share of the request path.
-fn resolve_cached(uid: u32, gid: u32, pid: Option<i32>) -> UnixIdentity {
+fn resolve_cached(peer: Peer) -> UnixIdentity {
     static CACHE: std::sync::OnceLock<std::sync::Mutex<ResolveCache>> = std::sync::OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
+    let Peer { uid, gid, pid, groups } = peer;
+    let key = (uid, gid, groups);
     if let Ok(map) = cache.lock() {
-        if let Some((at, id)) = map.get(&(uid, gid)) {
+        if let Some((at, id)) = map.get(&key) {
             if at.elapsed() < RESOLVE_TTL {
                 return UnixIdentity { pid, ..id.clone() };
             }
         }
     }
-    let id = UnixIdentity::resolve(uid, gid, pid);
+    let id = UnixIdentity::resolve(uid, gid, pid, key.2.as_deref());
     if let Ok(mut map) = cache.lock() {
         if map.len() > 4096 {
             map.clear();
         }
-        map.insert((uid, gid), (std::time::Instant::now(), id.clone()));
+        map.insert(key, (std::time::Instant::now(), id.clone()));
     }
     id
 }

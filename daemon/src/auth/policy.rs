@@ -23,7 +23,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::Identity;
-use crate::model::KeyName;
+use crate::model::{KeyName, Owner};
 
 pub use tpm_vault_proto::operation::Operation;
 
@@ -303,9 +303,10 @@ impl Policy {
 
     /// Decides whether `who` may do `op` on `key` (owned by `owner`; `None` = no such record
     /// yet, which an owner-only rule lets only the operations that make one have: create and
-    /// seal). Operations without a key (quote, random, admin) pass `key = None` and match
-    /// rules with no `keys` or with `"*"`.
-    pub fn decide(&self, who: &Identity, op: Operation, key: Option<&KeyName>, owner: Option<u32>) -> Decision {
+    /// seal). An owner-only rule matches a local client by uid and a TLS client by its
+    /// certificate identity ([`Owner`]). Operations without a key (quote, random, admin) pass
+    /// `key = None` and match rules with no `keys` or with `"*"`.
+    pub fn decide(&self, who: &Identity, op: Operation, key: Option<&KeyName>, owner: Option<&Owner>) -> Decision {
         for rule in &self.rules {
             if !rule.operations.contains(&op) || !rule.clients.iter().any(|c| c.matches(who)) {
                 continue;
@@ -319,7 +320,8 @@ impl Policy {
             }
             if rule.owner_only {
                 let mine = match (who, owner) {
-                    (Identity::Unix(p), Some(o)) => p.uid == o,
+                    (Identity::Unix(p), Some(Owner::Uid(o))) => p.uid == *o,
+                    (Identity::Cert { subject }, Some(Owner::Certificate(o))) => subject == o,
                     (_, None) => matches!(op, Operation::Create | Operation::Seal),
                     _ => false,
                 };
@@ -375,6 +377,7 @@ mod tests {
             pid: None,
             user: Some(user.into()),
             groups: groups.iter().map(|(i, n)| (*i, n.to_string())).collect(),
+            groups_source: crate::auth::GroupsSource::Nss,
         })
     }
 
@@ -405,16 +408,22 @@ mod tests {
             "#,
         );
         let www = unix(33, "www-data", &[(33, "www-data")]);
-        assert_eq!(p.decide(&www, Operation::Sign, Some(&k("web-1")), Some(0)), Decision::Allow("web".into()));
-        assert_eq!(p.decide(&www, Operation::Delete, Some(&k("web-1")), Some(0)), Decision::Deny);
-        assert_eq!(p.decide(&www, Operation::Sign, Some(&k("db")), Some(0)), Decision::Deny);
+        assert_eq!(
+            p.decide(&www, Operation::Sign, Some(&k("web-1")), Some(&Owner::Uid(0))),
+            Decision::Allow("web".into())
+        );
+        assert_eq!(p.decide(&www, Operation::Delete, Some(&k("web-1")), Some(&Owner::Uid(0))), Decision::Deny);
+        assert_eq!(p.decide(&www, Operation::Sign, Some(&k("db")), Some(&Owner::Uid(0))), Decision::Deny);
         assert_eq!(p.decide(&www, Operation::Quote, None, None), Decision::Deny);
         let ops = unix(1000, "alice", &[(1000, "alice"), (990, "tpm-vault")]);
-        assert_eq!(p.decide(&ops, Operation::Delete, Some(&k("db")), Some(0)), Decision::Allow("admins".into()));
+        assert_eq!(
+            p.decide(&ops, Operation::Delete, Some(&k("db")), Some(&Owner::Uid(0))),
+            Decision::Allow("admins".into())
+        );
         assert_eq!(p.decide(&ops, Operation::Quote, None, None), Decision::Allow("admins".into()));
         let nobody = unix(65534, "nobody", &[(65534, "nogroup")]);
         for op in Operation::ALL {
-            assert_eq!(p.decide(&nobody, op, Some(&k("web-1")), Some(0)), Decision::Deny);
+            assert_eq!(p.decide(&nobody, op, Some(&k("web-1")), Some(&Owner::Uid(0))), Decision::Deny);
         }
     }
 
@@ -431,12 +440,27 @@ mod tests {
         );
         let alice = unix(1000, "alice", &[]);
         assert!(matches!(p.decide(&alice, Operation::Create, Some(&k("a")), None), Decision::Allow(_)));
-        assert!(matches!(p.decide(&alice, Operation::Sign, Some(&k("a")), Some(1000)), Decision::Allow(_)));
-        assert_eq!(p.decide(&alice, Operation::Sign, Some(&k("b")), Some(1001)), Decision::Deny);
+        assert!(matches!(
+            p.decide(&alice, Operation::Sign, Some(&k("a")), Some(&Owner::Uid(1000))),
+            Decision::Allow(_)
+        ));
+        assert_eq!(p.decide(&alice, Operation::Sign, Some(&k("b")), Some(&Owner::Uid(1001))), Decision::Deny);
         // Replacing someone else's record is not creating one.
-        assert_eq!(p.decide(&alice, Operation::Create, Some(&k("b")), Some(1001)), Decision::Deny);
+        assert_eq!(p.decide(&alice, Operation::Create, Some(&k("b")), Some(&Owner::Uid(1001))), Decision::Deny);
         // Only operations that make a record may act on a name nobody owns yet.
         assert_eq!(p.decide(&alice, Operation::Sign, Some(&k("c")), None), Decision::Deny);
+        // A TLS client owns what it created by its certificate identity; no uid (root's
+        // included) owns that, and the certificate owns no uid's record.
+        let agent = Identity::Cert { subject: "CN=agent-1".into() };
+        let by_agent = Owner::Certificate("CN=agent-1".into());
+        assert!(matches!(p.decide(&agent, Operation::Sign, Some(&k("d")), Some(&by_agent)), Decision::Allow(_)));
+        let other_agent = Identity::Cert { subject: "CN=agent-2".into() };
+        assert_eq!(p.decide(&other_agent, Operation::Sign, Some(&k("d")), Some(&by_agent)), Decision::Deny);
+        let root = unix(0, "root", &[(0, "root")]);
+        assert_eq!(p.decide(&root, Operation::Sign, Some(&k("d")), Some(&by_agent)), Decision::Deny);
+        assert_eq!(p.decide(&agent, Operation::Sign, Some(&k("a")), Some(&Owner::Uid(0))), Decision::Deny);
+        let (uid, _) = by_agent.to_fields();
+        assert_eq!(p.decide(&agent, Operation::Sign, Some(&k("a")), Some(&Owner::Uid(uid))), Decision::Deny);
     }
 
     #[test]
@@ -502,11 +526,11 @@ mod tests {
         assert!(p.is_builtin() && p.len() == 1);
         let root = unix(0, "root", &[(0, "root")]);
         assert_eq!(
-            p.decide(&root, Operation::Sign, Some(&k("any")), Some(0)),
+            p.decide(&root, Operation::Sign, Some(&k("any")), Some(&Owner::Uid(0))),
             Decision::Allow("administrators".into())
         );
         let nobody = unix(65534, "nobody", &[(65534, "nogroup")]);
-        assert_eq!(p.decide(&nobody, Operation::Public, Some(&k("any")), Some(0)), Decision::Deny);
+        assert_eq!(p.decide(&nobody, Operation::Public, Some(&k("any")), Some(&Owner::Uid(0))), Decision::Deny);
         // Configured explicitly, a missing directory stays an error.
         let err = Policy::load(&missing, true).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains("cannot read policy directory"), "{err}");

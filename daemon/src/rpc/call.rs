@@ -4,10 +4,17 @@
 //! unary handler returns, when a response stream ends, or, if neither happens because the
 //! client went away, when the call is dropped (`Cancelled`).
 //!
-//! Audit records: a granted call writes the grant's record with the outcome; a denied one the
-//! denial (written by [`Access::authorize`](crate::auth::Access::authorize)); a call with no
-//! policy decision (ListKeys, which filters its answer by the policy, or a request refused as
-//! malformed before the check) writes a record with the decision `none` and the outcome.
+//! Audit records: a granted call writes the grant's record with the outcome (one record, also
+//! for a call that needs two operations: a self-signed certificate's record names both rules);
+//! a denied one the denial (written by [`Access::authorize`](crate::auth::Access::authorize));
+//! a call with no policy decision (ListKeys, which filters its answer by the policy, or a
+//! request refused as malformed before the check) writes a record with the decision `none` and
+//! the outcome.
+//!
+//! TPM slots: a granted call that can reach the TPM (every operation but `public`, `random`
+//! and `admin`) holds ONE of its client's slots ([`crate::auth::limits`]) from authorization
+//! to its end, however many operations it needs; a streaming call gives it back once its
+//! stream key is in hand ([`Call::release_slot`]), before the bulk data flows.
 
 use std::time::Instant;
 
@@ -17,6 +24,7 @@ use super::Ctx;
 use crate::auth::{identity, Grant, Identity, Operation};
 use crate::error::Error;
 use crate::model::KeyName;
+use crate::store::OwnerCheck;
 use crate::vault::Resource;
 
 /// One RPC in flight; see the module docs.
@@ -29,9 +37,9 @@ pub(crate) struct Call {
     who: Option<Identity>,
     /// The record the call acts on, once known (for the audit record of a refused call).
     key: Option<String>,
-    /// Every grant made for the call (a self-signed certificate needs two); each gets its
-    /// record.
-    grants: Vec<Grant>,
+    /// The call's grant, once authorized (a second operation the call needs is folded into
+    /// it: one record, one TPM slot).
+    grant: Option<Grant>,
     /// A denial already wrote the call's record.
     denied: bool,
     /// The outcome is recorded.
@@ -48,7 +56,7 @@ impl Call {
             start: Instant::now(),
             who: identity(req),
             key: None,
-            grants: Vec::new(),
+            grant: None,
             denied: false,
             ended: false,
         }
@@ -75,19 +83,53 @@ impl Call {
             Some((k, kind)) if self.ctx.access.current().has_owner_rules() => self.ctx.vault.owner(k, kind).await?,
             _ => None,
         };
-        let mut grant = match self.ctx.access.authorize(self.who.clone(), op, key.map(|(k, _)| k), owner) {
+        let grant = match self.ctx.access.authorize(self.who.clone(), op, key.map(|(k, _)| k), owner.as_ref()) {
             Ok(grant) => grant,
             Err(e) => {
+                // The denial's record is the call's one record, also after a first grant.
+                self.grant = None;
                 self.denied = true;
                 return Err(e);
             }
         };
-        // Operations that queue TPM commands take one of the client's slots.
-        let queues =
-            matches!(op, Operation::Create | Operation::Sign | Operation::Quote | Operation::Seal | Operation::Unseal);
-        let slot = if queues { self.ctx.access.take_slot(&mut grant).await } else { Ok(()) };
-        self.grants.push(grant);
-        slot
+        let grant = match self.grant.take() {
+            // A second operation of the same call: one record naming both rules, one slot.
+            Some(mut first) => {
+                if first.rule != grant.rule {
+                    first.rule = format!("{} ({}), {} ({})", first.rule, first.op.as_str(), grant.rule, op.as_str());
+                }
+                first.op = self.op;
+                first
+            }
+            None => grant,
+        };
+        let grant = self.grant.insert(grant);
+        // Every operation that can reach the TPM holds one of the client's slots for the call.
+        if reaches_tpm(op) && grant.slot.is_none() {
+            self.ctx.access.take_slot(grant).await?;
+        }
+        Ok(())
+    }
+
+    /// Gives the call's TPM slot back before it ends (a stream, once its stream key is in hand:
+    /// the bulk data needs no TPM).
+    pub(crate) fn release_slot(&mut self) {
+        if let Some(grant) = &mut self.grant {
+            grant.slot = None;
+        }
+    }
+
+    /// The check a write of the record `key` repeats under the store's write lock: the
+    /// policy decision for `op`, with the policy in force then and the owner of the record on
+    /// disk then (a policy reload or another writer may have landed since [`Call::authorize`]).
+    pub(crate) fn recheck(&self, op: Operation, key: &KeyName) -> OwnerCheck {
+        let access = self.ctx.access.clone();
+        let who = self.who.clone();
+        let key = key.clone();
+        OwnerCheck::new(move |owner| match &who {
+            Some(who) => access.allows(who, op, &key, owner),
+            None => false,
+        })
     }
 
     /// Ends a unary call: records its outcome and turns the result into the response.
@@ -119,13 +161,23 @@ impl Call {
         // `code` label are the same word.
         let outcome = code.map_or_else(|| "ok".to_owned(), |c| format!("{c:?}"));
         self.ctx.metrics.observe_outcome(self.rpc, self.start.elapsed(), code.is_some().then_some(outcome.as_str()));
-        for grant in &self.grants {
-            self.ctx.access.finish(grant, &outcome);
-        }
-        if self.grants.is_empty() && !self.denied {
-            self.ctx.access.undecided(self.who.as_ref(), self.op, self.key.as_deref(), &outcome);
+        match &mut self.grant {
+            Some(grant) => {
+                self.ctx.access.finish(grant, &outcome);
+                grant.slot = None;
+            }
+            None if !self.denied => {
+                self.ctx.access.undecided(self.who.as_ref(), self.op, self.key.as_deref(), &outcome)
+            }
+            None => {}
         }
     }
+}
+
+/// Whether `op` can reach the TPM (and so takes a TPM slot): all but reading public keys and
+/// metadata, random bytes (the in-core DRBG) and status.
+fn reaches_tpm(op: Operation) -> bool {
+    !matches!(op, Operation::Public | Operation::Random | Operation::Admin)
 }
 
 impl Drop for Call {

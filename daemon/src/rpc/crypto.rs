@@ -17,7 +17,7 @@ use tpm_vault_proto::v1 as pb;
 use tpm_vault_proto::v1::crypto_service_server::CryptoService;
 
 use super::{pcr_binding, Call, Ctx};
-use crate::auth::{Operation, Peer};
+use crate::auth::{owner_of, Operation};
 use crate::crypto::drbg::MAX_REQUEST;
 use crate::crypto::stream::{Decryptor, Encryptor, Header, MAX_HEADER};
 use crate::error::Error;
@@ -187,7 +187,7 @@ impl CryptoService for CryptoRpc {
     type DecryptStream = ResponseStream<pb::DecryptResponse>;
 
     async fn create_data_key(&self, req: Request<pb::CreateDataKeyRequest>) -> Result<Response<pb::DataKey>, Status> {
-        let uid = Peer::of(&req).map_or(0, |p| p.uid);
+        let owner = owner_of(&req);
         self.ctx
             .on_named(
                 "CreateDataKey",
@@ -196,7 +196,7 @@ impl CryptoService for CryptoRpc {
                 |r| &r.name,
                 |r, name| async move {
                     let pcr = r.pcr_binding.map(pcr_binding).transpose()?;
-                    let key_id = self.ctx.vault.create_data_key(name.clone(), uid, pcr).await?;
+                    let key_id = self.ctx.vault.create_data_key(name.clone(), owner?, pcr).await?;
                     Ok(pb::DataKey { name: name.to_string(), key_id })
                 },
             )
@@ -207,10 +207,17 @@ impl CryptoService for CryptoRpc {
         &self,
         req: Request<pb::DeleteDataKeyRequest>,
     ) -> Result<Response<pb::DeleteDataKeyResponse>, Status> {
+        let kind = (Operation::Delete, Resource::DataKey);
         self.ctx
-            .on_named("DeleteDataKey", req, (Operation::Delete, Resource::DataKey), |r| &r.name, |_, name| async move {
-                self.ctx.vault.delete_data_key(&name).await.map(|()| pb::DeleteDataKeyResponse {})
-            })
+            .on_named_write(
+                "DeleteDataKey",
+                req,
+                kind,
+                |r| &r.name,
+                |_, name, check| async move {
+                    self.ctx.vault.delete_data_key(&name, check).await.map(|()| pb::DeleteDataKeyResponse {})
+                },
+            )
             .await
     }
 
@@ -234,6 +241,8 @@ impl CryptoService for CryptoRpc {
             Ok(v) => v,
             Err(e) => return call.end(Err(e)),
         };
+        // The stream key is in hand: the bulk data needs no TPM slot.
+        call.release_slot();
         let stream = CryptoStream::new(
             inbound,
             |m: pb::EncryptRequest| m.data,
@@ -283,6 +292,8 @@ impl CryptoService for CryptoRpc {
             Ok(v) => v,
             Err(e) => return call.end(Err(e)),
         };
+        // The stream key is in hand: the bulk data needs no TPM slot.
+        call.release_slot();
         // Authenticated chunks before a failure are still delivered, nothing after.
         let stream = CryptoStream::new(
             inbound,

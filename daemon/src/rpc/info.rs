@@ -60,8 +60,8 @@ impl StatusRpc {
             .ok()
             .flatten()
             .map_or(r.uid, |u| u.gid.as_raw());
-        let who = Identity::Unix(UnixIdentity::resolve(r.uid, gid, None));
-        let decision = self.ctx.access.current().decide(&who, op, key.as_ref(), owner);
+        let who = Identity::Unix(UnixIdentity::resolve(r.uid, gid, None, None));
+        let decision = self.ctx.access.current().decide(&who, op, key.as_ref(), owner.as_ref());
         let (allowed, rule) = match decision {
             Decision::Allow(rule) => (true, rule),
             Decision::Deny => (false, String::new()),

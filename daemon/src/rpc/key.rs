@@ -7,13 +7,17 @@ use tpm_vault_proto::v1::key_service_server::KeyService;
 use zeroize::Zeroizing;
 
 use super::{Call, Ctx};
-use crate::auth::{identity, Identity, Operation, Peer};
+use crate::auth::{identity, owner_of, Decision, Identity, Operation, Peer};
 use crate::error::Error;
 use crate::model::{HashAlg, KeyAlg, KeyName, Scheme, SignInput};
-use crate::vault::{CertSubject, Client, KeyInfo, Password, Resource, SignRequest, StoredChain};
+use crate::vault::{CertSubject, Client, KeyInfo, Password, Resource, SignRequest, StoredChain, Visibility};
 
 /// Largest page of ListKeys.
 const MAX_PAGE: usize = 1000;
+
+/// Most key records one ListKeys call reads, whatever the caller may see: a page may come back
+/// short (even empty) with a next-page token when the records scanned were not the caller's.
+pub const MAX_LIST_SCAN: usize = 1000;
 
 /// The KeyService implementation.
 #[derive(Debug, Clone)]
@@ -174,7 +178,7 @@ fn password(client: Client, bytes: Vec<u8>) -> Option<Password> {
 #[tonic::async_trait]
 impl KeyService for KeyRpc {
     async fn create_key(&self, req: Request<pb::CreateKeyRequest>) -> Result<Response<pb::Key>, Status> {
-        let uid = Peer::of(&req).map_or(0, |p| p.uid);
+        let owner = owner_of(&req);
         self.ctx
             .on_key(
                 "CreateKey",
@@ -184,7 +188,7 @@ impl KeyService for KeyRpc {
                 |r, n| async move {
                     let alg = key_alg(r.algorithm)?;
                     let pcr = r.pcr_binding.map(super::pcr_binding).transpose()?;
-                    self.ctx.vault.create_key(n, alg, uid, auth(r.auth), pcr).await.map(key_to_pb)
+                    self.ctx.vault.create_key(n, alg, owner?, auth(r.auth), pcr).await.map(key_to_pb)
                 },
             )
             .await
@@ -206,47 +210,25 @@ impl KeyService for KeyRpc {
         let who = identity(&req);
         let call = Call::start(&self.ctx, "ListKeys", Operation::Public, &req);
         let r = req.into_inner();
-        let result = async {
-            // No policy decision for the call itself (every client may list; the answer shows
-            // only the keys the caller may see): its record has the decision `none`.
-            let limit = match r.page_size as usize {
-                0 => MAX_PAGE,
-                n => n.min(MAX_PAGE),
-            };
-            let after = if r.page_token.is_empty() { None } else { Some(name(&r.page_token)?) };
-            let keys = self.ctx.vault.list(after, limit + 1).await?;
-            let more = keys.len() > limit;
-            // Only the keys this client may see; others' names are not disclosed.
-            let policy = self.ctx.access.current();
-            let keys: Vec<_> = match &who {
-                Some(w) => keys
-                    .into_iter()
-                    .filter(|k| {
-                        matches!(
-                            policy.decide(w, Operation::Public, Some(&k.name), Some(k.owner_uid)),
-                            crate::auth::Decision::Allow(_)
-                        )
-                    })
-                    .collect(),
-                None => Vec::new(),
-            };
-            let keys: Vec<_> = keys.into_iter().take(limit).collect();
-            let next_page_token =
-                if more { keys.last().map(|k| k.name.to_string()).unwrap_or_default() } else { String::new() };
-            Ok(pb::ListKeysResponse { keys: keys.into_iter().map(key_to_pb).collect(), next_page_token })
-        }
-        .await;
+        // No policy decision for the call itself (every client may list; the answer shows only
+        // the keys the caller may see): its record has the decision `none`.
+        let result = match who {
+            Some(who) => self.list_visible(&who, r).await,
+            None => Ok(pb::ListKeysResponse::default()),
+        };
         call.end(result)
     }
 
     async fn delete_key(&self, req: Request<pb::DeleteKeyRequest>) -> Result<Response<pb::DeleteKeyResponse>, Status> {
         self.ctx
-            .on_key(
+            .on_named_write(
                 "DeleteKey",
                 req,
-                Operation::Delete,
+                (Operation::Delete, Resource::Key),
                 |r| &r.name,
-                |_, n| async move { self.ctx.vault.delete(&n).await.map(|()| pb::DeleteKeyResponse {}) },
+                |_, n, check| async move {
+                    self.ctx.vault.delete_checked(&n, check).await.map(|()| pb::DeleteKeyResponse {})
+                },
             )
             .await
     }
@@ -396,6 +378,35 @@ impl KeyService for KeyRpc {
                 },
             )
             .await
+    }
+}
+
+impl KeyRpc {
+    /// ListKeys for `who`: pages over the keys the policy lets it see (`public`), filtered
+    /// before paging, reading at most [`MAX_LIST_SCAN`] records; the page token is opaque
+    /// ([`crate::vault::Vault::page_token`]), so a caller can neither choose where a page starts
+    /// nor learn where a hidden key sits.
+    async fn list_visible(&self, who: &Identity, r: pb::ListKeysRequest) -> Result<pb::ListKeysResponse, Error> {
+        let limit = match r.page_size as usize {
+            0 => MAX_PAGE,
+            n => n.min(MAX_PAGE),
+        };
+        let caller = who.to_string();
+        let vault = &self.ctx.vault;
+        let after = if r.page_token.is_empty() { None } else { Some(vault.page_position(&caller, &r.page_token)?) };
+        let policy = self.ctx.access.current();
+        let by_owner = policy.has_owner_rules();
+        let visible = |v: Visibility<'_>| match v.owner {
+            // Without owner-only rules the name decides; with them, read the owner first.
+            None if by_owner => true,
+            owner => matches!(policy.decide(who, Operation::Public, Some(v.name), owner), Decision::Allow(_)),
+        };
+        let page = vault.list_visible(after, limit, MAX_LIST_SCAN, visible).await?;
+        let next_page_token = match &page.next {
+            Some(position) => vault.page_token(&caller, position)?,
+            None => String::new(),
+        };
+        Ok(pb::ListKeysResponse { keys: page.keys.into_iter().map(key_to_pb).collect(), next_page_token })
     }
 }
 

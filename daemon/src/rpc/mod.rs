@@ -26,6 +26,7 @@ use crate::auth::{Access, Operation};
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::model::{KeyName, PcrBank, PcrSelection, PcrTarget};
+use crate::store::OwnerCheck;
 use crate::vault::{Resource, Vault};
 
 use self::call::Call;
@@ -111,6 +112,32 @@ impl Ctx {
         Fut: Future<Output = Result<T, Error>>,
     {
         self.unary(rpc, req, (op, kind), |r| Ok(KeyName::try_from(name_of(r))?), work).await
+    }
+
+    /// [`Ctx::on_named`] for a write that replaces or removes the record (deletes): `work` also
+    /// gets the check the store repeats under its write lock ([`Call::recheck`]), so a policy
+    /// reload or another writer landing after authorization cannot be overtaken.
+    async fn on_named_write<Req, T, Fut>(
+        &self,
+        rpc: &'static str,
+        req: Request<Req>,
+        (op, kind): (Operation, Resource),
+        name_of: fn(&Req) -> &str,
+        work: impl FnOnce(Req, KeyName, OwnerCheck) -> Fut,
+    ) -> Result<Response<T>, Status>
+    where
+        Fut: Future<Output = Result<T, Error>>,
+    {
+        let mut call = Call::start(self, rpc, op, &req);
+        let r = req.into_inner();
+        let result = async {
+            let name = KeyName::try_from(name_of(&r))?;
+            call.authorize(Some((&name, kind))).await?;
+            let check = call.recheck(op, &name);
+            work(r, name, check).await
+        }
+        .await;
+        call.end(result)
     }
 
     /// [`Ctx::unary`] for an operation on no key (quotes, PCRs, random bytes, status).

@@ -7,7 +7,7 @@ use tpm_vault_proto::v1::seal_service_server::SealService;
 use zeroize::Zeroizing;
 
 use super::{pcr_binding, Call, Ctx};
-use crate::auth::{Operation, Peer};
+use crate::auth::{owner_of, Operation};
 use crate::error::Error;
 use crate::model::{KeyName, PcrBank, PcrSelection, PcrTarget};
 use crate::vault::seal::{authority_der, SealTarget, SignedPolicy};
@@ -41,7 +41,7 @@ fn default_selection() -> PcrSelection {
 #[tonic::async_trait]
 impl SealService for SealRpc {
     async fn seal(&self, req: Request<pb::SealRequest>) -> Result<Response<pb::SealResponse>, Status> {
-        let uid = Peer::of(&req).map_or(0, |p| p.uid);
+        let owner = owner_of(&req);
         let mut call = Call::start(&self.ctx, "Seal", Operation::Seal, &req);
         let r = req.into_inner();
         let secret = Zeroizing::new(r.secret);
@@ -60,7 +60,10 @@ impl SealService for SealRpc {
             } else {
                 SealTarget::Authorized { selection, authority_spki: authority_der(&r.authorized_by)? }
             };
-            let info = self.ctx.vault.seal(name.clone(), secret, target, uid, r.overwrite).await?;
+            // Replacing a secret is decided again under the store's write lock, with the owner
+            // on disk then (another client may have sealed the name meanwhile).
+            let overwrite = r.overwrite.then(|| call.recheck(Operation::Seal, &name));
+            let info = self.ctx.vault.seal_checked(name.clone(), secret, target, owner?, overwrite).await?;
             Ok(pb::SealResponse {
                 name: name.to_string(),
                 policy_digest: hex::encode(info.policy_digest),
@@ -121,9 +124,15 @@ impl SealService for SealRpc {
         req: Request<pb::DeleteSealedRequest>,
     ) -> Result<Response<pb::DeleteSealedResponse>, Status> {
         self.ctx
-            .on_named("DeleteSealed", req, (Operation::Seal, Resource::Sealed), |r| &r.name, |_, name| async move {
-                self.ctx.vault.delete_sealed(&name).await.map(|()| pb::DeleteSealedResponse {})
-            })
+            .on_named_write(
+                "DeleteSealed",
+                req,
+                (Operation::Seal, Resource::Sealed),
+                |r| &r.name,
+                |_, name, check| async move {
+                    self.ctx.vault.delete_sealed_checked(&name, check).await.map(|()| pb::DeleteSealedResponse {})
+                },
+            )
             .await
     }
 }

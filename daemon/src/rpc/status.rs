@@ -105,7 +105,8 @@ mod tests {
         assert_eq!(code(Error::NoEventLog("none".into())), Code::NotFound);
         assert_eq!(code(Error::EventLogUnreadable("denied".into())), Code::FailedPrecondition);
         assert_eq!(code(Error::KeyExists(name.clone())), Code::AlreadyExists);
-        assert_eq!(code(Error::from(StoreError::Exists(name))), Code::AlreadyExists);
+        assert_eq!(code(Error::from(StoreError::Exists(name.clone()))), Code::AlreadyExists);
+        assert_eq!(code(Error::from(StoreError::Refused { name })), Code::PermissionDenied);
         assert_eq!(code(Error::PermissionDenied("no".into())), Code::PermissionDenied);
         assert_eq!(code(Error::PcrMismatch("pcr 9".into())), Code::FailedPrecondition);
         let throttled = Error::Throttled { key: "k".into(), wait: std::time::Duration::from_millis(1500) };

@@ -14,8 +14,11 @@
 //! crash a record is either entirely there or entirely absent. The directory is trusted only
 //! when nobody but the daemon's user (and root) can change it, and every file in it is read
 //! without following links, only if it is a regular file within its kind's size cap
-//! ([`trust`]). All functions block; async callers run them on the blocking pool. Owns no TPM
-//! logic.
+//! ([`trust`]). Writes to one kind of record are serialised by that table's write lock, under
+//! which a write that must not land on someone else's record ([`Table::replace_checked`],
+//! [`Table::remove_checked`]) checks the owner of the record on disk with the caller's
+//! [`OwnerCheck`]. All functions block; async callers run them on the blocking pool. Owns no
+//! TPM logic.
 
 pub mod atomic;
 pub mod record;
@@ -24,11 +27,12 @@ pub mod trust;
 use std::io;
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 pub use record::{DataKeyRecord, KeyRecord, PcrPolicy, PqSection, Record, SealPolicy, SealedRecord, TpmObject};
 
-use crate::model::KeyName;
+use crate::model::{KeyName, Owner};
 
 /// Why a state-directory operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +61,13 @@ pub enum StoreError {
         /// What is wrong, and how to fix it.
         reason: String,
     },
+    /// A checked write ([`Table::replace_checked`], [`Table::remove_checked`]) was refused: the
+    /// record on disk now (its owner, or the policy in force) no longer allows it.
+    #[error("{name}: the record's owner or the access policy changed while the request ran")]
+    Refused {
+        /// The record.
+        name: KeyName,
+    },
     /// A file exists but does not hold a valid record (or is not a regular file within its
     /// kind's size cap).
     #[error("corrupt state file {path}: {reason}")]
@@ -74,10 +85,44 @@ impl StoreError {
     }
 }
 
+/// Decides whether a checked write may go ahead, given the owner of the record on disk when
+/// the table's write lock is held (`None`: there is none, or it does not parse, so no owner can
+/// be shown). The RPC layer makes one that repeats the caller's policy decision.
+pub struct OwnerCheck(Box<dyn Allows>);
+
+/// The decision of an [`OwnerCheck`]: whether a write may go ahead over a record of `owner`.
+trait Allows: Fn(Option<&Owner>) -> bool + Send + Sync {}
+
+impl<F: Fn(Option<&Owner>) -> bool + Send + Sync> Allows for F {}
+
+impl OwnerCheck {
+    /// A check deciding with `allows`.
+    pub fn new(allows: impl Fn(Option<&Owner>) -> bool + Send + Sync + 'static) -> Self {
+        Self(Box::new(allows))
+    }
+
+    /// A check that allows every write (embedding, tests, and the vault's own writes).
+    pub fn any() -> Self {
+        Self::new(|_| true)
+    }
+
+    fn allows(&self, owner: Option<&Owner>) -> bool {
+        (self.0)(owner)
+    }
+}
+
+impl std::fmt::Debug for OwnerCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnerCheck").finish_non_exhaustive()
+    }
+}
+
 /// Handle to the state directory: one [`Table`] per record kind.
 #[derive(Debug, Clone)]
 pub struct Store {
     root: PathBuf,
+    /// Records a listing skipped because they do not parse (`tpm_vault_store_corrupt_records_total`).
+    corrupt: Arc<AtomicU64>,
     keys: Table<KeyRecord>,
     sealed: Table<SealedRecord>,
     datakeys: Table<DataKeyRecord>,
@@ -110,11 +155,12 @@ impl Store {
     /// the directories cannot be created or read.
     pub fn open(root: impl Into<PathBuf>) -> Result<Self, StoreError> {
         let root = root.into();
-        let keys = Table::new(root.join("keys"), ".key", false);
-        // Sealed records have a read-modify-write (`raise_min_policy_version`): their writes
-        // are serialised so it never undoes a concurrent seal or delete.
+        // Every kind's writes are serialised: checked writes read the record's owner under the
+        // lock, and sealed records have a read-modify-write (`raise_min_policy_version`) that
+        // must never undo a concurrent seal or delete.
+        let keys = Table::new(root.join("keys"), ".key", true);
         let sealed = Table::new(root.join("sealed"), ".sealed", true);
-        let datakeys = Table::new(root.join("datakeys"), ".datakey", false);
+        let datakeys = Table::new(root.join("datakeys"), ".datakey", true);
         let attestation = Table::new(root.clone(), ".key", false);
         check_state_dir(&root)?;
         for (dir, suffix) in
@@ -129,7 +175,17 @@ impl Store {
                 tracing::info!(removed = swept.removed, dir = %dir.display(), "removed leftovers of interrupted writes");
             }
         }
-        Ok(Self { root, keys, sealed, datakeys, attestation })
+        Ok(Self { root, corrupt: Arc::default(), keys, sealed, datakeys, attestation })
+    }
+
+    /// Counts a record that a listing skipped because it does not parse.
+    pub fn count_corrupt(&self) {
+        self.corrupt.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records listings skipped because they do not parse, since the daemon started.
+    pub fn corrupt_records(&self) -> u64 {
+        self.corrupt.load(Ordering::Relaxed)
     }
 
     /// The state directory.
@@ -253,6 +309,31 @@ impl<R: Record> Table<R> {
         self.write(record, atomic::Mode::Replace)
     }
 
+    /// [`Table::replace`] when `check` allows it for the owner of the record on disk now,
+    /// checked under the write lock (so no other write lands between the check and this one).
+    ///
+    /// # Errors
+    /// [`StoreError::Refused`], [`StoreError::Io`].
+    pub fn replace_checked(&self, record: &R, check: &OwnerCheck) -> Result<(), StoreError> {
+        let _writing = self.lock_writes();
+        self.check_owner(record.name(), check)?;
+        self.write(record, atomic::Mode::Replace)
+    }
+
+    /// [`Table::remove`] when `check` allows it for the owner of the record on disk now,
+    /// checked under the write lock. Returns false if there was none.
+    ///
+    /// # Errors
+    /// [`StoreError::Refused`], [`StoreError::Io`].
+    pub fn remove_checked(&self, name: &KeyName, check: &OwnerCheck) -> Result<bool, StoreError> {
+        let _writing = self.lock_writes();
+        if !self.path(name).exists() {
+            return Ok(false);
+        }
+        self.check_owner(name, check)?;
+        self.remove_locked(name)
+    }
+
     /// Reads a record; `None` if there is none.
     ///
     /// # Errors
@@ -269,6 +350,25 @@ impl<R: Record> Table<R> {
     /// [`StoreError::Io`].
     pub fn remove(&self, name: &KeyName) -> Result<bool, StoreError> {
         let _writing = self.lock_writes();
+        self.remove_locked(name)
+    }
+
+    /// Runs `check` on the owner of the record `name` on disk (the caller holds the write
+    /// lock). A record that does not parse shows no owner (`None`).
+    fn check_owner(&self, name: &KeyName, check: &OwnerCheck) -> Result<(), StoreError> {
+        let owner = match self.get(name) {
+            Ok(record) => record.map(|r| r.owner()),
+            Err(StoreError::Corrupt { .. }) => None,
+            Err(e) => return Err(e),
+        };
+        if check.allows(owner.as_ref()) {
+            Ok(())
+        } else {
+            Err(StoreError::Refused { name: name.clone() })
+        }
+    }
+
+    fn remove_locked(&self, name: &KeyName) -> Result<bool, StoreError> {
         let path = self.path(name);
         match std::fs::remove_file(&path) {
             Ok(()) => {
@@ -357,6 +457,7 @@ mod tests {
             name: name.clone(),
             created_unix: 1,
             owner_uid: 0,
+            owner_certificate: None,
             policy: SealPolicy::Authorized {
                 selection: PcrSelection::new(PcrBank::Sha256, &[9]).unwrap_or_else(|e| panic!("{e}")),
                 authority_spki: vec![1, 2, 3],
@@ -398,6 +499,34 @@ mod tests {
         assert!(store.sealed().remove(&name).unwrap_or_else(|e| panic!("{e}")));
         assert!(!raise(b"new", 9));
         assert!(store.sealed().get(&name).unwrap_or_else(|e| panic!("{e}")).is_none());
+    }
+
+    #[test]
+    fn checked_writes_see_the_owner_on_disk_and_refuse_what_the_check_refuses() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let store = Store::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        let name = KeyName::try_from("disk").unwrap_or_else(|e| panic!("{e}"));
+        let owned_by = |uid: u32| OwnerCheck::new(move |owner| owner == Some(&Owner::Uid(uid)));
+        let table = store.sealed();
+        // Nothing there: a remove finds nothing, a replace sees no owner.
+        assert!(!table.remove_checked(&name, &owned_by(7)).unwrap_or_else(|e| panic!("{e}")));
+        let r = table.replace_checked(&authorized(&name, b"a", 0), &owned_by(7));
+        assert!(matches!(r, Err(StoreError::Refused { .. })), "{r:?}");
+        table
+            .replace_checked(&authorized(&name, b"a", 0), &OwnerCheck::new(|o| o.is_none()))
+            .unwrap_or_else(|e| panic!("{e}"));
+        // Owned by uid 0 now: another owner's check refuses both writes, the owner's allows them.
+        let r = table.replace_checked(&authorized(&name, b"b", 0), &owned_by(7));
+        assert!(matches!(r, Err(StoreError::Refused { .. })), "{r:?}");
+        assert!(matches!(table.remove_checked(&name, &owned_by(7)), Err(StoreError::Refused { .. })));
+        let kept = table.get(&name).unwrap_or_else(|e| panic!("{e}")).map(|r| r.object.tpm_name);
+        assert_eq!(kept.as_deref(), Some(&b"a"[..]));
+        table.replace_checked(&authorized(&name, b"b", 0), &owned_by(0)).unwrap_or_else(|e| panic!("{e}"));
+        assert!(table.remove_checked(&name, &owned_by(0)).unwrap_or_else(|e| panic!("{e}")));
+        // A record that does not parse shows no owner.
+        std::fs::write(dir.path().join("sealed/disk.sealed"), b"{").unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(table.remove_checked(&name, &owned_by(0)), Err(StoreError::Refused { .. })));
+        assert!(table.remove_checked(&name, &OwnerCheck::new(|o| o.is_none())).unwrap_or_else(|e| panic!("{e}")));
     }
 
     /// The records 0.1.0 wrote (the compatibility fixture the client's `compat` test opens with

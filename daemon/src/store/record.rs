@@ -15,11 +15,15 @@
 //! record's TPM object (`public`/`private`/`tpm_name`); a hybrid key's TPM object is its ECDSA
 //! P-256 key, so its section carries the sealed object itself (`wrapping_key`). Records without
 //! the section (all older ones) parse as before.
+//!
+//! Every record kind names its creator ([`Owner`]): `owner_uid`, and for a client of the TLS
+//! listener also `"owner_certificate"` (its certificate identity; `owner_uid` is then
+//! [`Owner::CERTIFICATE_UID`]). Records without it (all older ones) are owned by their uid.
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::model::{KeyAlg, KeyName, PcrSelection};
+use crate::model::{KeyAlg, KeyName, Owner, PcrSelection};
 
 /// Current record format version.
 pub const RECORD_VERSION: u32 = 1;
@@ -38,6 +42,10 @@ pub struct KeyRecord {
     pub created_unix: i64,
     /// Uid of the creating client (for owner-only access policies).
     pub owner_uid: u32,
+    /// The creating TLS client's certificate identity (subject or SPIFFE ID); absent for a
+    /// local client (and in records older than it), whose uid is `owner_uid`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_certificate: Option<String>,
     /// The key's TPM object (for ML-DSA and ML-KEM keys: the sealed wrapping key).
     #[serde(flatten)]
     pub object: TpmObject,
@@ -113,7 +121,8 @@ pub struct PcrPolicy {
     pub values: Vec<Vec<u8>>,
 }
 
-/// [`Record::name`] and [`Record::version`] from the `name` and `version` fields every kind has.
+/// [`Record::name`], [`Record::version`] and [`Record::owner`] from the `name`, `version`,
+/// `owner_uid` and `owner_certificate` fields every kind has.
 macro_rules! header_fields {
     () => {
         fn name(&self) -> &KeyName {
@@ -122,6 +131,10 @@ macro_rules! header_fields {
 
         fn version(&self) -> u32 {
             self.version
+        }
+
+        fn owner(&self) -> Owner {
+            Owner::from_fields(self.owner_uid, self.owner_certificate.as_deref())
         }
     };
 }
@@ -142,6 +155,9 @@ pub trait Record: Serialize + DeserializeOwned {
 
     /// The record's format version.
     fn version(&self) -> u32;
+
+    /// Who created the record (owner-only access rules compare the caller with it).
+    fn owner(&self) -> Owner;
 
     /// The checks of this kind beyond the shared header (blob and nonce lengths, sections).
     ///
@@ -237,6 +253,7 @@ mod tests {
             alg: KeyAlg::EccP256,
             created_unix: 1,
             owner_uid: 0,
+            owner_certificate: None,
             object: TpmObject { tpm_name: vec![0, 11, 1], public: vec![1, 2], private: vec![3, 4] },
             has_auth: false,
             pcr_policy: None,
@@ -258,6 +275,18 @@ mod tests {
         // Unknown fields are refused, the flattened TPM object's neighbours included.
         let text = String::from_utf8_lossy(&bytes).replacen("\"has_auth\"", "\"stray\": 1,\n  \"has_auth\"", 1);
         assert!(KeyRecord::from_bytes(text.as_bytes(), &r.name).is_err_and(|e| e.contains("stray")), "{text}");
+    }
+
+    #[test]
+    fn the_owner_is_the_uid_or_the_certificate() {
+        let r = sample();
+        assert_eq!(r.owner(), Owner::Uid(0));
+        assert!(!String::from_utf8_lossy(&r.to_bytes()).contains("owner_certificate"), "old format kept");
+        let (owner_uid, owner_certificate) = Owner::Certificate("CN=agent-1".into()).to_fields();
+        let by_tls = KeyRecord { owner_uid, owner_certificate, ..r.clone() };
+        let back = KeyRecord::from_bytes(&by_tls.to_bytes(), &r.name).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(back.owner(), Owner::Certificate("CN=agent-1".into()));
+        assert_eq!(back.owner_uid, Owner::CERTIFICATE_UID);
     }
 
     #[test]
@@ -346,6 +375,10 @@ pub struct SealedRecord {
     pub created_unix: i64,
     /// Uid of the sealing client.
     pub owner_uid: u32,
+    /// The creating TLS client's certificate identity (subject or SPIFFE ID); absent for a
+    /// local client (and in records older than it), whose uid is `owner_uid`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_certificate: Option<String>,
     /// Authorization of the sealed object.
     pub policy: SealPolicy,
     /// The sealed object's authPolicy digest.
@@ -391,6 +424,10 @@ pub struct DataKeyRecord {
     pub created_unix: i64,
     /// Uid of the creating client.
     pub owner_uid: u32,
+    /// The creating TLS client's certificate identity (subject or SPIFFE ID); absent for a
+    /// local client (and in records older than it), whose uid is `owner_uid`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_certificate: Option<String>,
     /// Random id written into every stream header, so a stream names the key generation that
     /// encrypted it.
     #[serde(with = "hex_bytes")]

@@ -72,6 +72,7 @@ impl Vault {
             alg: KeyAlg::EccP256,
             created_unix: unix_now(),
             owner_uid: 0,
+            owner_certificate: None,
             object,
             has_auth: false,
             pcr_policy: None,

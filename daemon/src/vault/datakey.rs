@@ -19,9 +19,9 @@ use super::{blocking, seal, unix_now, Vault};
 use crate::crypto::drbg::Drbg;
 use crate::crypto::stream::{self, Header, Keying};
 use crate::error::Error;
-use crate::model::{KeyName, PcrTarget};
+use crate::model::{KeyName, Owner, PcrTarget};
 use crate::store::record::RECORD_VERSION;
-use crate::store::DataKeyRecord;
+use crate::store::{DataKeyRecord, OwnerCheck};
 use crate::tpm::KeyBlob;
 
 /// How long an unsealed data key stays in memory after its last use, by default.
@@ -168,9 +168,10 @@ impl Vault {
     pub async fn create_data_key(
         &self,
         name: KeyName,
-        owner_uid: u32,
+        owner: impl Into<Owner>,
         pcr: Option<PcrTarget>,
     ) -> Result<String, Error> {
+        let (owner_uid, owner_certificate) = owner.into().to_fields();
         let store = self.store().clone();
         let n = name.clone();
         if blocking(move || store.datakeys().get(&n)).await?.is_some() {
@@ -188,6 +189,7 @@ impl Vault {
             name: name.clone(),
             created_unix: unix_now(),
             owner_uid,
+            owner_certificate,
             key_id: key_id.to_vec(),
             pcr_policy,
             object,
@@ -247,16 +249,17 @@ impl Vault {
         self.data_key(&name).await?.chunk_key(header, context)
     }
 
-    /// Deletes a data key (and forgets its unsealed copy). Streams encrypted under it can no
-    /// longer be decrypted.
+    /// Deletes a data key (and forgets its unsealed copy) when `check` allows it for the key's
+    /// owner, checked under the store's write lock. Streams encrypted under it can no longer
+    /// be decrypted.
     ///
     /// # Errors
-    /// [`Error::KeyNotFound`], store errors.
-    pub async fn delete_data_key(&self, name: &KeyName) -> Result<(), Error> {
+    /// [`Error::KeyNotFound`]; [`Error::PermissionDenied`] when the check refuses; store errors.
+    pub async fn delete_data_key(&self, name: &KeyName, check: OwnerCheck) -> Result<(), Error> {
         self.inner.datakeys.remove(name);
         let store = self.store().clone();
         let n = name.clone();
-        let existed = blocking(move || store.datakeys().remove(&n)).await?;
+        let existed = blocking(move || store.datakeys().remove_checked(&n, &check)).await?;
         // An unseal that read the record before the removal must not cache the key now.
         self.inner.datakeys.remove(name);
         if existed {

@@ -26,8 +26,8 @@ pub use seal::{SealInfo, SealTarget};
 
 use crate::crypto::verify;
 use crate::error::Error;
-use crate::model::{HashAlg, KeyAlg, KeyName, PcrTarget, Scheme, SignInput};
-use crate::store::{KeyRecord, SealPolicy, Store, StoreError};
+use crate::model::{HashAlg, KeyAlg, KeyName, Owner, PcrTarget, Scheme, SignInput};
+use crate::store::{KeyRecord, OwnerCheck, Record as _, SealPolicy, Store, StoreError};
 use crate::tpm::{convert, ConnectionConfig, KeyBlob, PolicyAuth, QueueConfig, SignJob, TpmError, TpmHandle, TpmInfo};
 
 /// Key generation can take seconds on a TPM (RSA-3072 especially).
@@ -79,8 +79,10 @@ pub struct KeyInfo {
     pub tpm_name: Vec<u8>,
     /// Creation time, Unix seconds.
     pub created_unix: i64,
-    /// Creating client's uid.
+    /// Creating client's uid ([`Owner::CERTIFICATE_UID`] for a TLS client).
     pub owner_uid: u32,
+    /// Creating client: uid or certificate identity.
+    pub owner: Owner,
     /// Password-protected.
     pub has_auth: bool,
     /// PCR binding, if any.
@@ -95,10 +97,30 @@ impl From<&KeyRecord> for KeyInfo {
             tpm_name: r.object.tpm_name.clone(),
             created_unix: r.created_unix,
             owner_uid: r.owner_uid,
+            owner: r.owner(),
             has_auth: r.has_auth,
             pcr_policy: r.pcr_policy.clone(),
         }
     }
+}
+
+/// What [`Vault::list_visible`] asks its filter about: a key's name, and its owner once the
+/// record has been read.
+#[derive(Debug, Clone, Copy)]
+pub struct Visibility<'a> {
+    /// The key's name.
+    pub name: &'a KeyName,
+    /// Its creator; `None` while only the name is known.
+    pub owner: Option<&'a Owner>,
+}
+
+/// A page of [`Vault::list_visible`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyPage {
+    /// The keys, in name order.
+    pub keys: Vec<KeyInfo>,
+    /// Where the next page starts (after this name), if there may be more.
+    pub next: Option<KeyName>,
 }
 
 /// A finished signature.
@@ -154,6 +176,8 @@ pub(crate) struct Inner {
     datakeys: datakey::KeyCache,
     pqkeys: pq::PqCache,
     drbg: crate::crypto::drbg::Drbg,
+    /// The key of the opaque page tokens ([`Vault::page_token`]).
+    page_key: crate::crypto::token::TokenKey,
     store: Store,
     cache: Mutex<cache::RecordCache<Loaded>>,
     /// The attestation key's parsed record, once read or created.
@@ -205,12 +229,14 @@ impl Vault {
             tracing::info!(srk = %hex::encode(&info.srk_name), "recorded the SRK name of this TPM");
         }
         let drbg = datakey::seeded_drbg(&tpm).await?;
+        let page_key = crate::crypto::token::TokenKey::new(&drbg)?;
         let vault = Self {
             inner: Arc::new(Inner {
                 tpm,
                 datakeys: datakey::KeyCache::default(),
                 pqkeys: pq::PqCache::default(),
                 drbg,
+                page_key,
                 store,
                 cache: Mutex::new(cache::RecordCache::new(CACHE_MAX)),
                 ak: Mutex::new(None),
@@ -263,24 +289,24 @@ impl Vault {
         self.inner.started.elapsed()
     }
 
-    /// The uid recorded as the creator of the signing key, sealed secret or data key `name`
-    /// (three separate namespaces, chosen by `kind`); `None` if there is no such record.
-    /// Owner-only access rules compare the caller with it.
+    /// The creator (uid or certificate identity) recorded for the signing key, sealed secret or
+    /// data key `name` (three separate namespaces, chosen by `kind`); `None` if there is no
+    /// such record. Owner-only access rules compare the caller with it.
     ///
     /// # Errors
     /// Store errors (a record that cannot be read is not taken as absent).
-    pub async fn owner(&self, name: &KeyName, kind: Resource) -> Result<Option<u32>, Error> {
+    pub async fn owner(&self, name: &KeyName, kind: Resource) -> Result<Option<Owner>, Error> {
         if kind == Resource::Key {
             if let Some(l) = self.cached(name) {
-                return Ok(Some(l.record.owner_uid));
+                return Ok(Some(l.record.owner()));
             }
         }
         let store = self.inner.store.clone();
         let n = name.clone();
         blocking(move || match kind {
-            Resource::Key => store.keys().get(&n).map(|r| r.map(|r| r.owner_uid)),
-            Resource::Sealed => store.sealed().get(&n).map(|r| r.map(|r| r.owner_uid)),
-            Resource::DataKey => store.datakeys().get(&n).map(|r| r.map(|r| r.owner_uid)),
+            Resource::Key => store.keys().get(&n).map(|r| r.map(|r| r.owner())),
+            Resource::Sealed => store.sealed().get(&n).map(|r| r.map(|r| r.owner())),
+            Resource::DataKey => store.datakeys().get(&n).map(|r| r.map(|r| r.owner())),
         })
         .await
     }
@@ -300,10 +326,11 @@ impl Vault {
         &self,
         name: KeyName,
         alg: KeyAlg,
-        owner_uid: u32,
+        owner: impl Into<Owner>,
         auth: Option<Zeroizing<Vec<u8>>>,
         pcr: Option<PcrTarget>,
     ) -> Result<KeyInfo, Error> {
+        let (owner_uid, owner_certificate) = owner.into().to_fields();
         if let Some(a) = &auth {
             if a.len() > MAX_AUTH {
                 return Err(Error::InvalidArgument(format!("key password longer than {MAX_AUTH} bytes")));
@@ -358,6 +385,7 @@ impl Vault {
             alg,
             created_unix: unix_now(),
             owner_uid,
+            owner_certificate,
             object,
             has_auth,
             pcr_policy,
@@ -380,23 +408,98 @@ impl Vault {
         Ok(KeyInfo::from(&self.load(name).await?.record))
     }
 
-    /// Keys in name order after `after`, at most `limit`.
+    /// Keys in name order after `after`, at most `limit` (records that do not parse are
+    /// skipped, as in [`Vault::list_visible`]).
     ///
     /// # Errors
     /// Store errors.
     pub async fn list(&self, after: Option<KeyName>, limit: usize) -> Result<Vec<KeyInfo>, Error> {
+        Ok(self.list_visible(after, limit, limit, |_| true).await?.keys)
+    }
+
+    /// A page of the keys `visible` accepts, in name order after `after`: at most `limit` of
+    /// them, from at most `scan` records read (so one call costs the same whoever asks and
+    /// whatever they may see). `next` is set when a further visible key was seen, or when the
+    /// scan bound ended the page (which a caller can tell from a short page with a next one:
+    /// that at least `scan` records follow, never which). `visible` is asked first with the
+    /// name alone (`owner: None`; answering true then means "maybe": the record is read and
+    /// asked again with its owner), so records the caller can never see by name are not read
+    /// at all. A record that does not parse is skipped, logged and counted
+    /// ([`Vault::corrupt_records`]), not fatal.
+    ///
+    /// # Errors
+    /// Store I/O errors.
+    pub async fn list_visible(
+        &self,
+        after: Option<KeyName>,
+        limit: usize,
+        scan: usize,
+        visible: impl Fn(Visibility<'_>) -> bool,
+    ) -> Result<KeyPage, Error> {
         let store = self.inner.store.clone();
-        let names = blocking(move || store.keys().list(after.as_ref(), limit)).await?;
-        let mut out = Vec::with_capacity(names.len());
-        for name in names {
-            match self.load(&name).await {
-                Ok(l) => out.push(KeyInfo::from(&l.record)),
-                // Deleted between listing and reading: skip it.
-                Err(Error::KeyNotFound(_)) => {}
-                Err(e) => return Err(e),
+        let names = blocking(move || store.keys().list(after.as_ref(), scan)).await?;
+        let more_in_store = names.len() >= scan;
+        let mut keys = Vec::new();
+        for name in &names {
+            if !visible(Visibility { name, owner: None }) {
+                continue;
             }
+            let loaded = match self.load(name).await {
+                Ok(l) => l,
+                // Deleted between listing and reading: skip it.
+                Err(Error::KeyNotFound(_)) => continue,
+                Err(e @ Error::Store(StoreError::Io { .. })) => return Err(e),
+                Err(e) => {
+                    tracing::warn!(key = %name, error = %e, "skipping a key record that does not parse");
+                    self.inner.store.count_corrupt();
+                    continue;
+                }
+            };
+            let owner = loaded.record.owner();
+            if !visible(Visibility { name, owner: Some(&owner) }) {
+                continue;
+            }
+            if keys.len() >= limit {
+                // Another visible key: more follow. (Only a visible one says so, so a page's
+                // end never tells whether hidden keys come after it.)
+                let next = keys.last().map(|k: &KeyInfo| k.name.clone());
+                return Ok(KeyPage { keys, next });
+            }
+            keys.push(KeyInfo::from(&loaded.record));
         }
-        Ok(out)
+        // The scan bound ended the page: the next one starts after the last record read.
+        let next = if more_in_store { names.last().cloned() } else { None };
+        Ok(KeyPage { keys, next })
+    }
+
+    /// The opaque page token of a listing by `caller` (any string naming the caller) that
+    /// continues after `position` (see [`crate::crypto::token`]): the caller can neither read
+    /// the position (it may be a key it may not see) nor choose one.
+    ///
+    /// # Errors
+    /// [`Error::Internal`] if the DRBG fails.
+    pub fn page_token(&self, caller: &str, position: &KeyName) -> Result<String, Error> {
+        self.inner.page_key.seal(&self.inner.drbg, &page_binding(caller), position.as_str().as_bytes())
+    }
+
+    /// The position a page token from [`Vault::page_token`] for `caller` carries.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for any other string.
+    pub fn page_position(&self, caller: &str, token: &str) -> Result<KeyName, Error> {
+        let invalid = || {
+            Error::InvalidArgument(
+                "page_token is not one this daemon issued to this client (tokens do not survive a restart)".into(),
+            )
+        };
+        let plain = self.inner.page_key.open(&page_binding(caller), token).ok_or_else(invalid)?;
+        let name = std::str::from_utf8(&plain).map_err(|_| invalid())?;
+        KeyName::try_from(name).map_err(|_| invalid())
+    }
+
+    /// Records a listing skipped because they do not parse, since the daemon started.
+    pub fn corrupt_records(&self) -> u64 {
+        self.inner.store.corrupt_records()
     }
 
     /// Number of stored keys.
@@ -413,12 +516,21 @@ impl Vault {
     /// # Errors
     /// [`Error::KeyNotFound`], store errors.
     pub async fn delete(&self, name: &KeyName) -> Result<(), Error> {
+        self.delete_checked(name, OwnerCheck::any()).await
+    }
+
+    /// [`Vault::delete`] when `check` allows it for the key's owner, checked under the store's
+    /// write lock (see [`crate::store::Table::remove_checked`]).
+    ///
+    /// # Errors
+    /// [`Error::KeyNotFound`]; [`Error::PermissionDenied`] when the check refuses; store errors.
+    pub async fn delete_checked(&self, name: &KeyName, check: OwnerCheck) -> Result<(), Error> {
         let _guard = self.inner.cert_lock.lock().await;
         let cached = self.cache_remove(name);
         self.inner.pqkeys.remove(name);
         let store = self.inner.store.clone();
         let n = name.clone();
-        let existed = blocking(move || store.keys().remove(&n)).await?;
+        let existed = blocking(move || store.keys().remove_checked(&n, &check)).await?;
         self.inner.lockout.forget(name);
         // A load that read the record before the removal must not cache it now.
         if let Ok(mut cache) = self.inner.cache.lock() {
@@ -678,6 +790,13 @@ pub(crate) fn parse_record(record: KeyRecord) -> Result<Loaded, Error> {
         (None, None) => return Err(corrupt(format!("a {} key without its post-quantum section", record.alg))),
     };
     Ok(Loaded { record, blob, spki, wrap, pq_spki })
+}
+
+/// The associated data of a page token: its purpose and the caller it was issued to.
+fn page_binding(caller: &str) -> Vec<u8> {
+    let mut binding = b"tpm-vault ListKeys page token\0".to_vec();
+    binding.extend_from_slice(caller.as_bytes());
+    binding
 }
 
 pub(crate) fn unix_now() -> i64 {

@@ -13,9 +13,9 @@ use zeroize::Zeroizing;
 use super::{blocking, unix_now, Vault};
 use crate::crypto::aead;
 use crate::error::Error;
-use crate::model::{HashAlg, KeyAlg, KeyName, PcrBank, PcrSelection, Scheme, SignInput};
+use crate::model::{HashAlg, KeyAlg, KeyName, Owner, PcrBank, PcrSelection, Scheme, SignInput};
 use crate::store::record::RECORD_VERSION;
-use crate::store::{PcrPolicy, SealPolicy, SealedRecord, TpmObject};
+use crate::store::{OwnerCheck, PcrPolicy, SealPolicy, SealedRecord, TpmObject};
 use crate::tpm::{pcr, KeyBlob, PolicyAuth, TpmError};
 
 /// What a secret is sealed to.
@@ -147,9 +147,28 @@ impl Vault {
         name: KeyName,
         secret: Zeroizing<Vec<u8>>,
         target: SealTarget,
-        owner_uid: u32,
+        owner: impl Into<Owner>,
         overwrite: bool,
     ) -> Result<SealInfo, Error> {
+        let overwrite = overwrite.then(OwnerCheck::any);
+        self.seal_checked(name, secret, target, owner.into(), overwrite).await
+    }
+
+    /// [`Vault::seal`]; with `overwrite`, an existing secret is replaced only when the check
+    /// allows it for that secret's owner, checked under the store's write lock (see
+    /// [`crate::store::Table::replace_checked`]).
+    ///
+    /// # Errors
+    /// As [`Vault::seal`]; [`Error::PermissionDenied`] when the check refuses.
+    pub async fn seal_checked(
+        &self,
+        name: KeyName,
+        secret: Zeroizing<Vec<u8>>,
+        target: SealTarget,
+        owner: Owner,
+        overwrite: Option<OwnerCheck>,
+    ) -> Result<SealInfo, Error> {
+        let (owner_uid, owner_certificate) = owner.to_fields();
         let (policy, policy_digest, selection) = match target {
             SealTarget::Pcr { selection, values } => {
                 let p = self.pcr_policy(&selection, values).await?;
@@ -172,6 +191,7 @@ impl Vault {
             name: name.clone(),
             created_unix: unix_now(),
             owner_uid,
+            owner_certificate,
             policy,
             policy_digest: policy_digest.clone(),
             object: envelope.object,
@@ -179,8 +199,11 @@ impl Vault {
             ciphertext: envelope.ciphertext,
         };
         let store = self.store().clone();
-        blocking(move || if overwrite { store.sealed().replace(&record) } else { store.sealed().insert(&record) })
-            .await?;
+        blocking(move || match overwrite {
+            Some(check) => store.sealed().replace_checked(&record, &check),
+            None => store.sealed().insert(&record),
+        })
+        .await?;
         tracing::info!(secret = %name, pcrs = %selection, "secret sealed");
         Ok(SealInfo { policy_digest, selection })
     }
@@ -244,9 +267,18 @@ impl Vault {
     /// # Errors
     /// [`Error::KeyNotFound`], store errors.
     pub async fn delete_sealed(&self, name: &KeyName) -> Result<(), Error> {
+        self.delete_sealed_checked(name, OwnerCheck::any()).await
+    }
+
+    /// [`Vault::delete_sealed`] when `check` allows it for the secret's owner, checked under the
+    /// store's write lock.
+    ///
+    /// # Errors
+    /// [`Error::KeyNotFound`]; [`Error::PermissionDenied`] when the check refuses; store errors.
+    pub async fn delete_sealed_checked(&self, name: &KeyName, check: OwnerCheck) -> Result<(), Error> {
         let store = self.store().clone();
         let n = name.clone();
-        if blocking(move || store.sealed().remove(&n)).await? {
+        if blocking(move || store.sealed().remove_checked(&n, &check)).await? {
             Ok(())
         } else {
             Err(Error::not_found(name))

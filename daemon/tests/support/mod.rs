@@ -332,6 +332,63 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// uid 65534 (`nobody`), the other client of the tests that need two uids.
+pub const NOBODY: u32 = 65534;
+
+/// A request to sign a one-byte message with `name`.
+pub fn sign_request(name: &str) -> tpm_vault_proto::v1::SignRequest {
+    tpm_vault_proto::v1::SignRequest {
+        name: name.into(),
+        input: Some(tpm_vault_proto::v1::sign_request::Input::Message(vec![1])),
+        hash: 0,
+        scheme: 0,
+        auth: vec![],
+    }
+}
+
+/// Runs the ignored test `helper` of the calling test binary as uid [`NOBODY`] (no
+/// supplementary groups), with `env`'s socket in `TPM_VAULT_TEST_SOCKET` and made reachable
+/// for it; returns its output.
+pub async fn run_as_nobody(env: &DaemonEnv, helper: &str) -> std::process::Output {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(env.tpm.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod dir");
+    std::fs::set_permissions(&env.socket, std::fs::Permissions::from_mode(0o666)).expect("chmod socket");
+    tokio::process::Command::new("setpriv")
+        .close_inherited_fds()
+        .args(["--reuid", &NOBODY.to_string(), "--regid", &NOBODY.to_string(), "--clear-groups"])
+        .arg(std::env::current_exe().expect("exe"))
+        .args(["--ignored", "--exact", helper, "--nocapture"])
+        .env("TPM_VAULT_TEST_SOCKET", &env.socket)
+        .output()
+        .await
+        .expect("setpriv")
+}
+
+/// A daemon where this process may do everything and uid [`NOBODY`] may sign with the keys
+/// `glob` matches.
+pub async fn daemon_where_nobody_signs(glob: &str) -> DaemonEnv {
+    let text = format!(
+        "{}\n[[rule]]\nclients = [\"uid:{NOBODY}\"]\nkeys = [\"{glob}\"]\noperations = [\"sign\"]\n",
+        allow_self_policy()
+    );
+    let mut policy = tpm_vault_daemon::auth::Policy::default();
+    policy.add_file(Path::new("t.toml"), &text).expect("policy");
+    let audit = tpm_vault_daemon::auth::audit::AuditLog::tracing_only();
+    let access = tpm_vault_daemon::auth::Access::with_policy(policy, audit);
+    DaemonEnv::start_with(TpmEnv::start(), std::sync::Arc::new(access)).await
+}
+
+/// In a child [`run_as_nobody`] started: a channel to the parent's daemon.
+pub async fn nobody_channel() -> tonic::transport::Channel {
+    let socket = std::env::var("TPM_VAULT_TEST_SOCKET").expect("socket env");
+    assert_eq!(nix::unistd::getuid().as_raw(), NOBODY);
+    tonic::transport::Endpoint::from_shared(format!("unix://{socket}"))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect")
+}
+
 /// A policy file granting the test process's own uid every operation on every key (the
 /// daemon denies by default).
 pub fn allow_self_policy() -> String {

@@ -32,7 +32,8 @@ pub struct Key {
     /// PCR binding, if the key is bound to PCR values.
     #[prost(message, optional, tag = "5")]
     pub pcr_binding: ::core::option::Option<PcrBinding>,
-    /// Uid of the client that created the key.
+    /// Uid of the client that created the key; 4294967295 when a client of the TLS listener
+    /// created it (the owner is then its certificate identity).
     #[prost(uint32, tag = "6")]
     pub owner_uid: u32,
     /// Whether the key has a password (auth value).
@@ -71,18 +72,22 @@ pub struct ListKeysRequest {
     /// Maximum keys per page (0 = 1000, capped at 1000).
     #[prost(uint32, tag = "1")]
     pub page_size: u32,
-    /// Resume after this name (the previous page's next_page_token).
+    /// Empty for the first page; then exactly the previous page's next_page_token. The token is
+    /// opaque (encrypted under a key of the running daemon and bound to the caller): anything
+    /// else is INVALID_ARGUMENT, as is a token from before a daemon restart.
     #[prost(string, tag = "2")]
     pub page_token: ::prost::alloc::string::String,
 }
-/// ListKeys output.
+/// ListKeys output: only the keys the caller may see (the policy's `public` operation), in name
+/// order. One call reads a bounded number of key records, so a page can hold fewer than
+/// page_size keys, even none, while next_page_token says more may follow.
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct ListKeysResponse {
     /// Keys in name order.
     #[prost(message, repeated, tag = "1")]
     pub keys: ::prost::alloc::vec::Vec<Key>,
-    /// Non-empty when more keys follow.
+    /// Non-empty when more keys may follow: pass it as page_token to continue.
     #[prost(string, tag = "2")]
     pub next_page_token: ::prost::alloc::string::String,
 }
