@@ -340,7 +340,7 @@ impl Client {
         let request =
             self.request(proto::DecapsulateRequest { name: name.to_owned(), ciphertext: ciphertext.to_vec() });
         let response = self.keys.clone().decapsulate(request).await?.into_inner();
-        Ok(zeroize::Zeroizing::new(response.shared_secret))
+        Ok(response.shared_secret)
     }
 
     /// Encapsulates a fresh shared secret to ML-KEM key `name`, in-core with its public key (the

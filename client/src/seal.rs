@@ -151,7 +151,7 @@ impl Client {
             signed_policy: signed_policy.map(<[u8]>::to_vec).unwrap_or_default(),
         });
         let response = self.sealing.clone().unseal(request).await?;
-        Ok(Zeroizing::new(response.into_inner().secret))
+        Ok(response.into_inner().secret)
     }
 
     /// Deletes a sealed secret.

@@ -211,7 +211,7 @@ async fn owner_only_client_running_as_nobody() {
     // Its own sealed secrets and data keys work.
     seal.seal(seal_request("mine")).await.expect("seal mine");
     let opened = seal.unseal(pb::UnsealRequest { name: "mine".into(), signed_policy: vec![] }).await.expect("unseal");
-    assert_eq!(opened.into_inner().secret, b"the disk key");
+    assert_eq!(opened.into_inner().secret.as_slice(), b"the disk key");
     crypto.create_data_key(pb::CreateDataKeyRequest { name: "mydk".into(), pcr_binding: None }).await.expect("mydk");
     let first = pb::EncryptRequest { key_name: "mydk".into(), context: vec![], data: b"x".to_vec().into() };
     let mut out = crypto.encrypt(tokio_stream::iter(vec![first])).await.expect("encrypt").into_inner();

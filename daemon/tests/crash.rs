@@ -67,7 +67,7 @@ async fn sigkill_at_random_points_loses_nothing_acknowledged() {
             let r = seal.unseal(pb::UnsealRequest { name: s.clone(), signed_policy: vec![] }).await;
             let secret =
                 r.unwrap_or_else(|e| panic!("iteration {iteration}: sealed {s} lost: {e}")).into_inner().secret;
-            assert_eq!(secret, s.as_bytes(), "sealed secret {s} intact");
+            assert_eq!(secret.as_slice(), s.as_bytes(), "sealed secret {s} intact");
         }
         // A burst of operations, killed at a random moment.
         let kill_after = Duration::from_millis(rng.gen_range(20..400));

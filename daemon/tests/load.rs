@@ -144,7 +144,7 @@ async fn sixty_four_clients_mixed_load() {
                             Ok(_) => {
                                 match seal.unseal(pb::UnsealRequest { name: name.clone(), signed_policy: vec![] }).await
                                 {
-                                    Ok(u) if u.get_ref().secret == secret => seal
+                                    Ok(u) if u.get_ref().secret.as_slice() == secret.as_slice() => seal
                                         .delete_sealed(pb::DeleteSealedRequest { name })
                                         .await
                                         .map(|_| ())

@@ -6,7 +6,8 @@
 //!
 //! Beside the generated code, the contract both sides must agree on byte for byte or name for
 //! name: [`operation`] (the access-policy vocabulary), [`signed_policy`], [`pq_oids`],
-//! [`hybrid`], [`stream`] (the encrypted stream format) and [`status`].
+//! [`hybrid`], [`stream`] (the encrypted stream format) and [`status`]. [`secret`] holds the
+//! response messages that carry secrets, hand-written so their bytes are zeroized on drop.
 #![deny(missing_debug_implementations)]
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
@@ -16,11 +17,14 @@
 pub mod v1 {
     include!("gen/tpmvault.v1.rs");
 
+    pub use crate::secret::{ActivateCredentialResponse, DecapsulateResponse, UnsealResponse};
+
     /// Encoded `FileDescriptorSet` of the API, for gRPC server reflection.
     pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!("gen/tpmvault_descriptor.bin");
 }
 
 pub mod operation;
+pub mod secret;
 pub mod stream;
 
 /// The byte strings a policy authority signs in a [`v1::SignedPolicy`] (ECDSA P-256 with

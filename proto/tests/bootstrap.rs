@@ -23,6 +23,10 @@ fn generated_code_is_up_to_date() {
         .bytes(".tpmvault.v1.DecryptRequest.data")
         .bytes(".tpmvault.v1.DecryptResponse.data")
         .bytes(".tpmvault.v1.GetRandomResponse.data")
+        // Responses that carry secrets are hand-written with zeroizing fields (src/secret.rs).
+        .extern_path(".tpmvault.v1.UnsealResponse", "crate::secret::UnsealResponse")
+        .extern_path(".tpmvault.v1.DecapsulateResponse", "crate::secret::DecapsulateResponse")
+        .extern_path(".tpmvault.v1.ActivateCredentialResponse", "crate::secret::ActivateCredentialResponse")
         .out_dir(&out)
         .file_descriptor_set_path(out.join("tpmvault_descriptor.bin"))
         .compile_protos(&protos, std::slice::from_ref(&root))

@@ -227,7 +227,7 @@ impl Client {
             encrypted_secret: encrypted_secret.to_vec(),
         });
         let response = self.attestation.clone().activate_credential(request).await?;
-        Ok(Zeroizing::new(response.into_inner().secret))
+        Ok(response.into_inner().secret)
     }
 
     /// The device's measured-boot event log, raw, and the path the daemon read it from.

@@ -141,9 +141,9 @@ impl AttestationService for AttestRpc {
     ) -> Result<Response<pb::ActivateCredentialResponse>, Status> {
         self.ctx
             .on_vault("ActivateCredential", req, Operation::Quote, |r| async move {
+                // The zeroizing buffer moves into the response (`tpm_vault_proto::secret`).
                 let secret = self.ctx.vault.activate_credential(&r.credential_blob, &r.encrypted_secret).await?;
-                // The response owns a copy; the zeroizing buffer is wiped when it drops here.
-                Ok(pb::ActivateCredentialResponse { secret: secret.to_vec() })
+                Ok(pb::ActivateCredentialResponse { secret })
             })
             .await
     }

@@ -372,9 +372,9 @@ impl KeyService for KeyRpc {
                 Operation::Decrypt,
                 |r| &r.name,
                 |r, n| async move {
-                    let secret = self.ctx.vault.decapsulate(&n, &r.ciphertext).await?;
-                    // The response message owns its copy; ours is wiped here.
-                    Ok(pb::DecapsulateResponse { shared_secret: secret.to_vec() })
+                    // The zeroizing buffer moves into the response (`tpm_vault_proto::secret`).
+                    let shared_secret = self.ctx.vault.decapsulate(&n, &r.ciphertext).await?;
+                    Ok(pb::DecapsulateResponse { shared_secret })
                 },
             )
             .await

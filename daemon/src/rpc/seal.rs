@@ -91,9 +91,9 @@ impl SealService for SealRpc {
                         )
                     };
                     let approval = approval.map(SignedPolicy::from);
+                    // The zeroizing buffer moves into the response (`tpm_vault_proto::secret`).
                     let secret = self.ctx.vault.unseal(&name, approval.as_ref()).await?;
-                    // The response owns a copy; the zeroizing buffer is wiped when it drops here.
-                    Ok(pb::UnsealResponse { secret: secret.to_vec() })
+                    Ok(pb::UnsealResponse { secret })
                 },
             )
             .await
