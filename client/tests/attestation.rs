@@ -1,7 +1,8 @@
 //! Attestation end to end, against the real daemon over its own swtpm: quotes written by
 //! `tpm-vault quote` verify in-core (library and `verify-quote`) and with tpm2-tools'
 //! `tpm2_checkquote`; a wrong nonce, a flipped bit, a tampered PCR value and another AK are
-//! rejected by both, ours naming the reason; PCR 9 expectations; credential activation with a
+//! rejected by both, ours naming the reason; without an enrolled AK (`--ak`) `verify-quote` says
+//! the signer was not checked and exits 12; PCR 9 expectations; credential activation with a
 //! credential made by `tpm2_makecredential`.
 
 mod support;
@@ -72,9 +73,24 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+/// The AK a verifier enrolled for the device (`attest key --ak-out`, once).
+fn enrolled_ak(d: &Daemon) -> PathBuf {
+    let path = d.dir.path().join("enrolled-ak.pem");
+    if !path.exists() {
+        ok(d.cli(&["attest", "key", "--ak-out", path.to_str().unwrap()]));
+    }
+    path
+}
+
+/// `verify-quote` of `dir`, against the enrolled AK unless `extra` passes another `--ak` or
+/// `--allow-unenrolled-ak`.
 fn verify_quote(d: &Daemon, dir: &Path, nonce: &str, extra: &[&str]) -> Output {
     let dir = dir.to_str().unwrap();
+    let enrolled = enrolled_ak(d);
     let mut args = vec!["verify-quote", "--in-dir", dir, "--nonce", nonce];
+    if !extra.iter().any(|a| *a == "--ak" || *a == "--allow-unenrolled-ak") {
+        args.extend(["--ak", enrolled.to_str().unwrap()]);
+    }
     args.extend_from_slice(extra);
     d.cli(&args)
 }
@@ -111,8 +127,41 @@ fn fresh_quote_verifies_in_core_and_with_tpm2_checkquote() {
     // JSON output.
     let json: serde_json::Value =
         serde_json::from_slice(&ok(verify_quote(&d, &dir, &nonce, &["--output", "json"]))).unwrap();
-    assert_eq!(json["valid"], true);
+    assert_eq!((json["valid"].as_bool(), json["signer_enrolled"].as_bool()), (Some(true), Some(true)));
     assert_eq!(json["pcrs"].as_array().unwrap().len(), 10);
+    assert!(out.contains("signer enrolled: yes"), "{out}");
+}
+
+/// Without `--ak` a quote is checked only against the `ak.pub.pem` beside it, which whoever
+/// wrote the quote also wrote: `verify-quote` says so plainly (text and JSON) and exits 12,
+/// unless `--allow-unenrolled-ak`. (It used to print "Quote OK" and exit 0.)
+#[test]
+fn without_an_enrolled_ak_verify_quote_says_so_and_exits_12() {
+    let d = Daemon::start();
+    let nonce = fresh_nonce();
+    let dir = quote(&d, "q", &nonce, &[]);
+    let dir_arg = dir.to_str().unwrap();
+    let unenrolled = |extra: &[&str]| {
+        let mut args = vec!["verify-quote", "--in-dir", dir_arg, "--nonce", &nonce];
+        args.extend_from_slice(extra);
+        d.cli(&args)
+    };
+    let out = unenrolled(&[]);
+    let line = fails(&out, 12);
+    assert!(line.contains("not against an enrolled AK") && line.contains("--ak FILE"), "{line}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("Quote OK\n"), "{text}");
+    assert!(text.contains("signer enrolled: NO (the AK was not checked against an enrolled key)\n"), "{text}");
+    let out = unenrolled(&["--output", "json"]);
+    assert_eq!(out.status.code(), Some(12));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((json["valid"].as_bool(), json["signer_enrolled"].as_bool()), (Some(true), Some(false)));
+    // Accepted on request, still saying so.
+    let text = String::from_utf8(ok(unenrolled(&["--allow-unenrolled-ak"]))).unwrap();
+    assert!(text.contains("signer enrolled: NO"), "{text}");
+    // A rejected quote is exit 1 whatever the AK.
+    let line = fails(&unenrolled(&["--allow-unenrolled-ak", "--expect", &format!("sha256:9={}", "11".repeat(32))]), 1);
+    assert!(line.starts_with("tpm-vault: quote rejected: PCR sha256:9 is"), "{line}");
 }
 
 #[test]
@@ -345,15 +394,16 @@ fn verify_quote_reads_files_written_by_tpm2_quote() {
     checkquote_accepts(&q, &nonce);
     let out = support::run_cli(
         Path::new("/nonexistent/vault.sock"),
-        &["verify-quote", "--in-dir", "q", "--nonce", &nonce],
+        // The AK tpm2_createak wrote is the one the verifier enrolled; q/ has a copy.
+        &["verify-quote", "--in-dir", "q", "--nonce", &nonce, "--ak", "ak.pub.pem"],
         b"",
         dir.path(),
     );
     let text = String::from_utf8(ok(out)).unwrap();
-    assert!(text.starts_with("Quote OK"), "{text}");
+    assert!(text.starts_with("Quote OK") && text.contains("signer enrolled: yes"), "{text}");
     let out = support::run_cli(
         Path::new("/nonexistent/vault.sock"),
-        &["verify-quote", "--in-dir", "q", "--nonce", "00"],
+        &["verify-quote", "--in-dir", "q", "--nonce", "00", "--ak", "ak.pub.pem"],
         b"",
         dir.path(),
     );

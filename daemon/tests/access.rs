@@ -222,29 +222,33 @@ async fn owner_only_client_running_as_nobody() {
 const FLOOD: usize = 20_000;
 
 /// A client with no rights (uid 65534) sends 20,000 denied requests while another client
-/// signs; the audit file is a pipe read slowly (a journal that does not keep up). The other
-/// client's signatures each take under 1 s, and the audit log holds, per operation, five
-/// denials and one summary per 10 s window whose counts add up to every denial. (Every denial
-/// used to be a line, and past 1 MiB of them the loggers, tokio workers, waited for the pipe.)
+/// signs; the audit file is a pipe nobody reads until the flood is over (a journal that
+/// stalled). The other client's signatures each take under 1 s, and the audit log holds, per
+/// operation, five denials and one summary per 10 s window whose counts add up to every
+/// denial. (Every denial used to be a line, and past 1 MiB of them the loggers, tokio workers,
+/// waited for the pipe: the flood and the other client stalled with it.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_denials_is_summed_up_and_does_not_slow_other_clients() {
     let tpm = TpmEnv::start();
     let fifo = tpm.path().join("audit.fifo");
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR).expect("mkfifo");
-    let text = Arc::new(std::sync::Mutex::new(String::new()));
+    let text = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let reading = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let reader = {
-        let (fifo, text) = (fifo.clone(), text.clone());
-        // 4 KiB every 40 ms: about 100 KiB/s.
+        let (fifo, text, reading) = (fifo.clone(), text.clone(), reading.clone());
+        // A journal that stalls during the flood: nothing is read until the flood is over.
         std::thread::spawn(move || {
             use std::io::Read;
             let mut pipe = std::fs::File::open(fifo).expect("open fifo");
+            while !reading.load(std::sync::atomic::Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
             let mut chunk = [0u8; 4096];
             loop {
-                match pipe.read(&mut chunk).expect("read fifo") {
-                    0 => break,
-                    n => text.lock().expect("text").push_str(&String::from_utf8_lossy(&chunk[..n])),
+                match pipe.read(&mut chunk) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => text.lock().map(|mut t| t.extend_from_slice(&chunk[..n])).unwrap_or(()),
                 }
-                std::thread::sleep(Duration::from_millis(40));
             }
         })
     };
@@ -252,30 +256,36 @@ async fn a_flood_of_denials_is_summed_up_and_does_not_slow_other_clients() {
     policy.add_file(Path::new("test.toml"), &support::allow_self_policy()).expect("policy");
     let access = Arc::new(Access::with_policy(policy, AuditLog::with_file(&fifo).expect("audit fifo")));
     let env = DaemonEnv::start_with(tpm, access.clone()).await;
-    let mut c = env.keys().await;
-    c.create_key(create("mine")).await.expect("create");
+    env.keys().await.create_key(create("mine")).await.expect("create");
 
-    let mut flood = nobody_command(&env, "flood_of_denials_as_nobody", &["--clear-groups"]);
+    // The journal moves again when the flood is over, or when a signature hangs (else the
+    // stalled loggers of the old code kept the flood, and so this test, from ever ending).
+    let start_reading = StartReading(reading);
+    let flooding = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    // The signing client runs on a runtime of its own, so its timeout fires even if every
+    // worker of the daemon's runtime (this test's) is stuck.
+    let signer = {
+        let (socket, flooding, unstick) = (env.socket.clone(), flooding.clone(), start_reading.0.clone());
+        std::thread::spawn(move || sign_while(&socket, &flooding, &unstick))
+    };
     let started = std::time::Instant::now();
-    let flood = tokio::task::spawn_blocking(move || flood.output().expect("setpriv"));
-    let (mut signs, mut slowest) = (0, Duration::ZERO);
-    while !flood.is_finished() {
-        let t = std::time::Instant::now();
-        let signed = tokio::time::timeout(Duration::from_secs(10), c.sign(sign("mine"))).await;
-        signed.expect("sign hung under the flood").expect("sign");
-        slowest = slowest.max(t.elapsed());
-        signs += 1;
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // Blocking this thread is fine: the daemon's tasks run on the runtime's worker threads.
+    let flood = nobody_command(&env, "flood_of_denials_as_nobody", &["--clear-groups"]).output().expect("setpriv");
     let flood_time = started.elapsed();
-    passed(flood.await.expect("flood task"));
+    flooding.store(false, std::sync::atomic::Ordering::SeqCst);
+    drop(start_reading);
+    let (signs, slowest) = signer.join().expect("signer thread");
+    passed(flood);
     eprintln!("{FLOOD} denials in {flood_time:?}; {signs} signatures meanwhile, the slowest {slowest:?}");
     assert!(signs >= 3, "the flood ended before the test could measure: {signs} signatures");
     assert!(slowest < Duration::from_secs(1), "a signature took {slowest:?} under the flood");
 
     // Every denial is accounted for once the windows' summaries are written (at their end).
-    let of_nobody = |text: &str| -> Vec<serde_json::Value> {
-        text.lines()
+    // Whole lines only: the reader may be in the middle of one.
+    let of_nobody = |text: &[u8]| -> Vec<serde_json::Value> {
+        let whole = text.iter().rposition(|&b| b == b'\n').map_or(&text[..0], |end| &text[..end]);
+        String::from_utf8_lossy(whole)
+            .lines()
             .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("audit line is JSON"))
             .filter(|e| e["uid"] == NOBODY)
             .collect()
@@ -285,7 +295,7 @@ async fn a_flood_of_denials_is_summed_up_and_does_not_slow_other_clients() {
     };
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let entries = loop {
-        let entries = of_nobody(&text.lock().expect("text"));
+        let entries = of_nobody(&text.lock().expect("text")[..]);
         let counts = (accounted(&entries, "sign"), accounted(&entries, "delete"));
         if counts == (FLOOD as u64 / 2, FLOOD as u64 / 2) {
             break entries;
@@ -303,6 +313,43 @@ async fn a_flood_of_denials_is_summed_up_and_does_not_slow_other_clients() {
     env.stop().await;
     // The reader ends when the last audit log handle closes the pipe; nothing waits for it.
     drop((access, reader));
+}
+
+/// Signs every 20 ms over `socket` while `flooding`; the number of signatures and the slowest.
+/// A signature that takes 10 s lets the audit pipe be read (`unstick`) and counts as 10 s.
+fn sign_while(
+    socket: &Path,
+    flooding: &std::sync::atomic::AtomicBool,
+    unstick: &std::sync::atomic::AtomicBool,
+) -> (usize, Duration) {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    runtime.block_on(async {
+        let endpoint = tonic::transport::Endpoint::from_shared(format!("unix://{}", socket.display())).expect("uri");
+        let mut c = pb::key_service_client::KeyServiceClient::new(endpoint.connect().await.expect("connect"));
+        let (mut signs, mut slowest) = (0, Duration::ZERO);
+        while flooding.load(std::sync::atomic::Ordering::SeqCst) {
+            let t = std::time::Instant::now();
+            match tokio::time::timeout(Duration::from_secs(10), c.sign(sign("mine"))).await {
+                Ok(signed) => {
+                    signed.expect("sign");
+                }
+                Err(_) => unstick.store(true, std::sync::atomic::Ordering::SeqCst),
+            }
+            slowest = slowest.max(t.elapsed());
+            signs += 1;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        (signs, slowest)
+    })
+}
+
+/// Lets the audit pipe's reader start when dropped.
+struct StartReading(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for StartReading {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// Runs in the child process as uid 65534; ignored in normal runs. Sends [`FLOOD`] requests

@@ -86,8 +86,10 @@ impl QuoteArgs {
 #[command(after_help = "Checks, in this order: the signature with the attestation key, that the signed \
 structure is a TPM quote, the nonce, that the PCR file covers the quoted PCRs, that its values hash to \
 the quoted digest, and the --expect values. Prints \"Quote OK\" and exits 0, or names the failed check \
-on stderr and exits 1.\n\nThe AK in the directory proves nothing by itself: pass the key you enrolled \
-for the device with --ak.")]
+on stderr and exits 1.\n\nThe AK in the directory proves nothing by itself (whoever wrote the quote wrote \
+it too): pass the key you enrolled for the device with --ak. Without --ak the quote is checked against \
+DIR/ak.pub.pem, the output says \"signer enrolled: NO\" (JSON: \"signer_enrolled\": false) and the exit \
+status is 12, unless --allow-unenrolled-ak is given.")]
 pub(crate) struct VerifyQuoteArgs {
     /// Directory with quote.msg, quote.sig, quote.pcrs and ak.pub.pem
     #[arg(long, value_name = "DIR")]
@@ -98,9 +100,13 @@ pub(crate) struct VerifyQuoteArgs {
     /// Expected PCR values, BANK:IDX=HEX[,IDX=HEX]; repeatable
     #[arg(long, value_name = "BANK:IDX=HEX", value_parser = parse_expectation)]
     pub(crate) expect: Vec<PcrBinding>,
-    /// The attestation key to check against (PEM or DER) [default: DIR/ak.pub.pem]
+    /// The device's enrolled attestation key to check against (PEM or DER) [default:
+    /// DIR/ak.pub.pem, which proves nothing: exit status 12]
     #[arg(long, value_name = "FILE")]
     pub(crate) ak: Option<PathBuf>,
+    /// Without --ak: accept a quote checked only against DIR/ak.pub.pem (exit 0, not 12)
+    #[arg(long, conflicts_with = "ak")]
+    pub(crate) allow_unenrolled_ak: bool,
     /// Also check that this event log replays to the quoted PCR values (e.g. DIR/eventlog.bin)
     #[arg(long, value_name = "FILE")]
     pub(crate) eventlog: Option<PathBuf>,
@@ -127,12 +133,14 @@ impl VerifyQuoteArgs {
             }
             Ok((quote.pcrs, info))
         });
-        let report = VerifyQuoteReport { result, eventlog: log_checks, show_events: self.show_events };
+        let enrolled = self.ak.is_some();
+        let report = VerifyQuoteReport { result, enrolled, eventlog: log_checks, show_events: self.show_events };
         match (&report.result, ctx.output) {
             (Ok(_), _) | (Err(_), OutputFormat::Json) => ctx.emit(&report)?,
             _ => {}
         }
         match report.result {
+            Ok(_) if !enrolled && !self.allow_unenrolled_ak => Err(CliError::SignerNotEnrolled(self.in_dir)),
             Ok(_) => Ok(()),
             Err(e) => Err(CliError::QuoteRejected(e)),
         }
@@ -365,6 +373,9 @@ impl Report for QuoteReport {
 pub(crate) struct VerifyQuoteReport {
     /// The verified values and quote details, or the failed check.
     pub(crate) result: Result<(PcrValues, QuoteInfo), QuoteError>,
+    /// Whether the quote was checked against an enrolled AK (`--ak`) rather than the one in
+    /// the directory it came with.
+    pub(crate) enrolled: bool,
     /// With `--eventlog`, when it explains the quote: each quoted PCR's check, and the log.
     pub(crate) eventlog: Option<(Vec<PcrCheck>, EventLog)>,
     /// `--show-events`.
@@ -402,6 +413,15 @@ impl VerifyQuoteReport {
     }
 }
 
+impl VerifyQuoteReport {
+    fn enrolled_text(&self) -> &'static str {
+        match self.enrolled {
+            true => "yes (checked against the AK given with --ak)",
+            false => "NO (the AK was not checked against an enrolled key)",
+        }
+    }
+}
+
 impl Report for VerifyQuoteReport {
     fn text(&self, out: &mut dyn Write) -> io::Result<()> {
         match &self.result {
@@ -419,6 +439,7 @@ impl Report for VerifyQuoteReport {
                             format!("{} ms (reset {}, restart {})", info.clock, info.reset_count, info.restart_count),
                         ),
                         ("firmware", format!("{:#018x}", info.firmware_version)),
+                        ("signer enrolled", self.enrolled_text().to_owned()),
                     ],
                 )?;
                 self.eventlog_text(out)
@@ -441,9 +462,12 @@ impl Report for VerifyQuoteReport {
                 "restart_count": info.restart_count,
                 "safe": info.safe,
                 "firmware_version": info.firmware_version,
+                "signer_enrolled": self.enrolled,
                 "eventlog": self.eventlog_json(),
             }),
-            Err(e) => json!({ "valid": false, "reason": e.reason(), "error": e.to_string() }),
+            Err(e) => json!({
+                "valid": false, "reason": e.reason(), "error": e.to_string(), "signer_enrolled": self.enrolled,
+            }),
         }
     }
 }
@@ -570,7 +594,9 @@ mod tests {
             panic!("not verify-quote")
         };
         assert_eq!(args.expect.len(), 2);
-        assert_eq!(args.ak, Some(PathBuf::from("a")));
+        assert_eq!((args.ak, args.allow_unenrolled_ak), (Some(PathBuf::from("a")), false));
+        let with_both = ["verify-quote", "--in-dir", "q", "--nonce", "ab", "--ak", "a", "--allow-unenrolled-ak"];
+        assert_eq!(parse(&with_both).unwrap_err().kind(), ErrorKind::ArgumentConflict);
         let Ok(Command::Pcr(PcrCommand::Read(args))) = parse(&["pcr", "read"]) else { panic!("not pcr read") };
         assert_eq!(args.pcrs, None);
         let Ok(Command::Attest(AttestCommand::Key(args))) = parse(&["attest", "key", "--ek-out", "ek.pem"]) else {
@@ -593,9 +619,15 @@ mod tests {
 
     #[test]
     fn failure_json_names_the_reason() {
-        let report = VerifyQuoteReport { result: Err(QuoteError::BadSignature), eventlog: None, show_events: false };
+        let report = VerifyQuoteReport {
+            result: Err(QuoteError::BadSignature),
+            enrolled: true,
+            eventlog: None,
+            show_events: false,
+        };
         let value = report.json();
         assert_eq!(value["valid"], false);
         assert_eq!(value["reason"], "bad_signature");
+        assert_eq!(value["signer_enrolled"], true);
     }
 }

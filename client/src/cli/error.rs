@@ -36,6 +36,14 @@ pub(crate) enum CliError {
     /// `verify-quote` rejected the quote, for the reason given.
     #[error("quote rejected: {0}")]
     QuoteRejected(QuoteError),
+    /// `verify-quote` without `--ak`: the quote checks out, but only against the AK that came
+    /// with it in this directory, which proves nothing about the device (a result, already
+    /// printed on stdout).
+    #[error(
+        "the quote was checked only against {}/ak.pub.pem, not against an enrolled AK: pass the device's AK with --ak FILE (or --allow-unenrolled-ak)",
+        .0.display()
+    )]
+    SignerNotEnrolled(PathBuf),
     /// `eventlog replay` found a PCR of the TPM that the log does not explain: a result,
     /// already printed on stdout, named here.
     #[error("the TPM does not agree with the event log: {0}")]
@@ -94,6 +102,7 @@ impl CliError {
             | CliError::QuoteRejected(_)
             | CliError::LogDisagrees(_) => 1,
             CliError::AccessDenied => 5,
+            CliError::SignerNotEnrolled(_) => 12,
             CliError::Acme(AcmeError::Local(_)) => 1,
             CliError::Acme(_) => 11,
         }

@@ -49,7 +49,8 @@ Exit status:
   8  TPM busy, in dictionary-attack lockout, or password attempts held back (retry later)
   9  not allowed to open the daemon's socket (join the group the message names; do not retry)
  10  wrong key password
- 11  the ACME CA refused (its problem is quoted) or could not be reached";
+ 11  the ACME CA refused (its problem is quoted) or could not be reached
+ 12  verify-quote without --ak: the quote checks out, but its AK was not checked against an enrolled one";
 
 /// `tpm-vault`: use the keys of a TPM 2.0 through the tpm-vaultd daemon.
 #[derive(Debug, Parser)]
