@@ -6,7 +6,8 @@
 //!
 //! Beside the generated code, the contract both sides must agree on byte for byte or name for
 //! name: [`operation`] (the access-policy vocabulary), [`signed_policy`], [`pq_oids`],
-//! [`hybrid`], [`stream`] (the encrypted stream format) and [`status`].
+//! [`hybrid`], [`ml_kem`] (the FIPS 203 check of an ML-KEM public key), [`stream`] (the
+//! encrypted stream format) and [`status`].
 #![deny(missing_debug_implementations)]
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
@@ -20,6 +21,7 @@ pub mod v1 {
     pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!("gen/tpmvault_descriptor.bin");
 }
 
+pub mod ml_kem;
 pub mod operation;
 pub mod stream;
 
