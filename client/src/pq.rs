@@ -12,7 +12,7 @@ use aws_lc_rs::kem::{EncapsulationKey, ML_KEM_1024, ML_KEM_768};
 use aws_lc_rs::signature::{UnparsedPublicKey, ML_DSA_44, ML_DSA_65, ML_DSA_87};
 use spki::der::Decode;
 use spki::{ObjectIdentifier, SubjectPublicKeyInfoRef};
-use tpm_vault_proto::{hybrid, pq_oids};
+use tpm_vault_proto::{hybrid, ml_kem, pq_oids};
 use zeroize::Zeroizing;
 
 use crate::{Error, KeyAlgorithm, PublicKey};
@@ -72,17 +72,22 @@ impl Encapsulated {
 }
 
 impl KemPublicKey {
-    /// Parses an ML-KEM-768 or ML-KEM-1024 SubjectPublicKeyInfo (`id-alg-ml-kem-768/1024`).
+    /// Parses an ML-KEM-768 or ML-KEM-1024 SubjectPublicKeyInfo (`id-alg-ml-kem-768/1024`),
+    /// with the FIPS 203 input check ([`tpm_vault_proto::ml_kem`]: the size, and every
+    /// coefficient below the modulus).
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] for anything else or a key of the wrong size.
+    /// [`Error::InvalidInput`] for anything else, a key of the wrong size or one that fails the
+    /// modulus check.
     pub fn from_spki(der: &[u8]) -> Result<KemPublicKey, Error> {
         let (algorithm, raw) = parse_spki(der)?;
-        let params = match algorithm {
-            KeyAlgorithm::MlKem768 => &ML_KEM_768,
-            KeyAlgorithm::MlKem1024 => &ML_KEM_1024,
+        let (params, k) = match algorithm {
+            KeyAlgorithm::MlKem768 => (&ML_KEM_768, 3),
+            KeyAlgorithm::MlKem1024 => (&ML_KEM_1024, 4),
             _ => return Err(Error::InvalidInput(format!("a {algorithm:?} key cannot encapsulate"))),
         };
+        ml_kem::check_encapsulation_key(raw, k)
+            .map_err(|e| Error::InvalidInput(format!("{algorithm:?} public key rejected: {e}")))?;
         let key = EncapsulationKey::new(params, raw)
             .map_err(|e| Error::InvalidInput(format!("ML-KEM public key rejected: {e}")))?;
         Ok(KemPublicKey { algorithm, key })
@@ -218,5 +223,30 @@ mod tests {
         let secret = dk.decapsulate(enc.ciphertext.as_slice().into()).unwrap();
         assert_eq!(secret.as_ref(), enc.shared_secret());
         assert!(!format!("{enc:?}").contains(&hex::encode(enc.shared_secret())));
+    }
+
+    /// FIPS 203 section 7.2: an encapsulation key with a coefficient of q = 3329 or more is
+    /// refused (found by the `pq_spki` and `ml_kem_key` fuzz targets; aws-lc alone accepts it).
+    #[test]
+    fn kem_key_with_a_coefficient_above_the_modulus_is_refused() {
+        for (alg, oid_byte) in [(&ML_KEM_768, 0x02), (&ML_KEM_1024, 0x03)] {
+            let dk = DecapsulationKey::generate(alg).unwrap();
+            let mut ek = dk.encapsulation_key().unwrap().key_bytes().unwrap().as_ref().to_vec();
+            let spki = |ek: &[u8]| {
+                let oid = [0x06, 0x09, 0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x04, oid_byte];
+                let alg = [&[0x30, oid.len() as u8][..], &oid].concat();
+                let bits = [&[0x03, 0x82][..], &((ek.len() + 1) as u16).to_be_bytes(), &[0], ek].concat();
+                let body = [alg, bits].concat();
+                [&[0x30, 0x82][..], &(body.len() as u16).to_be_bytes(), &body].concat()
+            };
+            assert!(KemPublicKey::from_spki(&spki(&ek)).is_ok());
+            // Coefficient 0 := 3329 (q itself): bytes 0 and the low nibble of byte 1.
+            ek[0] = 0x01;
+            ek[1] = (ek[1] & 0xf0) | 0x0d;
+            let err = KemPublicKey::from_spki(&spki(&ek)).unwrap_err().to_string();
+            assert!(err.contains("coefficient 0 is 3329"), "{err}");
+            // One byte short.
+            assert!(KemPublicKey::from_spki(&spki(&ek[1..])).is_err());
+        }
     }
 }

@@ -462,7 +462,8 @@ async fn accept_loop(
 
 /// The identity a client certificate stands for: its SPIFFE ID (a `spiffe://` URI SAN) if it
 /// has one, otherwise its subject DN in certificate order with RFC 4514 escaping
-/// (`CN=agent-1,O=Example`). `None` if the certificate does not parse.
+/// (`CN=agent-1,O=Example`). `None` if the certificate does not parse, or has neither a SPIFFE
+/// ID nor a subject (the empty string every such certificate would share names no one).
 pub fn client_identity(cert_der: &[u8]) -> Option<String> {
     let cert = x509_cert::Certificate::from_der(cert_der).ok()?;
     let tbs = &cert.tbs_certificate;
@@ -477,7 +478,7 @@ pub fn client_identity(cert_der: &[u8]) -> Option<String> {
     }
     let rdns: Vec<String> =
         tbs.subject.0.iter().map(|rdn| rdn.0.iter().map(ToString::to_string).collect::<Vec<_>>().join("+")).collect();
-    Some(rdns.join(","))
+    Some(rdns.join(",")).filter(|id| !id.is_empty())
 }
 
 /// A TLS connection handed to tonic, with the client identity tonic puts into each request's
@@ -538,6 +539,37 @@ impl AsyncWrite for TlsConn {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn self_signed(subject: &[(rcgen::DnType, &str)], uris: &[&str]) -> Vec<u8> {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        for (kind, value) in subject {
+            params.distinguished_name.push(kind.clone(), *value);
+        }
+        params.subject_alt_names =
+            uris.iter().map(|u| rcgen::SanType::URI(rcgen::string::Ia5String::try_from(*u).unwrap())).collect();
+        let key = rcgen::KeyPair::generate().unwrap();
+        params.self_signed(&key).unwrap().der().to_vec()
+    }
+
+    /// A certificate with an empty subject and no SPIFFE ID has no identity (found by the
+    /// `tls_identity` fuzz target: all such certificates were one client, "").
+    #[test]
+    fn client_identity_of_subjects_and_spiffe_ids() {
+        use rcgen::DnType::{CommonName, OrganizationName};
+        assert_eq!(client_identity(&self_signed(&[], &[])), None);
+        assert_eq!(client_identity(&self_signed(&[], &["https://example.org/a"])), None);
+        assert_eq!(
+            client_identity(&self_signed(&[], &["https://x/", "spiffe://example.org/agent"])).as_deref(),
+            Some("spiffe://example.org/agent")
+        );
+        assert_eq!(
+            client_identity(&self_signed(&[(CommonName, "agent-1"), (OrganizationName, "Example, Inc.")], &[]))
+                .as_deref(),
+            Some("CN=agent-1,O=Example\\, Inc.")
+        );
+        assert_eq!(client_identity(b"not a certificate"), None);
+    }
 
     #[test]
     fn handshake_slots_cap_signatures_in_flight_and_free_on_drop() {

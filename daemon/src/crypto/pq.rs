@@ -14,7 +14,7 @@ use aws_lc_rs::signature::{self, PqdsaSigningAlgorithm, PqdsaVerificationAlgorit
 use spki::der::asn1::BitString;
 use spki::der::{Decode, Encode};
 use spki::{AlgorithmIdentifierOwned, ObjectIdentifier, SubjectPublicKeyInfoOwned, SubjectPublicKeyInfoRef};
-use tpm_vault_proto::{hybrid, pq_oids};
+use tpm_vault_proto::{hybrid, ml_kem, pq_oids};
 
 use crate::error::Error;
 use crate::model::KeyAlg;
@@ -99,18 +99,25 @@ pub fn spki_der(alg: KeyAlg, raw: &[u8]) -> Result<Vec<u8>, Error> {
     spki.to_der().map_err(|e| Error::Internal(format!("SPKI: {e}")))
 }
 
-/// The raw public key inside an ML-DSA or ML-KEM SubjectPublicKeyInfo of algorithm `alg`.
+/// The raw public key inside an ML-DSA or ML-KEM SubjectPublicKeyInfo of algorithm `alg`; an
+/// ML-KEM key also passes the FIPS 203 input check ([`tpm_vault_proto::ml_kem`]).
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] for DER that does not parse, another algorithm, parameters
-/// present, or a BIT STRING with unused bits.
+/// present, a BIT STRING with unused bits, or an ML-KEM key of the wrong size or with a
+/// coefficient not below the modulus.
 pub fn raw_public_key(alg: KeyAlg, der: &[u8]) -> Result<Vec<u8>, Error> {
     let bad = |why: String| Error::InvalidArgument(format!("{alg} public key: {why}"));
     let spki = SubjectPublicKeyInfoRef::from_der(der).map_err(|e| bad(e.to_string()))?;
     if Some(spki.algorithm.oid) != oid(alg) || spki.algorithm.parameters.is_some() {
         return Err(bad(format!("algorithm is {}, not id-{alg}", spki.algorithm.oid)));
     }
-    spki.subject_public_key.as_bytes().map(<[u8]>::to_vec).ok_or_else(|| bad("BIT STRING has unused bits".into()))
+    let raw = spki.subject_public_key.as_bytes().ok_or_else(|| bad("BIT STRING has unused bits".into()))?;
+    if let Some((ek_len, _, _)) = ml_kem_sizes(alg) {
+        // ek is 384·k + 32 bytes.
+        ml_kem::check_encapsulation_key(raw, (ek_len - 32) / 384).map_err(|e| bad(e.to_string()))?;
+    }
+    Ok(raw.to_vec())
 }
 
 /// Verifies a pure ML-DSA signature (FIPS 204, empty context) of `message` with the raw public
@@ -176,5 +183,23 @@ mod tests {
         // id-alg-ml-kem-768 = 2.16.840.1.101.3.4.4.2
         let der = spki_der(KeyAlg::MlKem768, &[0; 1184]).unwrap();
         assert_eq!(&der[4..17], &[0x30, 0x0b, 0x06, 0x09, 0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x04, 0x02]);
+    }
+
+    /// FIPS 203 section 7.2: the daemon's parser of ML-KEM SubjectPublicKeyInfo refuses a key of
+    /// the wrong size or with a coefficient of q = 3329 or more (found by the `pq_spki` fuzz
+    /// target), as the client does.
+    #[test]
+    fn ml_kem_spki_is_checked() {
+        for alg in [KeyAlg::MlKem768, KeyAlg::MlKem1024] {
+            let (ek_len, _, _) = ml_kem_sizes(alg).unwrap();
+            assert!(raw_public_key(alg, &spki_der(alg, &vec![0; ek_len]).unwrap()).is_ok());
+            assert!(raw_public_key(alg, &spki_der(alg, &vec![0; ek_len - 1]).unwrap()).is_err());
+            let mut ek = vec![0; ek_len];
+            // The second coefficient of the last 3-byte group := 4095.
+            ek[ek_len - 33] = 0xff;
+            ek[ek_len - 34] = 0xf0;
+            let err = raw_public_key(alg, &spki_der(alg, &ek).unwrap()).unwrap_err().to_string();
+            assert!(err.contains("is 4095, not below the modulus 3329"), "{err}");
+        }
     }
 }

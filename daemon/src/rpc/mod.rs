@@ -172,12 +172,18 @@ impl Target for () {
     }
 }
 
-/// Parses a PCR binding: bank (default sha256), indices (default 9), optional values (one per
-/// index, in the order given).
+/// Parses a PCR binding: bank (default sha256), indices (default 9, each at most once),
+/// optional values (one per index, in the order given).
 pub(crate) fn pcr_binding(b: tpm_vault_proto::v1::PcrBinding) -> Result<PcrTarget, Error> {
     let bank: PcrBank = b.bank.parse()?;
     let indices = if b.pcrs.is_empty() { vec![PcrSelection::DEFAULT_INDEX] } else { b.pcrs.clone() };
     let selection = PcrSelection::new(bank, &indices)?;
+    // A repeated index would have two values, of which the selection could keep only one.
+    let mut sorted = indices.clone();
+    sorted.sort_unstable();
+    if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+        return Err(Error::InvalidArgument(format!("PCR {} is listed twice", w[0])));
+    }
     if b.values.is_empty() {
         return Ok(PcrTarget { selection, values: None });
     }
@@ -190,7 +196,6 @@ pub(crate) fn pcr_binding(b: tpm_vault_proto::v1::PcrBinding) -> Result<PcrTarge
     // Reorder the values to the selection's ascending order.
     let mut pairs: Vec<(u32, Vec<u8>)> = indices.into_iter().zip(b.values).collect();
     pairs.sort_by_key(|(i, _)| *i);
-    pairs.dedup_by_key(|(i, _)| *i);
     Ok(PcrTarget { selection, values: Some(pairs.into_iter().map(|(_, v)| v).collect()) })
 }
 
@@ -252,5 +257,31 @@ mod health {
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tpm_vault_proto::v1::PcrBinding;
+
+    use super::*;
+
+    fn binding(pcrs: &[u32], values: &[u8]) -> PcrBinding {
+        PcrBinding { bank: "sha256".into(), pcrs: pcrs.to_vec(), values: values.iter().map(|&v| vec![v; 32]).collect() }
+    }
+
+    /// A PCR listed twice is refused, with or without values (found by the `pcr_binding` fuzz
+    /// target: `[9, 9]` with values A and B bound the object to A and dropped B silently).
+    #[test]
+    fn a_pcr_listed_twice_is_refused() {
+        for b in [binding(&[9, 9], &[0xaa, 0xbb]), binding(&[9, 9], &[]), binding(&[16, 9, 16], &[1, 2, 3])] {
+            let err = pcr_binding(b.clone()).unwrap_err().to_string();
+            assert!(err.contains("is listed twice"), "{b:?}: {err}");
+        }
+        let t = pcr_binding(binding(&[16, 9], &[0x16, 0x09])).unwrap();
+        assert_eq!(t.selection.pcrs, [9, 16]);
+        assert_eq!(t.values, Some(vec![vec![0x09; 32], vec![0x16; 32]]), "values follow the selection's order");
+        let t = pcr_binding(PcrBinding::default()).unwrap();
+        assert_eq!((t.selection, t.values), (PcrSelection::default_in(PcrBank::Sha256), None));
     }
 }
