@@ -9,7 +9,7 @@
 mod support;
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use support::{wait_exit, KillOnDrop, ProcEnv};
@@ -25,6 +25,15 @@ fn chmod(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
 }
 
+/// A daemon's environment whose state directory exists, with `mode`.
+fn with_state_dir(mode: u32) -> (ProcEnv, PathBuf) {
+    let env = ProcEnv::new();
+    let state = env.tpm.state_dir();
+    std::fs::create_dir(&state).expect("state dir");
+    chmod(&state, mode);
+    (env, state)
+}
+
 /// Starts the daemon of `env`, expects it to exit 64 in bounded time, returns its stderr.
 fn refused_at_start(env: &ProcEnv) -> String {
     let mut child = KillOnDrop(env.command().spawn().expect("spawn tpm-vaultd"));
@@ -37,10 +46,7 @@ fn refused_at_start(env: &ProcEnv) -> String {
 
 #[test]
 fn a_world_writable_state_dir_is_refused_naming_it() {
-    let env = ProcEnv::new();
-    let state = env.tpm.state_dir();
-    std::fs::create_dir(&state).expect("state dir");
-    chmod(&state, 0o777);
+    let (env, state) = with_state_dir(0o777);
     let stderr = refused_at_start(&env);
     let line =
         format!("unsafe state directory {}: {} is writable by its group and others", state.display(), state.display());
@@ -49,10 +55,7 @@ fn a_world_writable_state_dir_is_refused_naming_it() {
 
 #[test]
 fn a_group_writable_parent_is_refused_naming_it() {
-    let env = ProcEnv::new();
-    let state = env.tpm.state_dir();
-    std::fs::create_dir(&state).expect("state dir");
-    chmod(&state, 0o700);
+    let (env, state) = with_state_dir(0o700);
     // The temp dir holding the state dir (and the test's other files).
     chmod(env.tpm.path(), 0o770);
     let stderr = refused_at_start(&env);
@@ -66,10 +69,7 @@ fn a_state_dir_owned_by_another_user_is_refused() {
         eprintln!("skipped: needs root to give the state directory away");
         return;
     }
-    let env = ProcEnv::new();
-    let state = env.tpm.state_dir();
-    std::fs::create_dir(&state).expect("state dir");
-    chmod(&state, 0o700);
+    let (env, state) = with_state_dir(0o700);
     nix::unistd::chown(&state, Some(nix::unistd::Uid::from_raw(65534)), None).expect("chown");
     let stderr = refused_at_start(&env);
     assert!(stderr.contains(&format!("{} is owned by uid 65534", state.display())), "{stderr}");
@@ -138,10 +138,7 @@ async fn planted_records_are_reported_and_refused_without_hanging() {
 /// instead of waiting for a writer for good.
 #[test]
 fn a_fifo_srk_name_fails_the_start_instead_of_hanging() {
-    let env = ProcEnv::new();
-    let state = env.tpm.state_dir();
-    std::fs::create_dir(&state).expect("state dir");
-    chmod(&state, 0o700);
+    let (env, state) = with_state_dir(0o700);
     nix::unistd::mkfifo(&state.join("srk.name"), nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
     let mut child = KillOnDrop(env.command().spawn().expect("spawn tpm-vaultd"));
     let status = wait_exit(&mut child.0, REFUSAL);
