@@ -294,6 +294,8 @@ mod tests {
     #[derive(Clone, Default)]
     struct Stuck {
         open: Arc<(Mutex<bool>, Condvar)>,
+        /// Set when the writer thread is inside `write`, holding the batch it took.
+        entered: Arc<(Mutex<bool>, Condvar)>,
         calls: Calls,
     }
 
@@ -302,10 +304,30 @@ mod tests {
             *self.open.0.lock().unwrap() = true;
             self.open.1.notify_all();
         }
+
+        /// Waits until the writer thread is stuck in `write`.
+        fn wait_entered(&self) {
+            let mut entered = self.entered.0.lock().unwrap();
+            while !*entered {
+                entered = self.entered.1.wait(entered).unwrap();
+            }
+        }
+    }
+
+    /// Opens the destination when dropped, so a failing assertion fails the test instead of
+    /// leaving the writer thread (and the guard's drop waiting for it) stuck for good.
+    struct ReleaseOnDrop(Stuck);
+
+    impl Drop for ReleaseOnDrop {
+        fn drop(&mut self) {
+            self.0.release();
+        }
     }
 
     impl Write for Stuck {
         fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            *self.entered.0.lock().unwrap() = true;
+            self.entered.1.notify_all();
             let mut open = self.open.0.lock().unwrap();
             while !*open {
                 open = self.open.1.wait(open).unwrap();
@@ -326,6 +348,7 @@ mod tests {
     fn a_stuck_destination_drops_ordinary_lines_counted_and_keeps_audit_lines() {
         let stuck = Stuck::default();
         let (writer, guard) = BatchedWriter::start("test-log", stuck.clone(), None).unwrap();
+        let release = ReleaseOnDrop(stuck.clone());
         let started = std::time::Instant::now();
         let line = |c: u8| {
             let mut l = vec![c; 64 * 1024 - 1];
@@ -345,7 +368,7 @@ mod tests {
         // 1 MiB is 16 lines; the writer thread may have taken one buffer (and be stuck writing
         // it) before the buffer filled again: 16 to 32 ordinary lines kept.
         assert!((1024 - 32..=1024 - 16).contains(&dropped.lines), "{dropped:?}");
-        stuck.release();
+        drop(release);
         drop(guard);
         let text = stuck.calls.0.lock().unwrap().concat();
         let count = |c: u8| text.split(|&b| b == b'\n').filter(|l| l.first() == Some(&c)).count() as u64;
@@ -357,14 +380,20 @@ mod tests {
     fn audit_lines_past_their_bound_are_dropped_and_counted() {
         let stuck = Stuck::default();
         let (writer, guard) = BatchedWriter::start("test-log", stuck.clone(), None).unwrap();
+        let release = ReleaseOnDrop(stuck.clone());
         let audit = writer.audit_lines();
         let line = vec![b'a'; 1024 * 1024];
-        for _ in 0..20 {
+        // The writer thread takes the first line and sticks in `write`; only then do the
+        // other 19 MiB queue, 16 MiB of which fit under the bound (else how much it took
+        // first, and so how much is dropped, would depend on the scheduler).
+        audit.append(&line);
+        stuck.wait_entered();
+        for _ in 1..20 {
             audit.append(&line);
         }
         let dropped = audit.dropped();
         assert!(dropped.lines >= 3 && dropped.lines == dropped.audit, "{dropped:?}");
-        stuck.release();
+        drop(release);
         drop(guard);
         let total: usize = stuck.calls.0.lock().unwrap().iter().map(Vec::len).sum();
         assert_eq!(total as u64, (20 - dropped.lines) * line.len() as u64);

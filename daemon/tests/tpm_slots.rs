@@ -92,7 +92,12 @@ async fn a_decrypt_flood_leaves_another_clients_signatures_fast() {
         FLOOD_CONNECTIONS * FLOOD_PER_CONNECTION,
         flooded.load(Ordering::Relaxed)
     );
-    assert!(max_us < 1_000_000, "the other client's slowest signature took {max_us} us under the flood");
+    // Measured: p50 0.30-0.43 s, slowest 0.80-0.96 s (debug build, shared cores): the other
+    // client waits behind at most its flooder's 16 slots of ~20 ms TPM work each, plus the
+    // queue it finds. 2 s keeps a loaded CI machine from failing it; the old code fails by
+    // far more (the TPM deadline, 30 s). Cutting the wait to one job needs a TPM queue served
+    // round-robin per client (not built).
+    assert!(max_us < 2_000_000, "the other client's slowest signature took {max_us} us under the flood");
     env.stop().await;
 }
 
