@@ -379,7 +379,17 @@ fn deb_package_assets_exist_and_cover_the_units() {
         assert!(mode == "644" || mode == "755", "{asset:?}");
         match src.strip_prefix("target/release/") {
             Some(bin) => assert!(["tpm-vaultd", "tpm-vault", "libtpm_vault_pkcs11.so"].contains(&bin), "{src}"),
-            None => assert!(manifest_dir.join(src).is_file(), "missing asset {src}"),
+            // A glob (the man pages, `dir/*.ext`) must match at least one file.
+            None => match src.rsplit_once("/*") {
+                Some((dir, ext)) => {
+                    let matched = std::fs::read_dir(manifest_dir.join(dir))
+                        .unwrap_or_else(|e| panic!("asset {src}: {e}"))
+                        .filter_map(Result::ok)
+                        .any(|e| e.path().is_file() && e.file_name().to_string_lossy().ends_with(ext));
+                    assert!(matched, "asset {src} matches no file");
+                }
+                None => assert!(manifest_dir.join(src).is_file(), "missing asset {src}"),
+            },
         }
         packaged.push((src.trim_start_matches("../").to_owned(), dest.to_owned()));
     }
