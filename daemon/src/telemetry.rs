@@ -303,13 +303,12 @@ impl Snapshot {
         if let Some(keys) = self.keys {
             gauge(o, "tpm_vault_keys", "Keys in the state directory.", keys as u64);
         }
-        header(
+        counter(
             o,
             "tpm_vault_store_corrupt_records_total",
-            "counter",
             "Key records a listing skipped because they do not parse.",
+            self.corrupt_records,
         );
-        line(o, "tpm_vault_store_corrupt_records_total", &[], self.corrupt_records);
         header(o, "tpm_vault_tpm_up", "gauge", "1 when the TPM is connected and its storage root key checked.");
         line(o, "tpm_vault_tpm_up", &[], u64::from(self.state == TpmState::Ready));
         header(o, "tpm_vault_tpm_state", "gauge", "TPM connection state (1 for the current state).");
