@@ -10,7 +10,7 @@
 use std::path::Path;
 
 use anyhow::{ensure, Context as _, Result};
-use tpm_vault_daemon::auth::{Decision, Identity, Operation, Policy, UnixIdentity};
+use tpm_vault_daemon::daemon::{Decision, Identity, Operation, Policy, UnixIdentity};
 use tpm_vault_daemon::model::KeyName;
 
 use crate::sign::{timed_loop, Pids, Timing};

@@ -62,11 +62,6 @@ impl ConnectionLimits {
         per_uid.insert(uid, mine + 1);
         Some(Counted { stream, _slot: Slot { counts: self.shared.clone(), uid } })
     }
-
-    /// Connections open now (for tests and status).
-    pub fn open(&self) -> usize {
-        self.shared.open.lock().unwrap_or_else(PoisonError::into_inner).0
-    }
 }
 
 /// One admitted connection's place in the counts, given back when the connection is dropped.

@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use tpm_vault_daemon::auth::{Decision, Identity, Operation, Policy, UnixIdentity};
+use tpm_vault_daemon::daemon::{Decision, Identity, Operation, Policy, UnixIdentity};
 use tpm_vault_daemon::model::KeyName;
 
 fuzz_target!(|data: &[u8]| {
