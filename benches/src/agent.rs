@@ -21,7 +21,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::UnixStream;
 use tokio::runtime::Runtime;
 use tpm_vault_client::{Client, SignInput, SignOptions};
-use tpm_vault_daemon::spawn::CloseInheritedFds as _;
+use tpm_vault_daemon::harness::CloseInheritedFds as _;
 
 use crate::sign::{Timing, KEY_NAME};
 use crate::tls_peers::stop_child;

@@ -36,13 +36,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
-use tpm_vault_daemon::spawn::CloseInheritedFds as _;
+use tpm_vault_daemon::harness::CloseInheritedFds as _;
 
 use anyhow::{bail, ensure, Context as _, Result};
 use tokio::io::{AsyncReadExt, AsyncWrite};
 use tpm_vault_client::{Client, Code};
-use tpm_vault_daemon::crypto::stream::{wrap, DataKeyId, Encryptor, Header, CHUNK, TAG};
 use tpm_vault_daemon::model::HashAlg;
+use tpm_vault_proto::stream::{wrap, DataKeyId, Encryptor, Header, CHUNK, TAG};
 
 use crate::procfs::{self, Proc};
 use crate::sign::{timed_async, timed_loop, CpuSnapshot, Pids, Timing};
@@ -587,7 +587,7 @@ pub async fn stream_tuned(socket: &std::path::Path, pids: Pids, bytes: u64) -> R
     let channel = tonic::transport::Endpoint::from_shared(format!("unix://{}", socket.display()))?
         .initial_stream_window_size(TUNED_WINDOW)
         .initial_connection_window_size(TUNED_WINDOW)
-        .max_frame_size(tpm_vault_daemon::server::HTTP2_MAX_FRAME)
+        .max_frame_size(tpm_vault_daemon::daemon::HTTP2_MAX_FRAME)
         .connect()
         .await
         .with_context(|| format!("connecting to {}", socket.display()))?;

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _, Result};
 use tokio::net::UnixListener;
 use tokio_stream::wrappers::UnixListenerStream;
-use tpm_vault_daemon::spawn::CloseInheritedFds as _;
+use tpm_vault_daemon::harness::CloseInheritedFds as _;
 
 use crate::sign::{timed_loop, Pids, Timing};
 use crate::stats::Measurement;
@@ -39,7 +39,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// Runtime, bind or server failures.
 pub fn serve(socket: &Path) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(tpm_vault_daemon::config::default_worker_threads())
+        .worker_threads(tpm_vault_daemon::daemon::default_worker_threads())
         .enable_all()
         .build()
         .context("runtime")?;
@@ -48,7 +48,7 @@ pub fn serve(socket: &Path) -> Result<()> {
         let (reporter, service) = tonic_health::server::health_reporter();
         reporter.set_service_status("", tonic_health::ServingStatus::Serving).await;
         tonic::transport::Server::builder()
-            .max_frame_size(tpm_vault_daemon::server::HTTP2_MAX_FRAME)
+            .max_frame_size(tpm_vault_daemon::daemon::HTTP2_MAX_FRAME)
             .add_service(service)
             .serve_with_incoming(UnixListenerStream::new(listener))
             .await

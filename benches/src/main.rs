@@ -63,8 +63,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context as _, Result};
 use clap::Parser;
+use tpm_vault_daemon::harness::Swtpm;
 use tpm_vault_daemon::model::KeyAlg;
-use tpm_vault_daemon::simulator::Swtpm;
 
 use crate::machine::Machine;
 use crate::report::RunInfo;

@@ -12,7 +12,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use tpm_vault_daemon::spawn::CloseInheritedFds as _;
+use tpm_vault_daemon::harness::CloseInheritedFds as _;
 
 use anyhow::{ensure, Context as _, Result};
 

@@ -10,7 +10,7 @@
 use std::path::Path;
 
 use anyhow::{ensure, Context as _, Result};
-use tpm_vault_daemon::auth::{Decision, GroupsSource, Identity, Operation, Policy, UnixIdentity};
+use tpm_vault_daemon::daemon::{Decision, GroupsSource, Identity, Operation, Policy, UnixIdentity};
 use tpm_vault_daemon::model::{KeyName, Owner};
 
 use crate::sign::{timed_loop, Pids, Timing};

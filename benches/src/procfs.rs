@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
-use tpm_vault_daemon::spawn::CloseInheritedFds as _;
+use tpm_vault_daemon::harness::CloseInheritedFds as _;
 
 use anyhow::{anyhow, bail, Context, Result};
 

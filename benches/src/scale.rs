@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context as _, Result};
 use tokio::runtime::Runtime;
 use tpm_vault_client::{Client, HashAlgorithm, SignInput, SignOptions, SignatureScheme};
+use tpm_vault_daemon::formats::store::{Record as _, Store};
 use tpm_vault_daemon::model::{KeyAlg, KeyName};
-use tpm_vault_daemon::store::{Record as _, Store};
 
 use crate::procfs::{self, Proc};
 use crate::sign::daemon::{policy_allow_all, Daemon, Setup};
@@ -121,7 +121,7 @@ impl KeySet {
             group.push(name.to_string());
             records.push(record);
         }
-        // The store's layout: `keys/<name>.key` (see `tpm_vault_daemon::store`).
+        // The store's layout: `keys/<name>.key` (see `tpm_vault_daemon::formats::store`).
         let keys = dir.join("keys");
         for i in REAL_KEYS..count {
             let mut record = records[i % REAL_KEYS].clone();

@@ -23,7 +23,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context as _, Result};
-use tpm_vault_daemon::simulator::claim_port_pair;
+use tpm_vault_daemon::harness::claim_port_pair;
 
 /// Largest command or response the tap accepts (TPM2 buffers are at most a few KiB).
 const MAX_BUFFER: usize = 64 * 1024;

@@ -17,7 +17,7 @@ use clap::CommandFactory;
 pub fn render() -> std::io::Result<BTreeMap<String, Vec<u8>>> {
     let scratch = tempfile::tempdir()?;
     clap_mangen::generate_to(tpm_vault_client::cli::Cli::command(), scratch.path())?;
-    clap_mangen::generate_to(tpm_vault_daemon::config::Args::command(), scratch.path())?;
+    clap_mangen::generate_to(tpm_vault_daemon::daemon::Args::command(), scratch.path())?;
     let mut pages = BTreeMap::new();
     for entry in std::fs::read_dir(scratch.path())? {
         let entry = entry?;

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use tempfile::TempDir;
-use tpm_vault_daemon::spawn::CloseInheritedFds as _;
+use tpm_vault_daemon::harness::CloseInheritedFds as _;
 
 use support::{free_port, ok_text as ok, run_tool as run, Daemon, ExampleServer};
 

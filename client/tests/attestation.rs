@@ -9,7 +9,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use tpm_vault_daemon::spawn::CloseInheritedFds as _;
+use tpm_vault_daemon::harness::CloseInheritedFds as _;
 
 use sha2::{Digest, Sha256};
 use support::{fails, ok, Daemon};
@@ -335,7 +335,7 @@ fn credential_activation_round_trip_through_the_cli() {
 #[test]
 fn verify_quote_reads_files_written_by_tpm2_quote() {
     let dir = tempfile::tempdir().unwrap();
-    let swtpm = tpm_vault_daemon::simulator::Swtpm::start(&dir.path().join("swtpm")).unwrap();
+    let swtpm = tpm_vault_daemon::harness::Swtpm::start(&dir.path().join("swtpm")).unwrap();
     let tcti = swtpm.tcti();
     // No resource manager in front of this swtpm: flush what each tool leaves loaded.
     let tool = |args: &[&str]| {

@@ -15,8 +15,8 @@ use std::process::Command;
 
 use sha2::{Digest, Sha256, Sha384};
 use support::{fails, ok, Daemon, EVENT_LOG};
+use tpm_vault_daemon::harness::CloseInheritedFds as _;
 use tpm_vault_daemon::model::PcrBank;
-use tpm_vault_daemon::spawn::CloseInheritedFds as _;
 
 /// A bank of the log writer: TPM_ALG_ID, name, hash.
 #[derive(Clone, Copy)]

@@ -11,7 +11,7 @@ mod support;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use tpm_vault_daemon::spawn::CloseInheritedFds as _;
+use tpm_vault_daemon::harness::CloseInheritedFds as _;
 
 use nix::fcntl::{Flock, FlockArg};
 use p256::ecdsa::signature::Verifier;

@@ -6,7 +6,7 @@ mod support;
 
 use std::path::Path;
 use std::process::{Command, Output};
-use tpm_vault_daemon::spawn::CloseInheritedFds as _;
+use tpm_vault_daemon::harness::CloseInheritedFds as _;
 
 use support::{fails, ok, run_cli, Daemon};
 

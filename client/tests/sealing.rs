@@ -8,7 +8,7 @@ mod support;
 
 use std::path::Path;
 use std::process::Command;
-use tpm_vault_daemon::spawn::CloseInheritedFds as _;
+use tpm_vault_daemon::harness::CloseInheritedFds as _;
 
 use sha2::{Digest, Sha256};
 use support::{fails, ok, Daemon};

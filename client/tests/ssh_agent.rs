@@ -16,7 +16,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use support::{ok, Daemon};
-use tpm_vault_daemon::spawn::CloseInheritedFds as _;
+use tpm_vault_daemon::harness::CloseInheritedFds as _;
 
 /// Every wait in these tests is bounded by this.
 const WAIT: Duration = Duration::from_secs(60);

@@ -66,11 +66,6 @@ impl ConnectionLimits {
         let groups = crate::auth::peer_groups(stream.as_fd()).map(Arc::from);
         Some(Counted { stream, groups, _slot: Slot { counts: self.shared.clone(), uid } })
     }
-
-    /// Connections open now (for tests and status).
-    pub fn open(&self) -> usize {
-        self.shared.open.lock().unwrap_or_else(PoisonError::into_inner).0
-    }
 }
 
 /// One admitted connection's place in the counts, given back when the connection is dropped.

@@ -1,5 +1,18 @@
 //! tpm-vault daemon library: owns the TPM, keeps keys non-extractable, serves them over gRPC.
 //!
+//! # Public face
+//! The modules are private; what other crates use is re-exported here, and nothing more:
+//! - [`Vault`] with [`VaultConfig`], [`SignRequest`], [`SealTarget`], [`QueueConfig`] and the
+//!   errors [`Error`] and [`TpmError`]: key operations in-process, as the benches, the fuzz
+//!   seeds and the tests drive them; [`model`]: the validated domain types they take.
+//! - [`daemon`]: what the `tpm-vaultd` binary and the integration tests need to run and serve
+//!   the daemon (configuration, listeners, serving, access policies, audit, metrics).
+//! - [`harness`]: the test and benchmark harness (a private swtpm, its ports, children that
+//!   inherit no TPM socket).
+//! - [`formats`]: byte-level formats and checks the benches and fuzz targets use directly
+//!   (post-quantum keys and signatures, signature verification, TPM templates and PCR policy
+//!   digests, store records, certificate chains, signed PCR policies).
+//!
 //! # Layout
 //! Modules follow the request path:
 //! - [`rpc`]: gRPC services; converts proto input into [`model`] types at the edge, accounts
@@ -32,26 +45,106 @@
 // Two audited exceptions: `spawn` runs a close_range hook between fork and exec, and
 // `auth::peer::peer_groups` reads SO_PEERGROUPS (getsockopt) into a buffer it owns.
 #![deny(unsafe_code)]
+// The layout above links the private modules; they resolve with `--document-private-items`.
+#![allow(rustdoc::private_intra_doc_links)]
 
-pub mod auth;
-pub mod bounds;
-pub mod config;
-pub mod crypto;
-pub mod error;
-pub mod logwriter;
-pub mod metrics;
+mod auth;
+mod bounds;
+mod config;
+mod crypto;
+mod error;
+mod logwriter;
+mod metrics;
 pub mod model;
-pub mod process_metrics;
-pub mod rpc;
-pub mod server;
-pub mod simulator;
-pub mod spawn;
-pub mod store;
-pub mod systemd;
-pub mod telemetry;
-pub mod tls;
-pub mod tpm;
-pub mod vault;
+mod process_metrics;
+mod rpc;
+mod server;
+mod simulator;
+mod spawn;
+mod store;
+mod systemd;
+mod telemetry;
+mod tls;
+mod tpm;
+mod vault;
+
+pub use error::Error;
+pub use tpm::{QueueConfig, TpmError};
+pub use vault::{SealTarget, SignRequest, Vault, VaultConfig};
+
+/// Running the daemon: what `tpm-vaultd` (`main.rs`) and the integration tests use to
+/// configure, bind, serve and stop it, with the access policies, audit log and metrics they
+/// wire in or check.
+pub mod daemon {
+    pub use crate::auth::audit::AuditLog;
+    pub use crate::auth::limits::DEFAULT_PER_CLIENT;
+    pub use crate::auth::{Access, Decision, GroupsSource, Identity, Operation, Policy, UnixIdentity};
+    pub use crate::config::{
+        check_audit_log, check_policies, default_worker_threads, Args, Config, FileConfig, LogFormat, PolicyCheck,
+        ServeLimits,
+    };
+    pub use crate::logwriter::{BatchedWriter, FlushGuard};
+    pub use crate::metrics::Metrics;
+    pub use crate::rpc::Ctx;
+    pub use crate::server::{
+        activated_listener, bind_unix, run, serve_ctx, serve_ctx_with_tls, serve_with_limits, ServerError,
+        HTTP2_MAX_FRAME,
+    };
+    pub use crate::store::OwnerCheck;
+    pub use crate::telemetry::MetricsSource;
+    pub use crate::tls::{client_identity, provider, TlsListener};
+    pub use crate::tpm::{DaState, PolicyAuth};
+    pub use crate::vault::seal::SignedPolicy;
+    pub use crate::vault::{Client, LockoutConfig, Password};
+}
+
+/// The test and benchmark harness: a private swtpm per test, the port pair it listens on,
+/// and children that inherit no TPM socket.
+pub mod harness {
+    pub use crate::simulator::{claim_port_pair, Swtpm};
+    pub use crate::spawn::CloseInheritedFds;
+}
+
+/// Byte-level formats and checks the benches and fuzz targets use directly, without a vault.
+/// (The encrypted stream format is `tpm_vault_proto::stream`.)
+pub mod formats {
+    pub use crate::tpm::KeyBlob;
+
+    /// Post-quantum keys and signatures: sizes, SPKI encoding, hybrid verification.
+    pub mod pq {
+        pub use crate::crypto::pq::{ml_dsa_signing, ml_kem_sizes, raw_public_key, spki_der, verify_hybrid};
+    }
+    /// In-core signature verification (the Verify RPC's).
+    pub mod verify {
+        pub use crate::crypto::verify::verify_digest;
+    }
+    /// PCR selections and the policy digests sealed objects are bound to.
+    pub mod pcr {
+        pub use crate::tpm::pcr::{extended_value, policy_authorize_digest, policy_pcr_digest, selection_list};
+    }
+    /// The TPM object templates keys are created from.
+    pub mod templates {
+        pub use crate::tpm::templates::{attestation_key, external_p256, sealed, signing_key, srk};
+    }
+    /// Conversions between TPM structures and DER / signature schemes.
+    pub mod convert {
+        pub use crate::tpm::convert::{encode_signature, public_key_der, signature_scheme};
+    }
+    /// The state directory's record tables and their on-disk records.
+    pub mod store {
+        pub use crate::store::{
+            DataKeyRecord, KeyRecord, PcrPolicy, Record, SealPolicy, SealedRecord, Store, TpmObject,
+        };
+    }
+    /// Certificate subjects and the chains stored with keys.
+    pub mod cert {
+        pub use crate::vault::cert::{check_chain, parse_chain, CertSubject};
+    }
+    /// Signed PCR policies: the authority key and the approval check.
+    pub mod seal {
+        pub use crate::vault::seal::{authority_der, check_approval};
+    }
+}
 
 /// Entry points for the fuzz targets (`fuzz/`) into parsers of untrusted input that are private
 /// to their modules. Not an API: hidden from the docs, no stability promise, used by nothing
@@ -92,6 +185,3 @@ pub mod fuzzing {
         })
     }
 }
-
-pub use error::Error;
-pub use vault::{Vault, VaultConfig};

@@ -11,9 +11,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use tpm_vault_daemon::config::{self, Args, Config, LogFormat, PolicyCheck};
-use tpm_vault_daemon::logwriter::{BatchedWriter, FlushGuard};
-use tpm_vault_daemon::server::ServerError;
+use tpm_vault_daemon::daemon::{self, Args, BatchedWriter, Config, FlushGuard, LogFormat, PolicyCheck, ServerError};
 
 /// Exit code for configuration errors (EX_USAGE).
 const EXIT_CONFIG: u8 = 64;
@@ -51,7 +49,7 @@ fn main() -> ExitCode {
         return check_config(&config);
     }
     // Before any thread exists: these read (and unset) process environment variables.
-    let activated = match tpm_vault_daemon::server::activated_listener() {
+    let activated = match daemon::activated_listener() {
         Ok(l) => l,
         Err(e) => {
             eprintln!("tpm-vaultd: {e}");
@@ -93,7 +91,7 @@ fn main() -> ExitCode {
     let served = runtime.block_on(async {
         // Installed now, so a signal during start-up still gets the orderly shutdown.
         let shutdown = shutdown_signal().map_err(ServerError::Signals)?;
-        tpm_vault_daemon::server::run(config, activated, shutdown).await
+        daemon::run(config, activated, shutdown).await
     });
     match served {
         Ok(()) => ExitCode::SUCCESS,
@@ -116,11 +114,11 @@ fn main() -> ExitCode {
 /// policy directory as the daemon would, report, exit.
 fn check_config(config: &Config) -> ExitCode {
     let file = config.file.as_ref().map_or_else(|| "defaults (no config file)".into(), |f| f.display().to_string());
-    if let Some(Err(e)) = config.audit_log.as_deref().map(config::check_audit_log) {
+    if let Some(Err(e)) = config.audit_log.as_deref().map(daemon::check_audit_log) {
         eprintln!("tpm-vaultd: {e}");
         return ExitCode::from(EXIT_CONFIG);
     }
-    match config::check_policies(&config.policies, config.policies_configured) {
+    match daemon::check_policies(&config.policies, config.policies_configured) {
         Ok(PolicyCheck { files, rules, warnings, builtin }) => {
             for warning in warnings {
                 eprintln!("tpm-vaultd: warning: policy {warning} (a typo? the rule cannot match it)");

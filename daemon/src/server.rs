@@ -3,7 +3,7 @@
 //!
 //! [`run`] owns the whole sequence and the pieces that live as long as the daemon: the per-RPC
 //! [`Metrics`], the optional Prometheus endpoint ([`crate::telemetry`]) and the systemd
-//! watchdog ([`crate::systemd`]). [`serve`] / [`serve_ctx`] are the part tests drive directly:
+//! watchdog ([`crate::systemd`]). [`serve_ctx`] and its variants are the part tests drive directly:
 //! serve one listener until a shutdown future resolves, then drain with a bound.
 //!
 //! Order at start: access policy loaded (a bad policy stops the daemon before anything else) →
@@ -274,24 +274,10 @@ async fn serve_vault(
     result
 }
 
-/// Serves the API on `listener` until `shutdown`, then stops accepting and waits up to `grace`
-/// for in-flight requests. Sends `READY=1` to systemd once accepting. Per-RPC metrics go to a
-/// fresh registry; use [`serve_ctx`] to supply one.
-///
-/// # Errors
-/// [`ServerError::Transport`] if the server fails.
-pub async fn serve(
-    vault: Vault,
-    access: Arc<Access>,
-    listener: UnixListener,
-    shutdown: impl Future<Output = ()>,
-    grace: std::time::Duration,
-) -> Result<(), ServerError> {
-    let ctx = Ctx::new(vault, Arc::new(Metrics::default()), access);
-    serve_ctx(ctx, listener, shutdown, grace).await
-}
-
-/// [`serve`] with the given connection and stream bounds.
+/// Serves the API on `listener` with the given connection and stream bounds until `shutdown`,
+/// then stops accepting and waits up to `grace` for in-flight requests. Sends `READY=1` to
+/// systemd once accepting. Per-RPC metrics go to a fresh registry; use [`serve_ctx`] to supply
+/// one.
 ///
 /// # Errors
 /// [`ServerError::Transport`] if the server fails.
@@ -307,7 +293,7 @@ pub async fn serve_with_limits(
     serve_ctx_with_tls(ctx, listener, None, shutdown, grace, limits).await
 }
 
-/// [`serve`] with the handlers' context given by the caller (so the caller can share the
+/// Serves the API with the handlers' context given by the caller (so the caller can share the
 /// metrics registry with the Prometheus endpoint). Sends `READY=1` once accepting and
 /// `STOPPING=1` as soon as `shutdown` resolves.
 ///

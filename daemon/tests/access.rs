@@ -14,12 +14,12 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
-use tpm_vault_daemon::spawn::CloseInheritedFds as _;
+use tpm_vault_daemon::harness::CloseInheritedFds as _;
 
 use support::{nobody_channel, DaemonEnv, TpmEnv};
 use tonic::Code;
-use tpm_vault_daemon::auth::audit::AuditLog;
-use tpm_vault_daemon::auth::{Access, Policy};
+use tpm_vault_daemon::daemon::AuditLog;
+use tpm_vault_daemon::daemon::{Access, Policy};
 use tpm_vault_proto::v1 as pb;
 
 const NOBODY: u32 = 65534;

@@ -11,7 +11,7 @@ use std::time::Duration;
 use support::proxy::TpmProxy;
 use support::TpmEnv;
 use tpm_vault_daemon::model::{HashAlg, PcrBank, PcrSelection};
-use tpm_vault_daemon::tpm::TpmError;
+use tpm_vault_daemon::TpmError;
 use tpm_vault_daemon::{Error, Vault, VaultConfig};
 
 fn pcrs_0_9() -> PcrSelection {

@@ -9,7 +9,7 @@ use std::io::Read as _;
 use std::time::{Duration, Instant};
 
 use support::{allow_self_access, DaemonEnv, TpmEnv};
-use tpm_vault_daemon::config::ServeLimits;
+use tpm_vault_daemon::daemon::ServeLimits;
 use tpm_vault_proto::v1 as pb;
 
 async fn daemon(limits: ServeLimits) -> DaemonEnv {

@@ -7,7 +7,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
-use tpm_vault_daemon::spawn::CloseInheritedFds as _;
+use tpm_vault_daemon::harness::CloseInheritedFds as _;
 
 use support::{DaemonEnv, TpmEnv};
 use tonic::Code;

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tpm_vault_daemon::spawn::CloseInheritedFds as _;
+use tpm_vault_daemon::harness::CloseInheritedFds as _;
 
 use nix::sys::signal::Signal;
 use support::{send_signal, wait_exit, KillOnDrop, ProcEnv};

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use support::{DaemonEnv, TpmEnv};
 use tonic::transport::Channel;
 use tonic::Code;
-use tpm_vault_daemon::auth::audit::AuditLog;
-use tpm_vault_daemon::auth::{Access, Policy};
+use tpm_vault_daemon::daemon::AuditLog;
+use tpm_vault_daemon::daemon::{Access, Policy};
 use tpm_vault_proto::v1 as pb;
 use tpm_vault_proto::v1::key_service_client::KeyServiceClient;
 

@@ -11,12 +11,15 @@ use std::time::{Duration, Instant};
 
 use support::{DaemonEnv, TpmEnv};
 use tonic::Code;
-use tpm_vault_daemon::metrics::Metrics;
+use tpm_vault_daemon::daemon::Metrics;
+use tpm_vault_daemon::daemon::MetricsSource;
+use tpm_vault_daemon::harness::CloseInheritedFds as _;
 use tpm_vault_daemon::model::{KeyAlg, SignInput};
-use tpm_vault_daemon::spawn::CloseInheritedFds as _;
-use tpm_vault_daemon::telemetry::MetricsSource;
-use tpm_vault_daemon::tpm::{DaState, TpmError};
-use tpm_vault_daemon::vault::{Client, LockoutConfig, Password, SignRequest};
+use tpm_vault_daemon::{daemon::DaState, TpmError};
+use tpm_vault_daemon::{
+    daemon::{Client, LockoutConfig, Password},
+    SignRequest,
+};
 use tpm_vault_daemon::{Error, Vault};
 use tpm_vault_proto::v1 as pb;
 use zeroize::Zeroizing;

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use support::{send_signal, wait_exit, KillOnDrop, ProcEnv};
 use tonic::Code;
-use tpm_vault_daemon::spawn::CloseInheritedFds as _;
+use tpm_vault_daemon::harness::CloseInheritedFds as _;
 use tpm_vault_proto::v1 as pb;
 use tpm_vault_proto::v1::seal_service_client::SealServiceClient;
 use tpm_vault_proto::v1::status_service_client::StatusServiceClient;
@@ -102,7 +102,7 @@ async fn metrics_an_sre_can_alert_on() {
     assert!(m.series("tpm_vault_rpc_errors_total").all(|s| s.label("rpc") != Some("Sign")), "{}", m.text);
     let operations: BTreeSet<&str> =
         m.series("tpm_vault_access_denied_total").filter_map(|s| s.label("operation")).collect();
-    assert_eq!(operations.len(), tpm_vault_daemon::auth::Operation::ALL.len(), "{operations:?}");
+    assert_eq!(operations.len(), tpm_vault_daemon::daemon::Operation::ALL.len(), "{operations:?}");
 
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs_f64();
     let v = |name: &str| m.value(name, &[]).unwrap_or_else(|| panic!("no {name} in:\n{}", m.text));

@@ -71,10 +71,10 @@ use std::time::Duration;
 use aws_lc_rs::kem::EncapsulationKey;
 use support::{key, DaemonEnv, TpmEnv};
 use tonic::Code;
-use tpm_vault_daemon::crypto::pq::raw_public_key;
+use tpm_vault_daemon::formats::pq::raw_public_key;
 use tpm_vault_daemon::model::{KeyAlg, PcrBank, PcrSelection, PcrTarget, Scheme, SignInput};
-use tpm_vault_daemon::vault::SignRequest;
 use tpm_vault_daemon::Error;
+use tpm_vault_daemon::SignRequest;
 use tpm_vault_proto::hybrid::{self, HybridSignature};
 use tpm_vault_proto::v1 as pb;
 
@@ -343,7 +343,7 @@ async fn hybrid_signatures_need_both_halves() {
     ] {
         let valid = c.verify(verify_msg("fw", &image, &bytes)).await.expect("verify").into_inner().valid;
         assert!(!valid, "accepted: {what}");
-        let offline = tpm_vault_daemon::crypto::pq::verify_hybrid(
+        let offline = tpm_vault_daemon::formats::pq::verify_hybrid(
             &public.der,
             &raw_public_key(KeyAlg::MlDsa65, &public.ml_dsa_der).expect("raw"),
             &image,
@@ -365,6 +365,6 @@ async fn hybrid_signatures_need_both_halves() {
 #[test]
 fn daemon_tls_defaults_prefer_x25519mlkem768() {
     use rustls::NamedGroup;
-    let groups: Vec<NamedGroup> = tpm_vault_daemon::tls::provider().kx_groups.iter().map(|g| g.name()).collect();
+    let groups: Vec<NamedGroup> = tpm_vault_daemon::daemon::provider().kx_groups.iter().map(|g| g.name()).collect();
     assert_eq!(groups, [NamedGroup::X25519MLKEM768, NamedGroup::X25519, NamedGroup::secp256r1]);
 }

@@ -9,12 +9,12 @@ use std::time::Duration;
 use p256::ecdsa::signature::Signer;
 use p256::pkcs8::EncodePublicKey;
 use support::{key, TpmEnv};
+use tpm_vault_daemon::daemon::SignedPolicy;
+use tpm_vault_daemon::formats::pcr;
+use tpm_vault_daemon::formats::store::{Record as _, SealedRecord};
 use tpm_vault_daemon::model::{KeyAlg, PcrBank, PcrSelection, PcrTarget, SignInput};
-use tpm_vault_daemon::store::{Record as _, SealedRecord};
-use tpm_vault_daemon::tpm::pcr;
-use tpm_vault_daemon::vault::seal::SignedPolicy;
-use tpm_vault_daemon::vault::{SealTarget, SignRequest};
 use tpm_vault_daemon::{Error, Vault};
+use tpm_vault_daemon::{SealTarget, SignRequest};
 use tpm_vault_proto::signed_policy;
 use zeroize::Zeroizing;
 

@@ -16,12 +16,12 @@ use spki::der::Decode as _;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::transport::{Channel, Endpoint};
 use tonic::Code;
-use tpm_vault_daemon::auth::audit::AuditLog;
-use tpm_vault_daemon::auth::{Access, Policy};
-use tpm_vault_daemon::metrics::Metrics;
+use tpm_vault_daemon::daemon::AuditLog;
+use tpm_vault_daemon::daemon::Ctx;
+use tpm_vault_daemon::daemon::Metrics;
+use tpm_vault_daemon::daemon::{self, TlsListener};
+use tpm_vault_daemon::daemon::{Access, Policy};
 use tpm_vault_daemon::model::{HashAlg, KeyAlg, KeyName, Scheme, SignInput};
-use tpm_vault_daemon::rpc::Ctx;
-use tpm_vault_daemon::tls::{self, TlsListener};
 use tpm_vault_daemon::{Error, Vault};
 use tpm_vault_proto::v1 as pb;
 use tpm_vault_proto::v1::key_service_client::KeyServiceClient;
@@ -88,7 +88,7 @@ fn client_config(
     let mut roots = rustls::RootCertStore::empty();
     let ca = rustls::pki_types::pem::PemObject::from_pem_slice(server_ca.pem.as_bytes()).unwrap();
     roots.add(ca).unwrap();
-    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(tls::provider()))
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(daemon::provider()))
         .with_protocol_versions(&[&rustls::version::TLS13])
         .unwrap()
         .with_root_certificates(roots);
@@ -176,7 +176,7 @@ impl TlsDaemon {
         let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
         let tls = TlsListener::bind(&vault, addr, &listener_key, &ca_path).await.unwrap();
         let addr = tls.local_addr().unwrap();
-        let unix = tpm_vault_daemon::server::bind_unix(&env.path().join("vault.sock")).unwrap();
+        let unix = tpm_vault_daemon::daemon::bind_unix(&env.path().join("vault.sock")).unwrap();
         let unix = tokio::net::UnixListener::from_std(unix).unwrap();
         let ctx = Ctx::new(vault.clone(), Arc::new(Metrics::default()), access);
         let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -184,7 +184,7 @@ impl TlsDaemon {
             let shutdown = async {
                 let _ = stop_rx.await;
             };
-            tpm_vault_daemon::server::serve_ctx_with_tls(
+            tpm_vault_daemon::daemon::serve_ctx_with_tls(
                 ctx,
                 unix,
                 Some(tls),
@@ -378,10 +378,10 @@ async fn certificate_operations_check_the_key_and_the_chain() {
     assert_eq!(second.version, 2);
     // The TLS identity of a client certificate: subject in certificate order, or SPIFFE ID.
     let (cert, _) = ca.client(&[(DnType::CommonName, "agent-1"), (DnType::OrganizationName, "Example, Inc.")], None);
-    assert_eq!(tls::client_identity(&cert).as_deref(), Some("CN=agent-1,O=Example\\, Inc."));
+    assert_eq!(daemon::client_identity(&cert).as_deref(), Some("CN=agent-1,O=Example\\, Inc."));
     let (cert, _) = ca.client(&[(DnType::CommonName, "x")], Some("spiffe://example.org/a"));
-    assert_eq!(tls::client_identity(&cert).as_deref(), Some("spiffe://example.org/a"));
-    assert_eq!(tls::client_identity(b"junk"), None);
+    assert_eq!(daemon::client_identity(&cert).as_deref(), Some("spiffe://example.org/a"));
+    assert_eq!(daemon::client_identity(b"junk"), None);
     vault.shutdown(Duration::from_secs(5)).await;
 }
 

@@ -9,9 +9,9 @@ use p256::pkcs8::DecodePublicKey;
 use rand::seq::SliceRandom;
 use support::{key, TpmEnv};
 use tpm_vault_daemon::model::{HashAlg, KeyAlg, Scheme, SignInput};
-use tpm_vault_daemon::tpm::TpmError;
-use tpm_vault_daemon::vault::SignRequest;
 use tpm_vault_daemon::Error;
+use tpm_vault_daemon::SignRequest;
+use tpm_vault_daemon::TpmError;
 
 fn req(input: SignInput, hash: HashAlg, scheme: Scheme) -> SignRequest {
     SignRequest { input, hash: Some(hash), scheme: Some(scheme) }
@@ -243,7 +243,7 @@ async fn a_replaced_tpm_is_refused_and_no_record_is_lost() {
         vault.shutdown(std::time::Duration::from_secs(5)).await;
     }
     // A different TPM (fresh swtpm state = new owner seed) behind the same state dir.
-    let other = tpm_vault_daemon::simulator::Swtpm::start(&env.path().join("other-swtpm")).expect("swtpm");
+    let other = tpm_vault_daemon::harness::Swtpm::start(&env.path().join("other-swtpm")).expect("swtpm");
     let mut cfg = env.vault_config();
     cfg.tcti = other.tcti();
     let err = tpm_vault_daemon::Vault::open(cfg).await.expect_err("must refuse");

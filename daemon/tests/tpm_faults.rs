@@ -11,8 +11,8 @@ use support::proxy::{TpmProxy, CC_SIGN, CC_UNSEAL, RC_PCR_CHANGED};
 use support::{DaemonEnv, TpmEnv};
 use tonic::Code;
 use tpm_vault_daemon::model::{KeyAlg, PcrBank, PcrSelection, SignInput};
-use tpm_vault_daemon::vault::{SealTarget, SignRequest};
 use tpm_vault_daemon::{Error, VaultConfig};
+use tpm_vault_daemon::{SealTarget, SignRequest};
 use tpm_vault_proto::v1 as pb;
 
 fn sign_req(name: &str) -> pb::SignRequest {
@@ -42,7 +42,7 @@ async fn retry_answers_are_retried_with_a_bound() {
     proxy.inject_retry(CC_SIGN, 1_000);
     let start = Instant::now();
     let r = vault.sign(&name, req(), None).await;
-    assert!(matches!(r, Err(Error::Tpm(tpm_vault_daemon::tpm::TpmError::Busy(_)))), "{r:?}");
+    assert!(matches!(r, Err(Error::Tpm(tpm_vault_daemon::TpmError::Busy(_)))), "{r:?}");
     assert!(start.elapsed() < Duration::from_secs(5), "bounded: {:?}", start.elapsed());
     let attempts = proxy.injected() - 3;
     assert!((5..=100).contains(&attempts), "{attempts} attempts");
@@ -73,7 +73,7 @@ async fn pcr_changed_during_a_policy_session_is_retried_from_a_new_session() {
     assert_eq!(proxy.count(&policy_pcr) - before, 3, "each attempt starts its own policy session");
     proxy.inject(CC_UNSEAL, RC_PCR_CHANGED, 1_000);
     let r = vault.unseal(&name, None).await;
-    assert!(matches!(r, Err(Error::Tpm(tpm_vault_daemon::tpm::TpmError::Busy(_)))), "{r:?}");
+    assert!(matches!(r, Err(Error::Tpm(tpm_vault_daemon::TpmError::Busy(_)))), "{r:?}");
     proxy.inject(CC_UNSEAL, RC_PCR_CHANGED, 0);
     assert_eq!(vault.unseal(&name, None).await.expect("works again").as_slice(), b"boot-bound");
     vault.shutdown(Duration::from_secs(5)).await;

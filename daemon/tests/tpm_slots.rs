@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use support::{sign_request, DaemonEnv, TpmEnv};
 use tonic::Code;
-use tpm_vault_daemon::auth::audit::AuditLog;
-use tpm_vault_daemon::auth::limits::DEFAULT_PER_CLIENT;
-use tpm_vault_daemon::auth::{Access, Policy};
+use tpm_vault_daemon::daemon::AuditLog;
+use tpm_vault_daemon::daemon::DEFAULT_PER_CLIENT;
+use tpm_vault_daemon::daemon::{Access, Policy};
 use tpm_vault_daemon::model::PcrBank;
 use tpm_vault_proto::v1 as pb;
 

@@ -8,8 +8,12 @@ mod support;
 
 use support::TpmEnv;
 use tpm_vault_daemon::model::{PcrBank, PcrSelection};
-use tpm_vault_daemon::tpm::{pcr, templates, KeyBlob, PolicyAuth, TpmError};
 use tpm_vault_daemon::VaultConfig;
+use tpm_vault_daemon::{
+    daemon::PolicyAuth,
+    formats::{pcr, templates, KeyBlob},
+    TpmError,
+};
 use tss_esapi::interface_types::resource_handles::Hierarchy;
 use tss_esapi::interface_types::session_handles::AuthSession;
 use tss_esapi::structures::{Digest, SensitiveData};
@@ -43,7 +47,7 @@ async fn sealed_bytes_never_cross_the_tpm_interface_in_clear() {
     // A whole vault seal/unseal of a large secret: its bytes never reach the TPM at all.
     let big: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 251) as u8).collect();
     let name = tpm_vault_daemon::model::KeyName::try_from("wire").expect("name");
-    let target = tpm_vault_daemon::vault::SealTarget::Pcr { selection: sel.clone(), values: None };
+    let target = tpm_vault_daemon::SealTarget::Pcr { selection: sel.clone(), values: None };
     vault.seal(name.clone(), zeroize::Zeroizing::new(big.clone()), target, 0, false).await.expect("seal");
     assert_eq!(vault.unseal(&name, None).await.expect("unseal").as_slice(), big.as_slice());
     assert!(!proxy.contains(&big[..64]));

@@ -11,12 +11,12 @@ use std::path::Path;
 use std::sync::Arc;
 
 use support::{key, TpmEnv};
-use tpm_vault_daemon::auth::audit::AuditLog;
-use tpm_vault_daemon::auth::{Access, GroupsSource, Identity, Operation, Policy, UnixIdentity};
+use tpm_vault_daemon::daemon::AuditLog;
+use tpm_vault_daemon::daemon::OwnerCheck;
+use tpm_vault_daemon::daemon::{Access, GroupsSource, Identity, Operation, Policy, UnixIdentity};
 use tpm_vault_daemon::model::{KeyAlg, KeyName, Owner, PcrBank, PcrSelection};
-use tpm_vault_daemon::store::OwnerCheck;
-use tpm_vault_daemon::vault::SealTarget;
 use tpm_vault_daemon::Error;
+use tpm_vault_daemon::SealTarget;
 use zeroize::Zeroizing;
 
 const ALICE: u32 = 1000;

@@ -11,8 +11,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tpm_vault_daemon::crypto::stream::{unwrap, Decryptor, Encryptor, Header, Keying};
 use tpm_vault_fuzz::{pieces, STREAM_CONTEXT, STREAM_KEY};
+use tpm_vault_proto::stream::{unwrap, Decryptor, Encryptor, Header, Keying};
 
 /// Plaintext released, and the error (as text) if the stream was rejected.
 type Outcome = (Vec<u8>, Result<(), String>);

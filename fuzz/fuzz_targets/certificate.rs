@@ -13,7 +13,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tpm_vault_daemon::vault::cert::{check_chain, parse_chain, CertSubject};
+use tpm_vault_daemon::formats::cert::{check_chain, parse_chain, CertSubject};
 use x509_cert::der::Encode;
 
 /// Longest acceptable error message (as in daemon/tests/garbage.rs).

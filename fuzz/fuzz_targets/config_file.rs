@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 
 use clap::Parser;
 use libfuzzer_sys::fuzz_target;
-use tpm_vault_daemon::config::{Args, Config, FileConfig};
+use tpm_vault_daemon::daemon::{Args, Config, FileConfig};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };

@@ -26,7 +26,7 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(parts) = &decoded {
         assert_eq!(parts.encode().as_deref(), Ok(sig), "a decoded hybrid signature re-encodes differently");
     }
-    let daemon = tpm_vault_daemon::crypto::pq::verify_hybrid(ecdsa_spki, ml_dsa.as_ref(), message, sig)
+    let daemon = tpm_vault_daemon::formats::pq::verify_hybrid(ecdsa_spki, ml_dsa.as_ref(), message, sig)
         .unwrap_or_else(|e| panic!("daemon: {e}"));
     let client = tpm_vault_client::verify_hybrid(ecdsa_spki, ml_dsa_spki.as_ref(), message, sig)
         .unwrap_or_else(|e| panic!("client: {e}"));

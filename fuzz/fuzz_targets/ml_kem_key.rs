@@ -13,7 +13,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tpm_vault_daemon::crypto::pq::{raw_public_key, spki_der};
+use tpm_vault_daemon::formats::pq::{raw_public_key, spki_der};
 use tpm_vault_daemon::model::KeyAlg;
 
 fuzz_target!(|data: &[u8]| {

@@ -10,8 +10,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
+use tpm_vault_daemon::formats::pcr;
 use tpm_vault_daemon::model::{PcrBank, PcrSelection};
-use tpm_vault_daemon::tpm::pcr;
 use tpm_vault_proto::v1::PcrBinding;
 
 fuzz_target!(|data: &[u8]| {

@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use tpm_vault_daemon::auth::{Decision, GroupsSource, Identity, Operation, Policy, UnixIdentity};
+use tpm_vault_daemon::daemon::{Decision, GroupsSource, Identity, Operation, Policy, UnixIdentity};
 use tpm_vault_daemon::model::{KeyName, Owner};
 
 fuzz_target!(|data: &[u8]| {

@@ -10,7 +10,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tpm_vault_daemon::crypto::pq::{ml_kem_sizes, raw_public_key, spki_der};
+use tpm_vault_daemon::formats::pq::{ml_kem_sizes, raw_public_key, spki_der};
 use tpm_vault_daemon::model::KeyAlg;
 
 const PQ: [KeyAlg; 5] = [KeyAlg::MlDsa44, KeyAlg::MlDsa65, KeyAlg::MlDsa87, KeyAlg::MlKem768, KeyAlg::MlKem1024];

@@ -10,9 +10,9 @@
 use libfuzzer_sys::fuzz_target;
 use p256::ecdsa::signature::Verifier;
 use prost::Message;
+use tpm_vault_daemon::daemon::PolicyAuth;
+use tpm_vault_daemon::formats::seal::check_approval;
 use tpm_vault_daemon::model::{PcrBank, PcrSelection};
-use tpm_vault_daemon::tpm::PolicyAuth;
-use tpm_vault_daemon::vault::seal::check_approval;
 use tpm_vault_proto::signed_policy;
 use tpm_vault_proto::v1::SignedPolicy;
 
@@ -28,7 +28,7 @@ fuzz_target!(|data: &[u8]| {
     let spki = tpm_vault_fuzz::authority_spki();
     for sel in &selections {
         // The conversion the Unseal handler makes at the edge.
-        let converted = tpm_vault_daemon::vault::seal::SignedPolicy::from(approval.clone());
+        let converted = tpm_vault_daemon::daemon::SignedPolicy::from(approval.clone());
         let auth = match check_approval(&converted, sel, spki, tpm_vault_fuzz::MIN_POLICY_VERSION) {
             Ok(auth) => auth,
             Err(e) => {
@@ -48,7 +48,7 @@ fuzz_target!(|data: &[u8]| {
         let sig = p256::ecdsa::Signature::from_der(&approval.signature).unwrap_or_else(|e| panic!("{e}"));
         let msg = signed_policy::approval_message(&approval.approved_policy, &approval.policy_ref);
         assert!(vk.verify(&msg, &sig).is_ok(), "accepted an approval the authority did not sign");
-        let digest = tpm_vault_daemon::tpm::pcr::policy_pcr_digest(sel, &approval.pcr_values)
+        let digest = tpm_vault_daemon::formats::pcr::policy_pcr_digest(sel, &approval.pcr_values)
             .unwrap_or_else(|e| panic!("accepted approval with bad PCR values: {e}"));
         assert_eq!(digest, approval.approved_policy);
     }

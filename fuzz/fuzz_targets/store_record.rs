@@ -9,9 +9,11 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use tpm_vault_daemon::formats::store::{
+    DataKeyRecord, KeyRecord, PcrPolicy, Record as _, SealPolicy, SealedRecord, TpmObject,
+};
+use tpm_vault_daemon::formats::{convert, pcr, KeyBlob};
 use tpm_vault_daemon::model::{KeyAlg, KeyName};
-use tpm_vault_daemon::store::{DataKeyRecord, KeyRecord, PcrPolicy, Record as _, SealPolicy, SealedRecord, TpmObject};
-use tpm_vault_daemon::tpm::{convert, pcr, KeyBlob};
 
 fuzz_target!(|data: &[u8]| {
     // The file name the store would have read: the fixed seed name, and the name the record
@@ -40,7 +42,7 @@ fuzz_target!(|data: &[u8]| {
                 SealPolicy::Pcr { pcr } => pcr_policy(pcr),
                 SealPolicy::Authorized { selection, authority_spki, .. } => {
                     let _ = pcr::selection_list(selection);
-                    let _ = tpm_vault_daemon::vault::seal::authority_der(authority_spki);
+                    let _ = tpm_vault_daemon::formats::seal::authority_der(authority_spki);
                 }
             }
         }

@@ -18,7 +18,7 @@ use x509_cert::ext::pkix::name::GeneralName;
 use x509_cert::ext::pkix::SubjectAltName;
 
 fuzz_target!(|data: &[u8]| {
-    let identity = tpm_vault_daemon::tls::client_identity(data);
+    let identity = tpm_vault_daemon::daemon::client_identity(data);
     let Ok(cert) = x509_cert::Certificate::from_der(data) else {
         assert_eq!(identity, None, "an identity for bytes that are not a certificate");
         return;

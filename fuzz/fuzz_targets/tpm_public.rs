@@ -8,8 +8,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use p256::pkcs8::DecodePublicKey;
+use tpm_vault_daemon::formats::convert::public_key_der;
 use tpm_vault_daemon::model::KeyAlg;
-use tpm_vault_daemon::tpm::convert::public_key_der;
 use tss_esapi::structures::{Public, PublicBuffer};
 use tss_esapi::traits::{Marshall, UnMarshall};
 

@@ -27,16 +27,16 @@ use p256::ecdsa::signature::Signer;
 use prost::Message;
 use tpm_vault_client::attest::{encode_pcrs, CredentialFile};
 use tpm_vault_client::PcrValues;
-use tpm_vault_daemon::crypto::stream::{wrap, DataKeyId, Encryptor, Header, Keying};
+use tpm_vault_daemon::formats::cert::CertSubject;
+use tpm_vault_daemon::formats::store::{Record as _, Store};
+use tpm_vault_daemon::harness::Swtpm;
 use tpm_vault_daemon::model::{KeyAlg, KeyName, PcrBank, PcrSelection, PcrTarget};
-use tpm_vault_daemon::simulator::Swtpm;
-use tpm_vault_daemon::store::{Record as _, Store};
-use tpm_vault_daemon::tpm::{pcr, QueueConfig};
-use tpm_vault_daemon::vault::cert::CertSubject;
-use tpm_vault_daemon::vault::SealTarget;
+use tpm_vault_daemon::SealTarget;
+use tpm_vault_daemon::{formats::pcr, QueueConfig};
 use tpm_vault_daemon::{Vault, VaultConfig};
 use tpm_vault_fuzz::{authority, authority_spki, RECORD_NAME, STREAM_CONTEXT, STREAM_KEY};
 use tpm_vault_proto::signed_policy;
+use tpm_vault_proto::stream::{wrap, DataKeyId, Encryptor, Header, Keying};
 use tpm_vault_proto::v1::SignedPolicy;
 use zeroize::Zeroizing;
 
@@ -413,7 +413,7 @@ fn ml_kem_ek(k: usize) -> Vec<u8> {
 fn parser_seeds() {
     use aws_lc_rs::encoding::AsDer;
     use aws_lc_rs::signature::{KeyPair, PqdsaKeyPair};
-    use tpm_vault_daemon::crypto::pq::spki_der;
+    use tpm_vault_daemon::formats::pq::spki_der;
     use tpm_vault_proto::hybrid::{signed_message, HybridSignature};
     use tpm_vault_proto::v1::PcrBinding;
 
@@ -520,7 +520,7 @@ fn parser_seeds() {
     let spkis = corpus("pq_spki");
     let raw_kem = corpus("ml_kem_key");
     for alg in [KeyAlg::MlDsa44, KeyAlg::MlDsa65, KeyAlg::MlDsa87] {
-        let signing = tpm_vault_daemon::crypto::pq::ml_dsa_signing(alg).unwrap_or_else(|| panic!("{alg}"));
+        let signing = tpm_vault_daemon::formats::pq::ml_dsa_signing(alg).unwrap_or_else(|| panic!("{alg}"));
         let kp = PqdsaKeyPair::from_seed(signing, &[0x44; 32]).unwrap_or_else(|e| panic!("{e}"));
         let der = kp.public_key().as_der().unwrap_or_else(|e| panic!("{e}"));
         write(&spkis, &format!("{alg}.der"), der.as_ref());

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context as _, Result};
 use tokio::task::JoinSet;
 use tpm_vault_daemon::model::{HashAlg, KeyAlg, KeyName, Scheme, SignInput};
-use tpm_vault_daemon::tpm::QueueConfig;
-use tpm_vault_daemon::vault::SignRequest;
+use tpm_vault_daemon::QueueConfig;
+use tpm_vault_daemon::SignRequest;
 use tpm_vault_daemon::{Vault, VaultConfig};
 
 use super::{timed_async, CpuSnapshot, Pids, Timing, DIGEST, KEY_NAME};

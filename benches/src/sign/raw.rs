@@ -8,9 +8,9 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{ensure, Context as _, Result};
-use tpm_vault_daemon::crypto::verify;
+use tpm_vault_daemon::formats::verify;
+use tpm_vault_daemon::formats::{convert, templates};
 use tpm_vault_daemon::model::KeyAlg;
-use tpm_vault_daemon::tpm::{convert, templates};
 use tss_esapi::constants::CapabilityType;
 use tss_esapi::handles::{KeyHandle, TpmHandle, TransientTpmHandle};
 use tss_esapi::interface_types::resource_handles::Hierarchy;

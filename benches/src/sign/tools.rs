@@ -17,10 +17,10 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use tpm_vault_daemon::spawn::CloseInheritedFds as _;
+use tpm_vault_daemon::harness::CloseInheritedFds as _;
 
 use anyhow::{bail, ensure, Context as _, Result};
-use tpm_vault_daemon::crypto::verify;
+use tpm_vault_daemon::formats::verify;
 use tpm_vault_daemon::model::{HashAlg, KeyAlg, Scheme};
 
 use super::{timed_loop, Pids, Timing, DIGEST};

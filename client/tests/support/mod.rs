@@ -9,16 +9,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
-use tpm_vault_daemon::spawn::CloseInheritedFds as _;
+use tpm_vault_daemon::harness::CloseInheritedFds as _;
 
 use tempfile::TempDir;
 use tokio::sync::oneshot;
 use tpm_vault_client::Client;
-use tpm_vault_daemon::auth::{audit::AuditLog, Access, Policy};
-use tpm_vault_daemon::metrics::Metrics;
-use tpm_vault_daemon::rpc::Ctx;
-use tpm_vault_daemon::simulator::Swtpm;
-use tpm_vault_daemon::tpm::QueueConfig;
+use tpm_vault_daemon::daemon::Ctx;
+use tpm_vault_daemon::daemon::Metrics;
+use tpm_vault_daemon::daemon::{Access, AuditLog, Policy};
+use tpm_vault_daemon::harness::Swtpm;
+use tpm_vault_daemon::QueueConfig;
 use tpm_vault_daemon::{Vault, VaultConfig};
 
 /// The file (in the daemon's temp dir) the daemon serves as the device's event log; absent
@@ -97,7 +97,7 @@ impl Daemon {
                     .expect("daemon runtime");
                 runtime.block_on(async move {
                     let vault = Vault::open(config).await.expect("open vault");
-                    let listener = tpm_vault_daemon::server::bind_unix(&path).expect("bind");
+                    let listener = tpm_vault_daemon::daemon::bind_unix(&path).expect("bind");
                     let listener = tokio::net::UnixListener::from_std(listener).expect("listener");
                     let _ = ready_tx.send((vault.clone(), tokio::runtime::Handle::current()));
                     let shutdown = async {
@@ -105,7 +105,7 @@ impl Daemon {
                     };
                     let ctx = Ctx::new(vault.clone(), Arc::new(Metrics::default()), Arc::new(access))
                         .with_event_log(Some(&event_log));
-                    tpm_vault_daemon::server::serve_ctx(ctx, listener, shutdown, Duration::from_secs(5))
+                    tpm_vault_daemon::daemon::serve_ctx(ctx, listener, shutdown, Duration::from_secs(5))
                         .await
                         .expect("serve");
                     vault.shutdown(Duration::from_secs(5)).await;

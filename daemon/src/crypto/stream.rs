@@ -4,8 +4,7 @@
 //! `Decrypt` RPCs for callers that cannot run AES themselves.
 
 pub use tpm_vault_proto::stream::{
-    unwrap, wrap, ChunkCipher, DataKeyId, Decryptor, Encryptor, Header, Keying, StreamError, CHUNK, MAGIC, MAX_HEADER,
-    TAG, VERSION,
+    unwrap, wrap, DataKeyId, Decryptor, Encryptor, Header, Keying, StreamError, CHUNK, MAX_HEADER,
 };
 
 impl From<StreamError> for crate::error::Error {

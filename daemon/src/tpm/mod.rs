@@ -28,8 +28,8 @@ pub mod software;
 pub mod templates;
 
 pub use actor::{QueueConfig, TpmHandle};
-pub use connection::{ConnectionConfig, DaState, PolicyAuth, SignJob, Tpm, TpmInfo};
+pub use connection::{ConnectionConfig, DaState, PolicyAuth, SignJob, TpmInfo};
 pub use error::TpmError;
 pub use object::KeyBlob;
-pub use shared::{Shared, TpmState};
+pub use shared::TpmState;
 pub use software::SoftwareTpm;

@@ -24,9 +24,6 @@ use crate::store::record::RECORD_VERSION;
 use crate::store::{DataKeyRecord, OwnerCheck};
 use crate::tpm::KeyBlob;
 
-/// How long an unsealed data key stays in memory after its last use, by default.
-pub const DEFAULT_IDLE: Duration = Duration::from_secs(300);
-
 /// An unsealed data key. The key bytes are wiped when the last user drops it.
 pub struct DataKey {
     /// Name.

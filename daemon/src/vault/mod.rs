@@ -22,7 +22,7 @@ pub mod seal;
 
 pub use cert::{CertSubject, StoredChain};
 pub use lockout::{Client, LockoutConfig, Password};
-pub use seal::{SealInfo, SealTarget};
+pub use seal::SealTarget;
 
 use crate::crypto::verify;
 use crate::error::Error;

@@ -5,12 +5,12 @@ pub mod proxy;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use tpm_vault_daemon::spawn::CloseInheritedFds as _;
+use tpm_vault_daemon::harness::CloseInheritedFds as _;
 
 use tempfile::TempDir;
+use tpm_vault_daemon::harness::Swtpm;
 use tpm_vault_daemon::model::KeyName;
-use tpm_vault_daemon::simulator::Swtpm;
-use tpm_vault_daemon::tpm::QueueConfig;
+use tpm_vault_daemon::QueueConfig;
 use tpm_vault_daemon::{Vault, VaultConfig};
 
 /// A temp dir with a running swtpm; both go away on drop.
@@ -97,24 +97,24 @@ impl DaemonEnv {
     }
 
     /// A daemon over `tpm` with the given access policy.
-    pub async fn start_with(tpm: TpmEnv, access: std::sync::Arc<tpm_vault_daemon::auth::Access>) -> Self {
-        Self::start_limited(tpm, access, tpm_vault_daemon::config::ServeLimits::default()).await
+    pub async fn start_with(tpm: TpmEnv, access: std::sync::Arc<tpm_vault_daemon::daemon::Access>) -> Self {
+        Self::start_limited(tpm, access, tpm_vault_daemon::daemon::ServeLimits::default()).await
     }
 
     /// A daemon over `tpm` with the given access policy and connection bounds.
     pub async fn start_limited(
         tpm: TpmEnv,
-        access: std::sync::Arc<tpm_vault_daemon::auth::Access>,
-        limits: tpm_vault_daemon::config::ServeLimits,
+        access: std::sync::Arc<tpm_vault_daemon::daemon::Access>,
+        limits: tpm_vault_daemon::daemon::ServeLimits,
     ) -> Self {
         let vault = tpm.vault().await;
         let socket = tpm.path().join("vault.sock");
-        let listener = tpm_vault_daemon::server::bind_unix(&socket).expect("bind");
+        let listener = tpm_vault_daemon::daemon::bind_unix(&socket).expect("bind");
         let listener = tokio::net::UnixListener::from_std(listener).expect("listener");
         let (stop, rx) = tokio::sync::oneshot::channel::<()>();
         let v = vault.clone();
         let task = tokio::spawn(async move {
-            tpm_vault_daemon::server::serve_with_limits(
+            tpm_vault_daemon::daemon::serve_with_limits(
                 v,
                 access,
                 listener,
@@ -371,10 +371,10 @@ pub async fn daemon_where_nobody_signs(glob: &str) -> DaemonEnv {
         "{}\n[[rule]]\nclients = [\"uid:{NOBODY}\"]\nkeys = [\"{glob}\"]\noperations = [\"sign\"]\n",
         allow_self_policy()
     );
-    let mut policy = tpm_vault_daemon::auth::Policy::default();
+    let mut policy = tpm_vault_daemon::daemon::Policy::default();
     policy.add_file(Path::new("t.toml"), &text).expect("policy");
-    let audit = tpm_vault_daemon::auth::audit::AuditLog::tracing_only();
-    let access = tpm_vault_daemon::auth::Access::with_policy(policy, audit);
+    let audit = tpm_vault_daemon::daemon::AuditLog::tracing_only();
+    let access = tpm_vault_daemon::daemon::Access::with_policy(policy, audit);
     DaemonEnv::start_with(TpmEnv::start(), std::sync::Arc::new(access)).await
 }
 
@@ -399,8 +399,8 @@ pub fn allow_self_policy() -> String {
 }
 
 /// [`allow_self_policy`] as a loaded access policy.
-pub fn allow_self_access() -> tpm_vault_daemon::auth::Access {
-    let mut policy = tpm_vault_daemon::auth::Policy::default();
+pub fn allow_self_access() -> tpm_vault_daemon::daemon::Access {
+    let mut policy = tpm_vault_daemon::daemon::Policy::default();
     policy.add_file(Path::new("test.toml"), &allow_self_policy()).expect("policy");
-    tpm_vault_daemon::auth::Access::with_policy(policy, tpm_vault_daemon::auth::audit::AuditLog::tracing_only())
+    tpm_vault_daemon::daemon::Access::with_policy(policy, tpm_vault_daemon::daemon::AuditLog::tracing_only())
 }

@@ -47,7 +47,7 @@ impl TpmProxy {
         let faults = Arc::new(Faults::default());
         let (port, listeners, lock) = (0..20)
             .find_map(|_| {
-                let (p, lock) = tpm_vault_daemon::simulator::claim_port_pair().ok()?;
+                let (p, lock) = tpm_vault_daemon::harness::claim_port_pair().ok()?;
                 let a = TcpListener::bind(("127.0.0.1", p)).ok()?;
                 let b = TcpListener::bind(("127.0.0.1", p + 1)).ok()?;
                 Some((p, [a, b], lock))

@@ -13,8 +13,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
-use tpm_vault_daemon::simulator::Swtpm;
-use tpm_vault_daemon::spawn::CloseInheritedFds as _;
+use tpm_vault_daemon::harness::CloseInheritedFds as _;
+use tpm_vault_daemon::harness::Swtpm;
 
 /// Upper bound for every wait (process exit, socket up, port open).
 pub const TIMEOUT: Duration = Duration::from_secs(60);
