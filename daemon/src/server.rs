@@ -117,8 +117,11 @@ impl ServerError {
 }
 
 /// Binds the Unix socket: replaces a stale file left by a crashed run, refuses to steal a live
-/// one, and creates it with mode 0660 (under a umask that allows no more, so the socket is
-/// never connectable by others, even for a moment, whatever umask the daemon was started with).
+/// one, and puts it in place with mode 0660 already set, so it is never connectable by others,
+/// even for a moment, whatever umask the daemon was started with: it is bound inside a private
+/// directory (0700, next to `path`), given its mode there and renamed into place. (Not by
+/// narrowing the umask around `bind`: the umask is the whole process's, and a directory another
+/// thread created meanwhile, a state directory for one, came out group-writable.)
 ///
 /// # Errors
 /// [`ServerError::SocketInUse`] if a daemon answers on it; [`ServerError::Socket`] otherwise.
@@ -134,16 +137,41 @@ pub fn bind_unix(path: &Path) -> Result<StdUnixListener, ServerError> {
         tracing::info!(socket = %path.display(), "removing stale socket from an earlier run");
         std::fs::remove_file(path).map_err(err)?;
     }
-    // The umask is the process's: while it is set, files other threads create get a mode that
-    // is at most as wide as they asked (never wider), and the store creates its files 0600.
-    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o777 & !SOCKET_MODE));
-    let bound = StdUnixListener::bind(path);
-    nix::sys::stat::umask(old);
+    let private = private_dir_beside(path).map_err(err)?;
+    let staged = private.join("s");
+    let bound = StdUnixListener::bind(&staged).and_then(|listener| {
+        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(SOCKET_MODE))?;
+        std::fs::rename(&staged, path)?;
+        Ok(listener)
+    });
+    // Empty after the rename; after a failure, whatever was staged goes with it.
+    let _ = std::fs::remove_file(&staged);
+    let _ = std::fs::remove_dir(&private);
     let listener = bound.map_err(err)?;
-    // Exactly 0660 also where the umask was tighter.
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(SOCKET_MODE)).map_err(err)?;
     listener.set_nonblocking(true).map_err(err)?;
     Ok(listener)
+}
+
+/// Creates a directory only this user can enter (0700), in the directory of `path`, with a
+/// name of this process's and this call's own (a leftover of a crashed run with the same pid is
+/// reused).
+fn private_dir_beside(path: &Path) -> std::io::Result<std::path::PathBuf> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = parent.join(format!(".tpm-vault-bind.{}.{call}", std::process::id()));
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        other => other?,
+    }
+    // Exactly 0700, also under an unusual umask; and refuse a planted directory or link.
+    let meta = std::fs::symlink_metadata(&dir)?;
+    if !meta.is_dir() || std::os::unix::fs::MetadataExt::uid(&meta) != nix::unistd::geteuid().as_raw() {
+        return Err(std::io::Error::other(format!("{} is not a directory of this user", dir.display())));
+    }
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+    Ok(dir)
 }
 
 /// A socket passed by systemd socket activation (`LISTEN_FDS`/`LISTEN_PID`), if any.
@@ -499,4 +527,50 @@ fn spawn_policy_reload(access: Arc<Access>) {
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
+
+    /// Binding the socket leaves the process's other threads alone: directories they create
+    /// while sockets are being bound get the mode they asked for (less the umask the process
+    /// runs with). When `bind_unix` narrowed the umask around `bind`, a state directory another
+    /// thread made at that moment came out 0640/0660 and the state-directory check refused it.
+    #[test]
+    fn binding_does_not_change_the_modes_other_threads_get() {
+        let root = tempfile::tempdir().unwrap();
+        let umask = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
+        let expected = 0o755;
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let binder = {
+            let (root, done) = (root.path().to_owned(), done.clone());
+            std::thread::spawn(move || {
+                for i in 0..2000 {
+                    let _listener = super::bind_unix(&root.join(format!("s{i}"))).unwrap();
+                }
+                done.store(true, std::sync::atomic::Ordering::SeqCst);
+            })
+        };
+        let mut wrong = Vec::new();
+        let mut made = 0;
+        while !done.load(std::sync::atomic::Ordering::SeqCst) {
+            let dir = root.path().join(format!("d{made}"));
+            std::fs::DirBuilder::new().mode(0o755).create(&dir).unwrap();
+            let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+            if mode != expected {
+                wrong.push(format!("{mode:o}"));
+            }
+            std::fs::remove_dir(&dir).unwrap();
+            made += 1;
+        }
+        binder.join().unwrap();
+        nix::sys::stat::umask(umask);
+        assert!(
+            wrong.is_empty(),
+            "{} of {made} directories got another mode: {:?}",
+            wrong.len(),
+            &wrong[..wrong.len().min(5)]
+        );
+    }
 }

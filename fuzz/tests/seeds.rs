@@ -27,6 +27,7 @@ use p256::ecdsa::signature::Signer;
 use prost::Message;
 use tpm_vault_client::attest::{encode_pcrs, CredentialFile};
 use tpm_vault_client::PcrValues;
+use tpm_vault_daemon::daemon::OwnerCheck;
 use tpm_vault_daemon::formats::cert::CertSubject;
 use tpm_vault_daemon::formats::store::{Record as _, Store};
 use tpm_vault_daemon::harness::Swtpm;
@@ -258,7 +259,7 @@ async fn tpm_seeds() {
     let r = store.datakeys().get(&n).unwrap_or_else(|e| panic!("{e}")).unwrap_or_else(|| panic!("no record"));
     write(&records, "datakey.json", &r.to_bytes());
     write(&publics, "datakey.bin", &r.object.public);
-    vault.delete_data_key(&n).await.unwrap_or_else(|e| panic!("{e}"));
+    vault.delete_data_key(&n, OwnerCheck::any()).await.unwrap_or_else(|e| panic!("{e}"));
     vault.create_data_key(n.clone(), 0, Some(bound)).await.unwrap_or_else(|e| panic!("data key: {e}"));
     let r = store.datakeys().get(&n).unwrap_or_else(|e| panic!("{e}")).unwrap_or_else(|| panic!("no record"));
     write(&records, "datakey-pcr-bound.json", &r.to_bytes());
