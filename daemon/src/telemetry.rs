@@ -309,8 +309,8 @@ impl Snapshot {
             "Key records a listing skipped because they do not parse.",
             self.corrupt_records,
         );
-        header(o, "tpm_vault_tpm_up", "gauge", "1 when the TPM is connected and its storage root key checked.");
-        line(o, "tpm_vault_tpm_up", &[], u64::from(self.state == TpmState::Ready));
+        let up = "1 when the TPM is connected and its storage root key checked.";
+        gauge(o, "tpm_vault_tpm_up", up, u64::from(self.state == TpmState::Ready));
         header(o, "tpm_vault_tpm_state", "gauge", "TPM connection state (1 for the current state).");
         for (name, state) in [("ready", TpmState::Ready), ("down", TpmState::Down), ("mismatch", TpmState::Mismatch)] {
             line(o, "tpm_vault_tpm_state", &[("state", name)], u64::from(self.state == state));
