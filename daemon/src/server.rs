@@ -235,6 +235,7 @@ pub async fn run(
         queue: QueueConfig { timeout: config.tpm_timeout, ..QueueConfig::default() },
         simulator: config.simulator,
         datakey_idle: config.datakey_idle,
+        lockout: config.lockout.clone(),
     })
     .await?;
     // As loud as --simulator's own warning (which already said it when starting the swtpm).
@@ -245,7 +246,6 @@ pub async fn run(
              (device:/dev/tpmrm0) in production."
         );
     }
-    vault.set_lockout_config(config.lockout.clone());
     let metrics = Arc::new(Metrics::default());
     let result = serve_vault(&config, vault.clone(), metrics, access, activated, shutdown).await;
     // Requests are answered by now, but jobs they queued may still be waiting for the TPM;

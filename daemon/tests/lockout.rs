@@ -13,6 +13,7 @@ use support::{DaemonEnv, TpmEnv};
 use tonic::Code;
 use tpm_vault_daemon::daemon::Metrics;
 use tpm_vault_daemon::daemon::MetricsSource;
+use tpm_vault_daemon::daemon::ServeLimits;
 use tpm_vault_daemon::harness::CloseInheritedFds as _;
 use tpm_vault_daemon::model::{KeyAlg, SignInput};
 use tpm_vault_daemon::{daemon::DaState, TpmError};
@@ -20,7 +21,7 @@ use tpm_vault_daemon::{
     daemon::{Client, LockoutConfig, Password},
     SignRequest,
 };
-use tpm_vault_daemon::{Error, Vault};
+use tpm_vault_daemon::{Error, Vault, VaultConfig};
 use tpm_vault_proto::v1 as pb;
 use zeroize::Zeroizing;
 
@@ -42,11 +43,16 @@ fn set_da_parameters(env: &TpmEnv, max_tries: u32, recovery_secs: u32) {
 /// A vault over its own swtpm allowing `max_tries` wrong passwords (one forgiven every 1,000 s;
 /// `None`: swtpm's defaults), with the password keys `names`, whose password is "right".
 async fn password_vault(max_tries: Option<u32>, names: &[&str]) -> (TpmEnv, Vault) {
+    password_vault_with(max_tries, names, LockoutConfig::default()).await
+}
+
+/// [`password_vault`] with the guard's settings `lockout`.
+async fn password_vault_with(max_tries: Option<u32>, names: &[&str], lockout: LockoutConfig) -> (TpmEnv, Vault) {
     let env = TpmEnv::start();
     if let Some(n) = max_tries {
         set_da_parameters(&env, n, 1000);
     }
-    let vault = env.vault().await;
+    let vault = Vault::open(VaultConfig { lockout, ..env.vault_config() }).await.expect("open vault");
     for name in names {
         let auth = Some(Zeroizing::new(b"right".to_vec()));
         vault.create_key(support::key(name), KeyAlg::EccP256, 0, auth, None).await.expect("create");
@@ -64,13 +70,16 @@ fn create(name: &str, auth: &[u8]) -> pb::CreateKeyRequest {
 }
 
 /// A daemon over its own swtpm allowing 10 wrong passwords, one forgiven every `recovery_secs`,
-/// with the keys "guarded" (password "right"), "other" ("other-password") and "plain" (none).
+/// with the keys "guarded" (password "right"), "other" ("other-password") and "plain" (none),
+/// and the guard's settings `lockout`.
 async fn daemon_with_keys(
     recovery_secs: u32,
+    lockout: LockoutConfig,
 ) -> (DaemonEnv, pb::key_service_client::KeyServiceClient<tonic::transport::Channel>) {
     let tpm = TpmEnv::start();
     set_da_parameters(&tpm, 10, recovery_secs);
-    let env = DaemonEnv::start_with(tpm, Arc::new(support::allow_self_access())).await;
+    let vault = Vault::open(VaultConfig { lockout, ..tpm.vault_config() }).await.expect("open vault");
+    let env = DaemonEnv::serve(tpm, vault, Arc::new(support::allow_self_access()), ServeLimits::default());
     let mut keys = env.keys().await;
     keys.create_key(create("guarded", b"right")).await.expect("create");
     keys.create_key(create("other", b"other-password")).await.expect("create");
@@ -119,7 +128,7 @@ async fn try_sign(vault: &Vault, key: &str, client: &Client, p: &[u8]) -> Seen {
 /// before it; the TPM's counter stays below its maximum and another password key still signs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_wrong_passwords_leave_the_tpm_below_its_limit_and_other_password_keys_working() {
-    let (env, mut keys) = daemon_with_keys(1000).await;
+    let (env, mut keys) = daemon_with_keys(1000, LockoutConfig::default()).await;
     let before = da_state(&env.vault).await;
     assert_eq!((before.failures, before.max_tries), (0, 10));
     let (mut reached, mut refused) = (0u32, 0u32);
@@ -177,8 +186,7 @@ async fn fifty_wrong_passwords_leave_the_tpm_below_its_limit_and_other_password_
 /// ends), while keys without a password (created noDA) still sign.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_guard_the_same_guesses_lock_the_tpm() {
-    let (env, mut keys) = daemon_with_keys(30).await;
-    env.vault.set_lockout_config(LockoutConfig::disabled());
+    let (env, mut keys) = daemon_with_keys(30, LockoutConfig::disabled()).await;
     let (mut reached, mut locked) = (0, 0);
     for i in 0..50 {
         let err = keys.sign(sign_rpc("guarded", format!("guess-{i}").as_bytes())).await.expect_err("wrong password");
@@ -281,12 +289,12 @@ async fn a_second_client_is_not_throttled_by_the_first_up_to_the_per_key_limit()
 /// the wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_wait_starts_at_the_delay_and_doubles() {
-    let (_env, vault) = password_vault(Some(32), &["k"]).await;
-    vault.set_lockout_config(LockoutConfig {
+    let lockout = LockoutConfig {
         delay: Duration::from_millis(300),
         max_delay: Duration::from_secs(10),
         ..LockoutConfig::default()
-    });
+    };
+    let (_env, vault) = password_vault_with(Some(32), &["k"], lockout).await;
     let a = Client::uid(1000);
     let wait = |r: Result<_, Error>| match r {
         Err(Error::Throttled { wait, .. }) => wait,

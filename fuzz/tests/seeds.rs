@@ -191,12 +191,9 @@ async fn tpm_seeds() {
     let swtpm = Swtpm::start(&tmp.path().join("swtpm")).unwrap_or_else(|e| panic!("swtpm: {e}"));
     let state = tmp.path().join("state");
     let vault = Vault::open(VaultConfig {
-        state_dir: state.clone(),
-        tcti: swtpm.tcti(),
-        max_loaded_objects: 3,
         queue: QueueConfig { capacity: 64, timeout: Duration::from_secs(60) },
         simulator: true,
-        datakey_idle: Duration::from_secs(300),
+        ..VaultConfig::new(state.clone(), swtpm.tcti())
     })
     .await
     .unwrap_or_else(|e| panic!("open vault: {e}"));

@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context as _, Result};
 use tokio::task::JoinSet;
 use tpm_vault_daemon::model::{HashAlg, KeyAlg, KeyName, Scheme, SignInput};
-use tpm_vault_daemon::QueueConfig;
 use tpm_vault_daemon::SignRequest;
 use tpm_vault_daemon::{Vault, VaultConfig};
 
@@ -29,18 +28,9 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// # Errors
 /// Vault errors.
 pub async fn open(state_dir: &Path, tcti: &str) -> Result<Vault> {
-    Vault::open(VaultConfig {
-        state_dir: state_dir.to_owned(),
-        tcti: tcti.to_owned(),
-        // The daemon's default.
-        max_loaded_objects: 3,
-        queue: QueueConfig::default(),
-        simulator: false,
-        // The daemon's default (unused here: no data keys are involved).
-        datakey_idle: Duration::from_secs(300),
-    })
-    .await
-    .with_context(|| format!("opening the vault in {}", state_dir.display()))
+    Vault::open(VaultConfig::new(state_dir, tcti))
+        .await
+        .with_context(|| format!("opening the vault in {}", state_dir.display()))
 }
 
 fn key_name() -> Result<KeyName> {

@@ -75,12 +75,9 @@ impl Daemon {
     fn start_in_with_access(dir: TempDir, access: Access, swtpm_dir: &str, state_dir: &str) -> Daemon {
         let swtpm = Swtpm::start(&dir.path().join(swtpm_dir)).expect("start swtpm");
         let config = VaultConfig {
-            state_dir: dir.path().join(state_dir),
-            tcti: swtpm.tcti(),
-            max_loaded_objects: 3,
             queue: QueueConfig { capacity: 1024, timeout: Duration::from_secs(30) },
             simulator: true,
-            datakey_idle: Duration::from_secs(300),
+            ..VaultConfig::new(dir.path().join(state_dir), swtpm.tcti())
         };
         let socket = dir.path().join("vault.sock");
         let event_log = dir.path().join(EVENT_LOG);

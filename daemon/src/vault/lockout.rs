@@ -42,7 +42,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use zeroize::Zeroizing;
@@ -186,7 +186,7 @@ impl fmt::Debug for Password {
 /// The throttle: failures per client and key, attempts in flight, and the guard's counters.
 #[derive(Debug, Default)]
 pub struct Throttle {
-    config: RwLock<LockoutConfig>,
+    config: LockoutConfig,
     state: Mutex<HashMap<KeyName, KeyTally>>,
     /// Wrong passwords the TPM rejected.
     failures: AtomicU64,
@@ -343,17 +343,12 @@ impl KeyTally {
 impl Throttle {
     /// A throttle with `config`.
     pub fn new(config: LockoutConfig) -> Self {
-        Self { config: RwLock::new(config), ..Self::default() }
+        Self { config, ..Self::default() }
     }
 
     /// The settings in force.
-    pub fn config(&self) -> LockoutConfig {
-        self.config.read().unwrap_or_else(PoisonError::into_inner).clone()
-    }
-
-    /// Replaces the settings (tallies are kept).
-    pub fn set_config(&self, config: LockoutConfig) {
-        *self.config.write().unwrap_or_else(PoisonError::into_inner) = config;
+    pub fn config(&self) -> &LockoutConfig {
+        &self.config
     }
 
     /// Wrong passwords the TPM rejected so far (`tpm_vault_da_failures_total`).
@@ -395,12 +390,12 @@ impl Throttle {
 
     /// One admission check: the attempt, `None` while attempts in flight must finish first.
     fn try_admit(&self, key: &KeyName, client: &Client, now: Instant) -> Result<Option<Attempt<'_>>, Error> {
-        let cfg = self.config();
+        let cfg = &self.config;
         let mut state = self.lock();
         let tally = state.entry(key.clone()).or_default();
         tally.forget_idle(now, cfg.forget_after());
-        let own = tally.clients.get(client).map_or(Gate::Open, |c| c.gate(cfg.free_failures_per_client, &cfg, now));
-        let all = tally.total.gate(cfg.free_failures_per_key, &cfg, now);
+        let own = tally.clients.get(client).map_or(Gate::Open, |c| c.gate(cfg.free_failures_per_client, cfg, now));
+        let all = tally.total.gate(cfg.free_failures_per_key, cfg, now);
         match own.and(all) {
             Gate::Open => {}
             Gate::Busy => return Ok(None),

@@ -54,6 +54,25 @@ pub struct VaultConfig {
     pub simulator: bool,
     /// How long an unsealed data key stays in memory after its last use.
     pub datakey_idle: Duration,
+    /// The dictionary-attack guard's settings (config keys `da_*`).
+    pub lockout: LockoutConfig,
+}
+
+impl VaultConfig {
+    /// A vault in `state_dir` over the TPM at `tcti`, with the daemon's defaults for the rest:
+    /// 3 loaded objects, the default queue, no simulator, data keys kept 300 s after their last
+    /// use, the default dictionary-attack guard.
+    pub fn new(state_dir: impl Into<PathBuf>, tcti: impl Into<String>) -> Self {
+        Self {
+            state_dir: state_dir.into(),
+            tcti: tcti.into(),
+            max_loaded_objects: 3,
+            queue: QueueConfig::default(),
+            simulator: false,
+            datakey_idle: Duration::from_secs(300),
+            lockout: LockoutConfig::default(),
+        }
+    }
 }
 
 /// The three kinds of named record a vault keeps, each a namespace of its own: the same name
@@ -242,7 +261,7 @@ impl Vault {
                 ak: Mutex::new(None),
                 pss: AtomicU8::new(PSS_UNKNOWN),
                 cert_lock: tokio::sync::Mutex::new(()),
-                lockout: lockout::Throttle::new(LockoutConfig::default()),
+                lockout: lockout::Throttle::new(cfg.lockout),
                 tcti: cfg.tcti,
                 simulator: cfg.simulator,
                 started: Instant::now(),
@@ -260,12 +279,6 @@ impl Vault {
     /// The dictionary-attack guard (its counters, for the metrics).
     pub fn lockout(&self) -> &lockout::Throttle {
         &self.inner.lockout
-    }
-
-    /// Sets the dictionary-attack guard's settings (config keys `da_*`; the defaults are in
-    /// force from [`Vault::open`] on).
-    pub fn set_lockout_config(&self, config: LockoutConfig) {
-        self.inner.lockout.set_config(config);
     }
 
     /// The TCTI in use.

@@ -32,12 +32,9 @@ impl TpmEnv {
 
     pub fn vault_config(&self) -> VaultConfig {
         VaultConfig {
-            state_dir: self.state_dir(),
-            tcti: self.swtpm.tcti(),
-            max_loaded_objects: 3,
             queue: QueueConfig { capacity: 1024, timeout: Duration::from_secs(30) },
             simulator: true,
-            datakey_idle: Duration::from_secs(300),
+            ..VaultConfig::new(self.state_dir(), self.swtpm.tcti())
         }
     }
 
@@ -108,6 +105,16 @@ impl DaemonEnv {
         limits: tpm_vault_daemon::daemon::ServeLimits,
     ) -> Self {
         let vault = tpm.vault().await;
+        Self::serve(tpm, vault, access, limits)
+    }
+
+    /// A daemon serving `vault` (opened over `tpm`) with the given access policy and bounds.
+    pub fn serve(
+        tpm: TpmEnv,
+        vault: Vault,
+        access: std::sync::Arc<tpm_vault_daemon::daemon::Access>,
+        limits: tpm_vault_daemon::daemon::ServeLimits,
+    ) -> Self {
         let socket = tpm.path().join("vault.sock");
         let listener = tpm_vault_daemon::daemon::bind_unix(&socket).expect("bind");
         let listener = tokio::net::UnixListener::from_std(listener).expect("listener");
