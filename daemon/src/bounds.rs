@@ -3,6 +3,9 @@
 //!
 //! - [`ConnectionLimits`]: connections on the Unix socket, in all and per client uid; one past a
 //!   bound is closed at once (its client sees the connection reset) and logged at debug level.
+//! - [`Tally`] and its [`Held`]: the one "count up, give back on drop" guard these bounds, the
+//!   TLS listener's connections and handshakes, a TLS key's handshake signatures and the
+//!   metrics endpoint's connections are counted with.
 //! - [`max_message`] and [`FrameLimit`]: the largest gRPC message each method may receive,
 //!   checked on each message's 5-byte length prefix as it arrives, before the server reserves
 //!   memory for it. tonic's own limit is per service, and `SealService` must take Seal's 64 MiB
@@ -14,6 +17,7 @@
 //! `max_streams_per_connection`) and `docs/RELIABILITY.md`.
 
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -28,21 +32,13 @@ use tonic::transport::server::Connected;
 /// How many connections the Unix socket takes, in all and per client uid.
 #[derive(Debug, Clone)]
 pub struct ConnectionLimits {
-    shared: Arc<Counts>,
-}
-
-#[derive(Debug)]
-struct Counts {
-    max_total: usize,
-    max_per_uid: usize,
-    open: Mutex<(usize, HashMap<u32, usize>)>,
+    open: Tally<u32>,
 }
 
 impl ConnectionLimits {
     /// At most `max_total` connections, and `max_per_uid` from one uid.
     pub fn new(max_total: usize, max_per_uid: usize) -> Self {
-        let open = Mutex::new((0, HashMap::new()));
-        Self { shared: Arc::new(Counts { max_total, max_per_uid, open }) }
+        Self { open: Tally::new(max_total, max_per_uid) }
     }
 
     /// Admits `stream` if its uid (from `SO_PEERCRED`; unknown counts as one uid) and the
@@ -50,40 +46,98 @@ impl ConnectionLimits {
     pub fn admit(&self, stream: UnixStream) -> Option<Counted> {
         use std::os::fd::AsFd as _;
         let uid = stream.peer_cred().map_or(u32::MAX, |c| c.uid());
-        let mut open = self.shared.open.lock().unwrap_or_else(PoisonError::into_inner);
-        let (total, per_uid) = &mut *open;
-        let mine = per_uid.get(&uid).copied().unwrap_or(0);
-        if *total >= self.shared.max_total || mine >= self.shared.max_per_uid {
-            let (all, max_all, max_mine) = (*total, self.shared.max_total, self.shared.max_per_uid);
-            drop(open);
-            tracing::debug!(uid, open = all, max_all, mine, max_mine, "connection refused: too many open");
-            return None;
-        }
-        *total += 1;
-        per_uid.insert(uid, mine + 1);
-        drop(open);
+        let held = match self.open.try_take(uid) {
+            Ok(held) => held,
+            Err(Full { total, mine }) => {
+                let (max_all, max_mine) = (self.open.bounds.max_total, self.open.bounds.max_per_key);
+                tracing::debug!(uid, open = total, max_all, mine, max_mine, "connection refused: too many open");
+                return None;
+            }
+        };
         // The peer's groups as the kernel recorded them at connect, read once per connection.
         let groups = crate::auth::peer_groups(stream.as_fd()).map(Arc::from);
-        Some(Counted { stream, groups, _slot: Slot { counts: self.shared.clone(), uid } })
+        Some(Counted { stream, groups, _held: held })
     }
 }
 
-/// One admitted connection's place in the counts, given back when the connection is dropped.
+/// Things held at once (connections, handshake signatures), in all and per key, each under a
+/// bound: the one "count up, give back on drop" guard of the daemon. [`Tally::try_take`] counts
+/// one more and returns its [`Held`], which gives it back when dropped.
 #[derive(Debug)]
-struct Slot {
-    counts: Arc<Counts>,
-    uid: u32,
+pub(crate) struct Tally<K> {
+    bounds: Arc<Counts<K>>,
 }
 
-impl Drop for Slot {
+impl<K> Clone for Tally<K> {
+    fn clone(&self) -> Self {
+        Self { bounds: self.bounds.clone() }
+    }
+}
+
+#[derive(Debug)]
+struct Counts<K> {
+    max_total: usize,
+    max_per_key: usize,
+    /// Held in all, and per key (keys at zero are removed).
+    open: Mutex<(usize, HashMap<K, usize>)>,
+}
+
+/// Why [`Tally::try_take`] refused: the counts it found at a bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Full {
+    /// Held in all.
+    pub total: usize,
+    /// Held under the key asked for.
+    pub mine: usize,
+}
+
+impl<K: Eq + Hash + Clone> Tally<K> {
+    /// At most `max_total` held at once, and `max_per_key` under one key.
+    pub(crate) fn new(max_total: usize, max_per_key: usize) -> Self {
+        let open = Mutex::new((0, HashMap::new()));
+        Self { bounds: Arc::new(Counts { max_total, max_per_key, open }) }
+    }
+
+    /// One more held under `key`, given back when the [`Held`] drops.
+    ///
+    /// # Errors
+    /// [`Full`] when `max_total` are held in all or `max_per_key` under `key`.
+    pub(crate) fn try_take(&self, key: K) -> Result<Held<K>, Full> {
+        let mut open = self.bounds.open.lock().unwrap_or_else(PoisonError::into_inner);
+        let (total, per_key) = &mut *open;
+        let mine = per_key.get(&key).copied().unwrap_or(0);
+        if *total >= self.bounds.max_total || mine >= self.bounds.max_per_key {
+            return Err(Full { total: *total, mine });
+        }
+        *total += 1;
+        per_key.insert(key.clone(), mine + 1);
+        Ok(Held { counts: self.bounds.clone(), key })
+    }
+}
+
+impl Tally<()> {
+    /// At most `max` held at once, with no keys.
+    pub(crate) fn up_to(max: usize) -> Self {
+        Self::new(max, max)
+    }
+}
+
+/// One thing counted by a [`Tally`]; its count is given back when this is dropped.
+#[derive(Debug)]
+pub(crate) struct Held<K: Eq + Hash> {
+    counts: Arc<Counts<K>>,
+    key: K,
+}
+
+impl<K: Eq + Hash> Drop for Held<K> {
     fn drop(&mut self) {
         let mut open = self.counts.open.lock().unwrap_or_else(PoisonError::into_inner);
-        let (total, per_uid) = &mut *open;
+        let (total, per_key) = &mut *open;
         *total = total.saturating_sub(1);
-        if let Some(n) = per_uid.get_mut(&self.uid) {
+        if let Some(n) = per_key.get_mut(&self.key) {
             *n = n.saturating_sub(1);
             if *n == 0 {
-                per_uid.remove(&self.uid);
+                per_key.remove(&self.key);
             }
         }
     }
@@ -95,7 +149,7 @@ impl Drop for Slot {
 pub struct Counted {
     stream: UnixStream,
     groups: Option<Arc<[u32]>>,
-    _slot: Slot,
+    _held: Held<u32>,
 }
 
 impl Connected for Counted {

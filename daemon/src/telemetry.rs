@@ -25,10 +25,10 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 use crate::auth::Access;
+use crate::bounds::Tally;
 use crate::metrics::{Metrics, Series};
 use crate::process_metrics::ProcessSample;
 use crate::tpm::{DaState, TpmState};
@@ -102,7 +102,7 @@ pub fn spawn(listener: TcpListener, source: MetricsSource) -> JoinHandle<()> {
         tracing::info!(%addr, "Prometheus metrics on http://{addr}/metrics");
     }
     tokio::spawn(async move {
-        let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+        let slots = Tally::up_to(MAX_CONNECTIONS);
         loop {
             let stream = match listener.accept().await {
                 Ok((stream, _)) => stream,
@@ -112,13 +112,13 @@ pub fn spawn(listener: TcpListener, source: MetricsSource) -> JoinHandle<()> {
                     continue;
                 }
             };
-            let Ok(permit) = slots.clone().try_acquire_owned() else {
+            let Ok(held) = slots.try_take(()) else {
                 tracing::debug!("metrics endpoint: too many connections; closing one");
                 continue;
             };
             let source = source.clone();
             tokio::spawn(async move {
-                let _permit = permit;
+                let _held = held;
                 match tokio::time::timeout(CONNECTION_TIMEOUT, handle(stream, &source)).await {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => tracing::debug!(error = %e, "metrics endpoint: I/O error"),

@@ -33,13 +33,13 @@ use rustls::sign::{CertifiedKey, Signer, SigningKey};
 use rustls::{RootCertStore, ServerConfig, SignatureAlgorithm, SignatureScheme};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::Connected;
 use x509_cert::der::Decode as _;
 
 use crate::auth::Identity;
+use crate::bounds::{Held, Tally};
 use crate::error::Error;
 use crate::model::{HashAlg, KeyAlg, KeyName, Scheme, SignInput};
 use crate::vault::{SignRequest, Vault};
@@ -111,29 +111,6 @@ pub fn provider() -> CryptoProvider {
 /// clients (whose jobs share the TPM's queue).
 pub const MAX_HANDSHAKE_SIGNATURES: usize = 8;
 
-/// Counts handshake signatures in flight (see [`MAX_HANDSHAKE_SIGNATURES`]).
-#[derive(Debug, Clone, Default)]
-struct HandshakeSlots(Arc<std::sync::atomic::AtomicUsize>);
-
-/// One handshake signature in flight; frees its slot when dropped.
-#[derive(Debug)]
-struct HandshakeSlot(Arc<std::sync::atomic::AtomicUsize>);
-
-impl HandshakeSlots {
-    /// A slot, or `None` when `limit` signatures are already in flight.
-    fn try_take(&self, limit: usize) -> Option<HandshakeSlot> {
-        use std::sync::atomic::Ordering;
-        self.0.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < limit).then_some(n + 1)).ok()?;
-        Some(HandshakeSlot(self.0.clone()))
-    }
-}
-
-impl Drop for HandshakeSlot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-    }
-}
-
 /// A rustls signing key whose private half is a vault key in the TPM.
 #[derive(Clone)]
 pub struct TpmSigningKey {
@@ -141,7 +118,8 @@ pub struct TpmSigningKey {
     key: KeyName,
     alg: KeyAlg,
     spki: Vec<u8>,
-    in_flight: HandshakeSlots,
+    /// Handshake signatures in flight (at most [`MAX_HANDSHAKE_SIGNATURES`]).
+    in_flight: Tally<()>,
 }
 
 impl std::fmt::Debug for TpmSigningKey {
@@ -161,7 +139,13 @@ impl TpmSigningKey {
         if alg.has_pq() {
             return Err(Error::InvalidArgument(format!("key {key} is a {alg} key; TLS needs an ECC or RSA key")));
         }
-        Ok(Self { vault: vault.clone(), key: key.clone(), alg, spki, in_flight: HandshakeSlots::default() })
+        Ok(Self {
+            vault: vault.clone(),
+            key: key.clone(),
+            alg,
+            spki,
+            in_flight: Tally::up_to(MAX_HANDSHAKE_SIGNATURES),
+        })
     }
 
     /// The TLS schemes this key can sign, best first. RSA keys do PSS only (TLS 1.3 has no
@@ -212,7 +196,7 @@ impl Signer for TpmSigner {
             SignatureScheme::RSA_PSS_SHA384 => (HashAlg::Sha384, Scheme::RsaPss),
             other => return Err(rustls::Error::General(format!("unsupported signature scheme {other:?}"))),
         };
-        let Some(_slot) = self.key.in_flight.try_take(MAX_HANDSHAKE_SIGNATURES) else {
+        let Ok(_held) = self.key.in_flight.try_take(()) else {
             // Debug, not warn: a flood of handshakes must not become a flood of log lines.
             tracing::debug!(key = %self.key.key, "TLS handshake refused: {MAX_HANDSHAKE_SIGNATURES} signatures already wait for the TPM");
             return Err(rustls::Error::General("server busy: too many handshakes waiting for the TPM".into()));
@@ -369,7 +353,7 @@ impl TlsListener {
     /// Accepting stops when the stream is dropped.
     pub fn incoming(self, max_connections: usize) -> ReceiverStream<io::Result<TlsConn>> {
         let (tx, rx) = tokio::sync::mpsc::channel(ACCEPT_QUEUE);
-        let bounds = (Arc::new(Semaphore::new(max_connections)), Arc::new(Semaphore::new(MAX_HANDSHAKES)));
+        let bounds = (Tally::up_to(max_connections), Tally::up_to(MAX_HANDSHAKES));
         tokio::spawn(accept_loop(self, tx, bounds));
         ReceiverStream::new(rx)
     }
@@ -410,7 +394,7 @@ pub async fn server_config(
 async fn accept_loop(
     listener: TlsListener,
     tx: tokio::sync::mpsc::Sender<io::Result<TlsConn>>,
-    (connections, handshakes): (Arc<Semaphore>, Arc<Semaphore>),
+    (connections, handshakes): (Tally<()>, Tally<()>),
 ) {
     loop {
         let (tcp, peer) = tokio::select! {
@@ -425,9 +409,7 @@ async fn accept_loop(
                 }
             },
         };
-        let (Ok(slot), Ok(handshake)) =
-            (connections.clone().try_acquire_owned(), handshakes.clone().try_acquire_owned())
-        else {
+        let (Ok(slot), Ok(handshake)) = (connections.try_take(()), handshakes.try_take(())) else {
             tracing::debug!(%peer, "TLS connection refused: too many connections or handshakes in progress");
             continue;
         };
@@ -487,7 +469,7 @@ pub struct TlsConn {
     stream: tokio_rustls::server::TlsStream<TcpStream>,
     identity: Identity,
     /// This connection's place under the listener's connection bound, until it is dropped.
-    _slot: tokio::sync::OwnedSemaphorePermit,
+    _slot: Held<()>,
 }
 
 impl std::fmt::Debug for TlsConn {
@@ -573,11 +555,11 @@ mod tests {
 
     #[test]
     fn handshake_slots_cap_signatures_in_flight_and_free_on_drop() {
-        let slots = HandshakeSlots::default();
-        let held: Vec<HandshakeSlot> = (0..3).filter_map(|_| slots.try_take(3)).collect();
+        let slots = Tally::up_to(3);
+        let held: Vec<_> = (0..3).filter_map(|_| slots.try_take(()).ok()).collect();
         assert_eq!(held.len(), 3);
-        assert!(slots.try_take(3).is_none(), "a fourth signature is refused");
+        assert!(slots.try_take(()).is_err(), "a fourth signature is refused");
         drop(held);
-        assert!(slots.try_take(3).is_some(), "slots come back when handshakes finish");
+        assert!(slots.try_take(()).is_ok(), "slots come back when handshakes finish");
     }
 }
