@@ -17,16 +17,12 @@ use tss_esapi::traits::Marshall;
 use tss_esapi::Context;
 use zeroize::Zeroizing;
 
-use super::error::TpmError;
+use super::error::{wrap, TpmError};
 use super::pcr;
 use crate::model::PcrSelection;
 
 /// TCG NV index of the RSA 2048 EK certificate.
 const EK_CERT_NV_RSA2048: u32 = 0x01c0_0002;
-
-fn wrap(what: &'static str) -> impl Fn(tss_esapi::Error) -> TpmError {
-    move |e| TpmError::from_tss(what, e)
-}
 
 /// A quote as the TPM returned it.
 #[derive(Debug, Clone)]

@@ -16,13 +16,10 @@ use tss_esapi::handles::{KeyHandle, ObjectHandle, PersistentTpmHandle, TpmHandle
 use tss_esapi::interface_types::algorithm::HashingAlgorithm;
 use tss_esapi::interface_types::resource_handles::Hierarchy;
 use tss_esapi::interface_types::session_handles::AuthSession;
-use tss_esapi::structures::{
-    Auth, CapabilityData, Digest, HashcheckTicket, Public, SensitiveData, Signature, SymmetricDefinition,
-};
-use tss_esapi::tss2_esys::TPMT_TK_HASHCHECK;
+use tss_esapi::structures::{Auth, CapabilityData, Digest, Public, SensitiveData, Signature, SymmetricDefinition};
 use tss_esapi::{Context, TctiNameConf};
 
-use super::error::{rc, ResponseCode, TpmError};
+use super::error::{rc, wrap, ResponseCode, TpmError};
 use super::object::{self, KeyBlob};
 use super::shared::{Shared, TpmState};
 use super::templates;
@@ -170,10 +167,6 @@ pub struct Tpm {
     /// Set while the TPM is refused (SRK mismatch): every request gets this error, not a
     /// generic "unavailable", until a reconnect finds the right TPM again.
     refused: Option<TpmError>,
-}
-
-fn wrap(what: &'static str) -> impl Fn(tss_esapi::Error) -> TpmError {
-    move |e| TpmError::from_tss(what, e)
 }
 
 impl Tpm {
@@ -467,7 +460,7 @@ impl Tpm {
     /// TPM errors, classified; [`TpmError::Malformed`] for a digest or password the TPM cannot
     /// take.
     pub fn sign(&mut self, job: &SignJob) -> Result<Vec<u8>, TpmError> {
-        let ticket = null_hashcheck()?;
+        let ticket = convert::null_hashcheck()?;
         let digest = Digest::try_from(job.digest.clone()).map_err(wrap("digest"))?;
         let scheme = convert::signature_scheme(job.scheme, job.hash);
         let auth = job.auth.as_ref().map(|a| Auth::try_from(a.to_vec()).map_err(wrap("auth value"))).transpose()?;
@@ -969,16 +962,6 @@ fn flush_leftovers(ctx: &mut Context) {
     if flushed > 0 {
         tracing::warn!(flushed, "flushed TPM objects/sessions left by an earlier process");
     }
-}
-
-/// The NULL hashcheck ticket an unrestricted key accepts for externally computed digests.
-fn null_hashcheck() -> Result<HashcheckTicket, TpmError> {
-    let raw = TPMT_TK_HASHCHECK {
-        tag: tss_esapi::constants::tss::TPM2_ST_HASHCHECK,
-        hierarchy: tss_esapi::constants::tss::TPM2_RH_NULL,
-        digest: Default::default(),
-    };
-    HashcheckTicket::try_from(raw).map_err(wrap("hashcheck ticket"))
 }
 
 /// A signature the vault asks of the TPM: everything [`Tpm::sign`] needs, in the vault's own

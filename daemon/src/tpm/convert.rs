@@ -4,9 +4,10 @@
 
 use p256::pkcs8::EncodePublicKey;
 use tss_esapi::interface_types::algorithm::HashingAlgorithm;
-use tss_esapi::structures::{HashScheme, Public, Signature, SignatureScheme};
+use tss_esapi::structures::{HashScheme, HashcheckTicket, Public, Signature, SignatureScheme};
+use tss_esapi::tss2_esys::TPMT_TK_HASHCHECK;
 
-use super::error::TpmError;
+use super::error::{wrap, TpmError};
 use crate::model::{HashAlg, KeyAlg, Scheme};
 
 /// The TPM hashing algorithm for a vault hash.
@@ -113,6 +114,16 @@ pub fn public_key_der(alg: KeyAlg, public: &Public) -> Result<Vec<u8>, TpmError>
         }
         _ => Err(bad(format!("public area does not hold a {alg} key"))),
     }
+}
+
+/// The NULL hashcheck ticket an unrestricted key accepts for externally computed digests.
+pub(crate) fn null_hashcheck() -> Result<HashcheckTicket, TpmError> {
+    let raw = TPMT_TK_HASHCHECK {
+        tag: tss_esapi::constants::tss::TPM2_ST_HASHCHECK,
+        hierarchy: tss_esapi::constants::tss::TPM2_RH_NULL,
+        digest: Default::default(),
+    };
+    HashcheckTicket::try_from(raw).map_err(wrap("hashcheck ticket"))
 }
 
 #[cfg(test)]

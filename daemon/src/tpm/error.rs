@@ -85,6 +85,11 @@ pub enum TpmError {
     },
 }
 
+/// `map_err` for a `tss-esapi` call: [`TpmError::from_tss`] for `what`.
+pub(crate) fn wrap(what: &'static str) -> impl Fn(tss_esapi::Error) -> TpmError {
+    move |e| TpmError::from_tss(what, e)
+}
+
 impl TpmError {
     /// Classifies an error returned by `tss-esapi` for `command`.
     pub fn from_tss(command: &'static str, err: tss_esapi::Error) -> Self {

@@ -15,15 +15,11 @@ use tss_esapi::structures::{
     RsaScheme, SymmetricDefinitionObject,
 };
 
-use super::error::TpmError;
+use super::error::{wrap, TpmError};
 use crate::model::KeyAlg;
 
 /// The well-known persistent handle of the SRK (TCG provisioning guidance).
 pub const SRK_PERSISTENT_HANDLE: u32 = 0x8100_0001;
-
-fn wrap(what: &'static str) -> impl Fn(tss_esapi::Error) -> TpmError {
-    move |e| TpmError::from_tss(what, e)
-}
 
 /// The TCG ECC P-256 SRK template.
 ///
