@@ -1,5 +1,5 @@
-//! The only place that builds a gRPC [`Status`]: from an [`Error`], or for a request cut off by
-//! shutdown. Peers get a message naming the cause in their terms; TPM response codes, handles
+//! The only place that builds a gRPC [`Status`]: from an [`Error`], for a request cut off by
+//! shutdown, or for a message over its method's size bound. Peers get a message naming the cause in their terms; TPM response codes, handles
 //! and paths go to the log only.
 
 use tonic::Status;
@@ -47,6 +47,12 @@ impl From<Error> for Status {
 /// [`Error`]: the request never failed, the daemon is leaving.
 pub(crate) fn shutting_down() -> Status {
     Status::unavailable("tpm-vaultd is shutting down; retry")
+}
+
+/// The status of a request whose message declares `len` bytes where its method takes at most
+/// `limit` ([`crate::bounds::FrameLimit`], before the message is read).
+pub(crate) fn message_too_large(len: usize, limit: usize) -> Status {
+    Status::out_of_range(format!("message of {len} bytes declared; this method takes at most {limit}"))
 }
 
 fn tpm_status(t: &TpmError) -> Status {
