@@ -251,7 +251,7 @@ impl<B> FrameLimit<B> {
                 let len = u32::from_be_bytes([self.prefix[1], self.prefix[2], self.prefix[3], self.prefix[4]]);
                 let len = usize::try_from(len).unwrap_or(usize::MAX);
                 if len > self.limit {
-                    return Err(crate::rpc::status::message_too_large(len, self.limit));
+                    return Err(crate::rpc::error_status::message_too_large(len, self.limit));
                 }
                 self.remaining = len;
             }

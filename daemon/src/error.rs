@@ -1,4 +1,4 @@
-//! The daemon's error type: every layer's error folds into [`Error`]; `rpc/status.rs` is the
+//! The daemon's error type: every layer's error folds into [`Error`]; `rpc/error_status.rs` is the
 //! only place that turns it into a gRPC status.
 
 use crate::model::KeyName;

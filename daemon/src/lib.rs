@@ -17,7 +17,8 @@
 //! Modules follow the request path:
 //! - [`rpc`]: gRPC services; converts proto input into [`model`] types at the edge, accounts
 //!   for every call once (metrics and audit, `rpc/call.rs`) and builds every `tonic::Status`
-//!   in one place (`rpc/status.rs`).
+//!   in one place (`rpc/error_status.rs`); `rpc/info.rs` is the StatusService (daemon and TPM
+//!   state).
 //! - [`auth`]: who the peer is, the access policies, per-client limits and the audit log.
 //! - [`vault`]: key operations (create, sign, seal, data keys, ...) combining the store, the
 //!   TPM actor and in-core cryptography; it speaks no TPM or proto type.

@@ -475,7 +475,7 @@ impl Service<http::Request<AxumBody>> for Draining {
             tokio::select! {
                 r = response => r,
                 () = expiry => {
-                    let status = crate::rpc::status::shutting_down();
+                    let status = crate::rpc::error_status::shutting_down();
                     let (parts, ()) = status.into_http::<()>().into_parts();
                     Ok(http::Response::from_parts(parts, tonic::body::Body::empty()))
                 }

@@ -5,10 +5,10 @@
 pub mod attest;
 mod call;
 pub mod crypto;
+pub mod error_status;
 pub mod info;
 pub mod key;
 pub mod seal;
-pub mod status;
 
 use std::future::Future;
 use std::path::Path;

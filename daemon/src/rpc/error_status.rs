@@ -1,4 +1,4 @@
-//! The only place that builds a gRPC [`Status`]: from an [`Error`], for a request cut off by
+//! The error → gRPC status map, and the only place that builds a gRPC [`Status`]: from an [`Error`], for a request cut off by
 //! shutdown, or for a message over its method's size bound. Peers get a message naming the cause in their terms; TPM response codes, handles
 //! and paths go to the log only.
 
