@@ -1,6 +1,7 @@
-//! The error → gRPC status map, and the only place that builds a gRPC [`Status`]: from an [`Error`], for a request cut off by
-//! shutdown, or for a message over its method's size bound. Peers get a message naming the cause in their terms; TPM response codes, handles
-//! and paths go to the log only.
+//! The error → gRPC status map, and the only place that builds a gRPC [`Status`]: from an
+//! [`Error`], for a request cut off by shutdown, or for a message over its method's size bound.
+//! Peers get a message naming the cause in their terms; TPM response codes, handles and paths
+//! go to the log only.
 
 use tonic::Status;
 
