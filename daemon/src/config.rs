@@ -251,16 +251,13 @@ pub enum ConfigError {
     /// The config file cannot be read.
     #[error("cannot read config file {path}: {source}")]
     Read {
-        /// File.
         path: PathBuf,
-        /// Error.
         #[source]
         source: std::io::Error,
     },
     /// The config file is not valid TOML or has unknown/invalid fields.
     #[error("config file {}{}: {message}", path.display(), at.map(|(l, c)| format!(", line {l}, column {c}")).unwrap_or_default())]
     Parse {
-        /// File.
         path: PathBuf,
         /// Line and column (1-based) of the offending text, when the parser knows it.
         at: Option<(usize, usize)>,
@@ -280,7 +277,6 @@ pub enum ConfigError {
     AuditLog {
         /// The configured file.
         path: PathBuf,
-        /// Why.
         reason: String,
     },
     /// A value is out of range.
@@ -288,7 +284,6 @@ pub enum ConfigError {
     Invalid {
         /// Setting name.
         field: &'static str,
-        /// Why.
         reason: String,
     },
 }

@@ -15,7 +15,6 @@ const BUCKETS: usize = 32;
 /// One series' counts.
 #[derive(Debug, Clone, Default)]
 pub struct Series {
-    /// Observations.
     pub count: u64,
     /// Failed observations.
     pub errors: u64,

@@ -493,7 +493,7 @@ impl FromStr for PcrBank {
 /// or, when `values` is `None`, at their values when the object is created.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PcrTarget {
-    /// PCRs.
+    /// The bank and the PCRs of it the object is bound to.
     pub selection: PcrSelection,
     /// Expected values; `None` = the current ones.
     pub values: Option<Vec<Vec<u8>>>,

@@ -58,9 +58,9 @@ pub enum ServerError {
     /// Socket setup failed.
     #[error("socket {path}: {source}")]
     Socket {
-        /// Path.
+        /// The socket's path.
         path: PathBuf,
-        /// Error.
+        /// What binding, or setting its mode, failed with.
         #[source]
         source: std::io::Error,
     },

@@ -28,9 +28,7 @@ pub enum SimulatorError {
     /// File system problem with the state directory.
     #[error("swtpm state directory {path}: {source}")]
     Io {
-        /// Directory.
         path: PathBuf,
-        /// Error.
         #[source]
         source: std::io::Error,
     },

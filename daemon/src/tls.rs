@@ -69,7 +69,6 @@ pub enum TlsError {
     Chain {
         /// The configured key.
         key: KeyName,
-        /// Why.
         reason: String,
     },
     /// The client CA file cannot be read or holds no usable certificate.
@@ -77,7 +76,6 @@ pub enum TlsError {
     ClientCa {
         /// The file.
         path: PathBuf,
-        /// Why.
         reason: String,
     },
     /// rustls refused the configuration.

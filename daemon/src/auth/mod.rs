@@ -36,9 +36,7 @@ pub struct Access {
 /// A granted request, carried to the audit event once the operation finished.
 #[derive(Debug, Clone)]
 pub struct Grant {
-    /// Who.
     pub who: Identity,
-    /// What.
     pub op: Operation,
     /// On which key, if any.
     pub key: Option<String>,

@@ -130,7 +130,6 @@ fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
 pub struct Rule {
     /// Name for audit and explanations: the file's `name`, or `FILE#N`.
     pub name: String,
-    /// Clients.
     pub clients: Vec<ClientMatch>,
     /// Key globs; empty = operations without a key only.
     pub keys: Vec<Glob>,

@@ -36,7 +36,7 @@ pub struct KeyRecord {
     pub version: u32,
     /// Key name (also the file name).
     pub name: KeyName,
-    /// Algorithm.
+    /// The key's algorithm (its TPM template, and its in-core half for hybrid keys).
     pub alg: KeyAlg,
     /// Creation time, Unix seconds.
     pub created_unix: i64,
@@ -114,7 +114,7 @@ fn is_zero(v: &u64) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PcrPolicy {
-    /// PCRs.
+    /// The bank and the PCRs of it the key is bound to.
     pub selection: PcrSelection,
     /// Expected values, one per PCR in selection order (hex in JSON).
     #[serde(with = "hex_list")]

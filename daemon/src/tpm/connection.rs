@@ -971,7 +971,6 @@ pub struct SignJob {
     pub key: KeyBlob,
     /// Its algorithm (how the signature is encoded).
     pub alg: KeyAlg,
-    /// Scheme.
     pub scheme: Scheme,
     /// Hash the digest was made with.
     pub hash: HashAlg,

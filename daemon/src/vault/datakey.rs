@@ -26,7 +26,6 @@ use crate::tpm::KeyBlob;
 
 /// An unsealed data key. The key bytes are wiped when the last user drops it.
 pub struct DataKey {
-    /// Name.
     pub name: KeyName,
     /// Generation id written into stream headers.
     pub key_id: [u8; 16],

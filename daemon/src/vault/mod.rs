@@ -90,9 +90,7 @@ pub enum Resource {
 /// A key as clients see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyInfo {
-    /// Name.
     pub name: KeyName,
-    /// Algorithm.
     pub alg: KeyAlg,
     /// TPM object name.
     pub tpm_name: Vec<u8>,

@@ -23,14 +23,14 @@ use crate::tpm::{pcr, KeyBlob, PolicyAuth, TpmError};
 pub enum SealTarget {
     /// These PCRs, at the given values or (None) their current values.
     Pcr {
-        /// PCRs.
+        /// The bank and the PCRs of it the secret is bound to.
         selection: PcrSelection,
         /// Values to seal to, in selection order; `None` = current.
         values: Option<Vec<Vec<u8>>>,
     },
     /// Any values of these PCRs that the authority (ECC P-256 SPKI, DER) approves.
     Authorized {
-        /// PCRs.
+        /// The bank and the PCRs of it the authority's approvals cover.
         selection: PcrSelection,
         /// Authority public key, DER SubjectPublicKeyInfo.
         authority_spki: Vec<u8>,
