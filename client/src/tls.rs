@@ -40,6 +40,7 @@ use rustls::pki_types::{CertificateDer, SubjectPublicKeyInfoDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::{CertifiedKey, Signer, SigningKey};
 use rustls::{ClientConfig, ServerConfig, SignatureAlgorithm, SignatureScheme};
+use tpm_vault_proto::tls_scheme;
 
 use crate::{Client, ClientBuilder, Error, HashAlgorithm, KeyAlgorithm, SignInput, SignOptions};
 
@@ -298,23 +299,23 @@ impl VaultSigningKey {
         &self.name
     }
 
-    /// The schemes this key signs, best first.
-    fn schemes(&self) -> &'static [SignatureScheme] {
+    /// The kind of TLS key this is (`None` for an algorithm `from_public` refuses).
+    fn kind(&self) -> Option<tls_scheme::KeyKind> {
         match self.algorithm {
-            KeyAlgorithm::EccP256 => &[SignatureScheme::ECDSA_NISTP256_SHA256],
-            KeyAlgorithm::EccP384 => &[SignatureScheme::ECDSA_NISTP384_SHA384],
-            KeyAlgorithm::Rsa2048 | KeyAlgorithm::Rsa3072 => {
-                &[SignatureScheme::RSA_PSS_SHA256, SignatureScheme::RSA_PSS_SHA384]
-            }
-            // Refused by `from_public`.
-            _ => &[],
+            KeyAlgorithm::EccP256 => Some(tls_scheme::KeyKind::EccP256),
+            KeyAlgorithm::EccP384 => Some(tls_scheme::KeyKind::EccP384),
+            KeyAlgorithm::Rsa2048 | KeyAlgorithm::Rsa3072 => Some(tls_scheme::KeyKind::Rsa),
+            _ => None,
         }
     }
 }
 
 impl SigningKey for VaultSigningKey {
     fn choose_scheme(&self, offered: &[SignatureScheme]) -> Option<Box<dyn Signer>> {
-        let scheme = *self.schemes().iter().find(|s| offered.contains(s))?;
+        let scheme = tls_scheme::offered(self.kind()?)
+            .iter()
+            .map(|&code| SignatureScheme::from(code))
+            .find(|s| offered.contains(s))?;
         Some(Box::new(VaultSigner { key: self.clone(), scheme }))
     }
 
@@ -340,12 +341,16 @@ struct VaultSigner {
 impl Signer for VaultSigner {
     fn sign(&self, message: &[u8]) -> Result<Vec<u8>, rustls::Error> {
         use crate::SignatureScheme as Vs;
-        let (hash, scheme) = match self.scheme {
-            SignatureScheme::ECDSA_NISTP256_SHA256 => (HashAlgorithm::Sha256, Vs::Ecdsa),
-            SignatureScheme::ECDSA_NISTP384_SHA384 => (HashAlgorithm::Sha384, Vs::Ecdsa),
-            SignatureScheme::RSA_PSS_SHA256 => (HashAlgorithm::Sha256, Vs::RsaPss),
-            SignatureScheme::RSA_PSS_SHA384 => (HashAlgorithm::Sha384, Vs::RsaPss),
-            other => return Err(rustls::Error::General(format!("unsupported signature scheme {other:?}"))),
+        let Some((hash, signature)) = tls_scheme::meaning(u16::from(self.scheme)) else {
+            return Err(rustls::Error::General(format!("unsupported signature scheme {:?}", self.scheme)));
+        };
+        let hash = match hash {
+            tls_scheme::Hash::Sha256 => HashAlgorithm::Sha256,
+            tls_scheme::Hash::Sha384 => HashAlgorithm::Sha384,
+        };
+        let scheme = match signature {
+            tls_scheme::Signature::Ecdsa => Vs::Ecdsa,
+            tls_scheme::Signature::RsaPss => Vs::RsaPss,
         };
         let options = SignOptions::new().with_hash(hash).with_scheme(scheme);
         self.key

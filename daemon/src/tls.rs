@@ -38,6 +38,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::Connected;
 use x509_cert::der::Decode as _;
 
+use tpm_vault_proto::tls_scheme;
+
 use crate::auth::Identity;
 use crate::bounds::{Held, Tally};
 use crate::error::Error;
@@ -146,23 +148,24 @@ impl TpmSigningKey {
         })
     }
 
-    /// The TLS schemes this key can sign, best first. RSA keys do PSS only (TLS 1.3 has no
-    /// PKCS#1 v1.5 signatures), with salt = hash length.
-    fn schemes(&self) -> &'static [SignatureScheme] {
+    /// The kind of TLS key this is (`None` for an algorithm `new` refuses).
+    fn kind(&self) -> Option<tls_scheme::KeyKind> {
         match self.alg {
-            KeyAlg::EccP256 => &[SignatureScheme::ECDSA_NISTP256_SHA256],
-            KeyAlg::EccP384 => &[SignatureScheme::ECDSA_NISTP384_SHA384],
-            KeyAlg::Rsa2048 | KeyAlg::Rsa3072 => &[SignatureScheme::RSA_PSS_SHA256, SignatureScheme::RSA_PSS_SHA384],
-            // Refused by `new`; never offered.
-            _ => &[],
+            KeyAlg::EccP256 => Some(tls_scheme::KeyKind::EccP256),
+            KeyAlg::EccP384 => Some(tls_scheme::KeyKind::EccP384),
+            KeyAlg::Rsa2048 | KeyAlg::Rsa3072 => Some(tls_scheme::KeyKind::Rsa),
+            _ => None,
         }
     }
 }
 
 impl SigningKey for TpmSigningKey {
     fn choose_scheme(&self, offered: &[SignatureScheme]) -> Option<Box<dyn Signer>> {
-        let scheme = self.schemes().iter().find(|s| offered.contains(s))?;
-        Some(Box::new(TpmSigner { key: self.clone(), scheme: *scheme }))
+        let scheme = tls_scheme::offered(self.kind()?)
+            .iter()
+            .map(|&code| SignatureScheme::from(code))
+            .find(|s| offered.contains(s))?;
+        Some(Box::new(TpmSigner { key: self.clone(), scheme }))
     }
 
     fn public_key(&self) -> Option<SubjectPublicKeyInfoDer<'_>> {
@@ -187,12 +190,16 @@ struct TpmSigner {
 
 impl Signer for TpmSigner {
     fn sign(&self, message: &[u8]) -> Result<Vec<u8>, rustls::Error> {
-        let (hash, scheme) = match self.scheme {
-            SignatureScheme::ECDSA_NISTP256_SHA256 => (HashAlg::Sha256, Scheme::Ecdsa),
-            SignatureScheme::ECDSA_NISTP384_SHA384 => (HashAlg::Sha384, Scheme::Ecdsa),
-            SignatureScheme::RSA_PSS_SHA256 => (HashAlg::Sha256, Scheme::RsaPss),
-            SignatureScheme::RSA_PSS_SHA384 => (HashAlg::Sha384, Scheme::RsaPss),
-            other => return Err(rustls::Error::General(format!("unsupported signature scheme {other:?}"))),
+        let Some((hash, signature)) = tls_scheme::meaning(u16::from(self.scheme)) else {
+            return Err(rustls::Error::General(format!("unsupported signature scheme {:?}", self.scheme)));
+        };
+        let hash = match hash {
+            tls_scheme::Hash::Sha256 => HashAlg::Sha256,
+            tls_scheme::Hash::Sha384 => HashAlg::Sha384,
+        };
+        let scheme = match signature {
+            tls_scheme::Signature::Ecdsa => Scheme::Ecdsa,
+            tls_scheme::Signature::RsaPss => Scheme::RsaPss,
         };
         let Ok(_held) = self.key.in_flight.try_take(()) else {
             // Debug, not warn: a flood of handshakes must not become a flood of log lines.
@@ -549,6 +556,14 @@ mod tests {
             Some("CN=agent-1,O=Example\\, Inc.")
         );
         assert_eq!(client_identity(b"not a certificate"), None);
+    }
+
+    #[test]
+    fn the_shared_scheme_codes_are_rustls_schemes() {
+        assert_eq!(SignatureScheme::from(tls_scheme::ECDSA_NISTP256_SHA256), SignatureScheme::ECDSA_NISTP256_SHA256);
+        assert_eq!(SignatureScheme::from(tls_scheme::ECDSA_NISTP384_SHA384), SignatureScheme::ECDSA_NISTP384_SHA384);
+        assert_eq!(SignatureScheme::from(tls_scheme::RSA_PSS_SHA256), SignatureScheme::RSA_PSS_SHA256);
+        assert_eq!(SignatureScheme::from(tls_scheme::RSA_PSS_SHA384), SignatureScheme::RSA_PSS_SHA384);
     }
 
     #[test]

@@ -28,6 +28,7 @@ pub mod ml_kem;
 pub mod operation;
 pub mod secret;
 pub mod stream;
+pub mod tls_scheme;
 
 /// The byte strings a policy authority signs in a [`v1::SignedPolicy`] (ECDSA P-256 with
 /// SHA-256 over each). Shared by the daemon (which checks them) and the CLI (which signs).
