@@ -1,6 +1,7 @@
 //! The daemon's error type: every layer's error folds into [`Error`]; `rpc/error_status.rs` is the
 //! only place that turns it into a gRPC status.
 
+use crate::auth::Denied;
 use crate::model::KeyName;
 use crate::store::StoreError;
 use crate::tpm::TpmError;
@@ -25,7 +26,7 @@ pub enum Error {
     /// The access policy denies the operation (also when a write's re-check under the store's
     /// lock refuses it: [`StoreError::Refused`] becomes this).
     #[error("{0}")]
-    PermissionDenied(String),
+    PermissionDenied(Box<Denied>),
     /// The device has no measured-boot event log (none configured, or no file at its path).
     #[error("{0}")]
     NoEventLog(String),
@@ -58,11 +59,17 @@ pub enum Error {
     Internal(String),
 }
 
+impl From<Denied> for Error {
+    fn from(d: Denied) -> Self {
+        Self::PermissionDenied(Box::new(d))
+    }
+}
+
 impl From<StoreError> for Error {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Exists(name) => Self::KeyExists(name),
-            e @ StoreError::Refused { .. } => Self::PermissionDenied(e.to_string()),
+            StoreError::Refused { name } => Self::from(Denied::ChangedUnderWriteLock(name)),
             other => Self::Store(other),
         }
     }

@@ -3,7 +3,7 @@
 //! # Public face
 //! The modules are private; what other crates use is re-exported here, and nothing more:
 //! - [`Vault`] with [`VaultConfig`], [`SignRequest`], [`SealTarget`], [`QueueConfig`] and the
-//!   errors [`Error`] and [`TpmError`]: key operations in-process, as the benches, the fuzz
+//!   errors [`Error`] (with [`Denied`]) and [`TpmError`]: key operations in-process, as the benches, the fuzz
 //!   seeds and the tests drive them; [`model`]: the validated domain types they take.
 //! - [`daemon`]: what the `tpm-vaultd` binary and the integration tests need to run and serve
 //!   the daemon (configuration, listeners, serving, access policies, audit, metrics).
@@ -69,6 +69,7 @@ mod tls;
 mod tpm;
 mod vault;
 
+pub use auth::Denied;
 pub use error::Error;
 pub use tpm::{QueueConfig, TpmError};
 pub use vault::{SealTarget, SignRequest, Vault, VaultConfig};

@@ -139,7 +139,7 @@ async fn signed_policies_follow_kernel_updates_without_resealing() {
     // Having used version 2, an older approval (version 1) for C is revoked.
     let old_c = approve(&authority, &c, 1);
     match vault.unseal(&name, Some(&old_c)).await {
-        Err(Error::PermissionDenied(m)) => assert!(m.contains("revoked"), "{m}"),
+        Err(Error::PermissionDenied(m)) => assert!(m.to_string().contains("revoked"), "{m}"),
         other => panic!("expected revoked, got {other:?}"),
     }
 }

@@ -62,7 +62,7 @@ async fn seal_over_a_name_another_user_sealed_meanwhile_is_refused() {
     let check = recheck(&access, unix(ALICE), Operation::Seal, &name);
     let r = vault.seal_checked(name.clone(), Zeroizing::new(b"alice's".to_vec()), target(), ALICE.into(), Some(check));
     match r.await {
-        Err(Error::PermissionDenied(m)) => assert!(m.contains("disk"), "{m}"),
+        Err(Error::PermissionDenied(m)) => assert!(m.to_string().contains("disk"), "{m}"),
         other => panic!("alice overwrote bob's secret: {other:?}"),
     }
     assert_eq!(vault.unseal(&name, None).await.expect("unseal").as_slice(), b"bob's");

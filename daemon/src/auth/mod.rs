@@ -5,6 +5,7 @@
 //! [`Access::authorize`] before doing anything.
 
 pub mod audit;
+mod denied;
 pub mod limits;
 pub mod peer;
 pub mod policy;
@@ -13,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
+pub use denied::Denied;
 pub use peer::{identity, owner_of, peer_groups, GroupsSource, Identity, Peer, UnixConnectInfo, UnixIdentity};
 pub use policy::{Decision, Operation, Policy, PolicyError};
 
@@ -162,7 +164,7 @@ impl Access {
         let Some(who) = who else {
             self.count_denial(op);
             self.audit.record(&Identity::Unknown, op, key.map(KeyName::as_str), "deny", None, "no client identity");
-            return Err(Error::PermissionDenied(format!("{} denied: client identity unknown", op.as_str())));
+            return Err(Error::from(Denied::IdentityUnknown { op: Some(op) }));
         };
         let policy = self.current();
         match policy.decide(&who, op, key, owner) {
@@ -173,15 +175,7 @@ impl Access {
                 // With no rule in force the caller (an administrator running `tpm-vault
                 // status`, say) is told so plainly: nobody can do anything until rules are
                 // added.
-                let why = if policy.is_empty() {
-                    "by the access policy: no access rules are in force, so every request is denied"
-                } else {
-                    "by the access policy"
-                };
-                Err(Error::PermissionDenied(match key {
-                    Some(k) => format!("{} on key {k} denied for {who} {why}", op.as_str()),
-                    None => format!("{} denied for {who} {why}", op.as_str()),
-                }))
+                Err(Error::from(Denied::ByPolicy { op, key: key.cloned(), who, no_rules: policy.is_empty() }))
             }
         }
     }
@@ -240,14 +234,16 @@ mod tests {
     #[test]
     fn with_no_rules_a_denial_says_every_request_is_denied() {
         let a = access("# no rules\n");
-        let Err(Error::PermissionDenied(message)) = a.authorize(Some(alice()), Operation::Admin, None, None) else {
+        let Err(Error::PermissionDenied(denied)) = a.authorize(Some(alice()), Operation::Admin, None, None) else {
             panic!("denied expected");
         };
+        let message = denied.to_string();
         assert!(message.contains("no access rules are in force, so every request is denied"), "{message}");
         let b = access("[[rule]]\nname = \"s\"\nclients = [\"uid:0\"]\nkeys = [\"*\"]\noperations = [\"sign\"]\n");
-        let Err(Error::PermissionDenied(message)) = b.authorize(Some(alice()), Operation::Admin, None, None) else {
+        let Err(Error::PermissionDenied(denied)) = b.authorize(Some(alice()), Operation::Admin, None, None) else {
             panic!("denied expected");
         };
+        let message = denied.to_string();
         assert_eq!(message, "admin denied for uid 4000000 by the access policy");
     }
 }

@@ -224,7 +224,7 @@ pub fn owner_of<T>(req: &tonic::Request<T>) -> Result<Owner, Error> {
         Some(id) => id.owner(),
         None => Peer::of(req).map(|p| Owner::Uid(p.uid)),
     };
-    owner.ok_or_else(|| Error::PermissionDenied("client identity unknown".into()))
+    owner.ok_or(Error::from(super::Denied::IdentityUnknown { op: None }))
 }
 
 /// How long a resolved user/group lookup is reused. Name and group changes take effect within

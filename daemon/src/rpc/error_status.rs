@@ -17,7 +17,7 @@ impl From<&Error> for Status {
             Error::NoEventLog(m) => Status::not_found(m.clone()),
             Error::EventLogUnreadable(m) => Status::failed_precondition(m.clone()),
             Error::KeyExists(_) => Status::already_exists(e.to_string()),
-            Error::PermissionDenied(m) => Status::permission_denied(m.clone()),
+            Error::PermissionDenied(d) => Status::permission_denied(d.to_string()),
             Error::PcrMismatch(m) => Status::failed_precondition(m.clone()),
             Error::Throttled { .. } => Status::resource_exhausted(e.to_string()),
             Error::Tpm(t) => tpm_status(t),
@@ -97,6 +97,7 @@ mod tests {
     use tonic::Code;
 
     use super::*;
+    use crate::auth::Denied;
     use crate::model::KeyName;
 
     fn code(e: Error) -> Code {
@@ -114,7 +115,7 @@ mod tests {
         assert_eq!(code(Error::KeyExists(name.clone())), Code::AlreadyExists);
         assert_eq!(code(Error::from(StoreError::Exists(name.clone()))), Code::AlreadyExists);
         assert_eq!(code(Error::from(StoreError::Refused { name })), Code::PermissionDenied);
-        assert_eq!(code(Error::PermissionDenied("no".into())), Code::PermissionDenied);
+        assert_eq!(code(Error::from(Denied::ForeignAuthority)), Code::PermissionDenied);
         assert_eq!(code(Error::PcrMismatch("pcr 9".into())), Code::FailedPrecondition);
         let throttled = Error::Throttled { key: "k".into(), wait: std::time::Duration::from_millis(1500) };
         assert_eq!(

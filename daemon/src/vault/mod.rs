@@ -24,6 +24,7 @@ pub use cert::{CertSubject, StoredChain};
 pub use lockout::{Client, LockoutConfig, Password};
 pub use seal::SealTarget;
 
+use crate::auth::Denied;
 use crate::crypto::verify;
 use crate::error::Error;
 use crate::model::{HashAlg, KeyAlg, KeyName, Owner, PcrTarget, Scheme, SignInput};
@@ -667,7 +668,7 @@ impl Vault {
                 return Err(Error::InvalidArgument("key password too long".into()));
             }
             (true, Some((client, a))) if !a.is_empty() => (Some(client), Some(a)),
-            (true, _) => return Err(Error::PermissionDenied(format!("key {} needs its password", loaded.record.name))),
+            (true, _) => return Err(Error::from(Denied::NeedsPassword(loaded.record.name.clone()))),
             (false, _) => (None, None),
         };
         let digest = req.input.into_digest(hash)?;

@@ -11,6 +11,7 @@ use tpm_vault_proto::signed_policy;
 use zeroize::Zeroizing;
 
 use super::{blocking, unix_now, Vault};
+use crate::auth::Denied;
 use crate::crypto::aead;
 use crate::error::Error;
 use crate::model::{HashAlg, KeyAlg, KeyName, Owner, PcrBank, PcrSelection, Scheme, SignInput};
@@ -465,16 +466,13 @@ pub fn check_approval(
         approval.expires_unix,
     );
     if vk.verify(&approval_msg, &sig).is_err() || vk.verify(&envelope_msg, &env).is_err() {
-        return Err(Error::PermissionDenied("signed policy is not signed by this secret's policy authority".into()));
+        return Err(Error::from(Denied::ForeignAuthority));
     }
     if approval.expires_unix != 0 && approval.expires_unix < unix_now() {
-        return Err(Error::PermissionDenied(format!("signed policy expired at {}", approval.expires_unix)));
+        return Err(Error::from(Denied::Expired(approval.expires_unix)));
     }
     if approval.policy_version < min_version {
-        return Err(Error::PermissionDenied(format!(
-            "signed policy version {} was revoked (minimum is {min_version})",
-            approval.policy_version
-        )));
+        return Err(Error::from(Denied::Revoked { version: approval.policy_version, minimum: min_version }));
     }
     Ok(PolicyAuth::Authorized {
         selection: selection.clone(),
