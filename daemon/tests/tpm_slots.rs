@@ -30,11 +30,11 @@ const VICTIM_SIGNS: usize = 40;
 async fn a_decrypt_flood_leaves_another_clients_signatures_fast() {
     let env = support::daemon_where_nobody_signs("victim").await;
     let (p50_us, max_us) = decrypt_flood(&env, "default slots").await;
-    // Measured: p50 13-33 ms, slowest 20-79 ms (debug build, shared cores): the other client's
-    // signature waits behind about one of the flooder's jobs (~5-20 ms of TPM work each), as
-    // the TPM queue serves clients in turn. With one FIFO for everyone it waited behind up to
-    // the flooder's 16 slots of them: p50 69-95 ms, slowest 108-136 ms on an idle machine,
-    // 0.30-0.43 s and 0.80-0.96 s on a loaded one.
+    // Measured over ten runs: p50 13-33 ms, slowest 20-79 ms (debug build, shared cores): the
+    // other client's signature waits behind about one of the flooder's jobs (~5-20 ms of TPM
+    // work each), as the TPM queue serves clients in turn. With one FIFO for everyone it waited
+    // behind up to the flooder's 16 slots of them: p50 69-95 ms, slowest 108-178 ms on a quiet
+    // machine (which passes 0.5 s), 0.30-0.43 s and 0.80-0.96 s on a loaded one.
     assert!(
         max_us < 500_000,
         "the other client's slowest signature took {max_us} us under the flood (p50 {p50_us} us)"
