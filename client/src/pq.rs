@@ -12,6 +12,7 @@ use aws_lc_rs::kem::{EncapsulationKey, ML_KEM_1024, ML_KEM_768};
 use aws_lc_rs::signature::{UnparsedPublicKey, ML_DSA_44, ML_DSA_65, ML_DSA_87};
 use spki::der::Decode;
 use spki::{ObjectIdentifier, SubjectPublicKeyInfoRef};
+use tpm_vault_proto::ml_dsa::{self, ParameterSet};
 use tpm_vault_proto::{hybrid, ml_kem, pq_oids};
 use zeroize::Zeroizing;
 
@@ -23,7 +24,9 @@ const ID_ML_DSA_87: ObjectIdentifier = ObjectIdentifier::new_unwrap(pq_oids::ID_
 const ID_ALG_ML_KEM_768: ObjectIdentifier = ObjectIdentifier::new_unwrap(pq_oids::ID_ALG_ML_KEM_768);
 const ID_ALG_ML_KEM_1024: ObjectIdentifier = ObjectIdentifier::new_unwrap(pq_oids::ID_ALG_ML_KEM_1024);
 
-/// The algorithm and raw key of an ML-DSA or ML-KEM SubjectPublicKeyInfo.
+/// The algorithm and raw key of an ML-DSA or ML-KEM SubjectPublicKeyInfo; an ML-DSA key has
+/// its parameter set's length ([`tpm_vault_proto::ml_dsa`]; an ML-KEM key is checked by
+/// [`KemPublicKey::from_spki`]).
 fn parse_spki(der: &[u8]) -> Result<(KeyAlgorithm, &[u8]), Error> {
     let bad = |why: String| Error::InvalidInput(format!("post-quantum public key: {why}"));
     let spki = SubjectPublicKeyInfoRef::from_der(der).map_err(|e| bad(e.to_string()))?;
@@ -39,6 +42,15 @@ fn parse_spki(der: &[u8]) -> Result<(KeyAlgorithm, &[u8]), Error> {
         return Err(bad("the algorithm identifier must have no parameters".into()));
     }
     let raw = spki.subject_public_key.as_bytes().ok_or_else(|| bad("BIT STRING has unused bits".into()))?;
+    let set = match algorithm {
+        KeyAlgorithm::MlDsa44 => Some(ParameterSet::MlDsa44),
+        KeyAlgorithm::MlDsa65 => Some(ParameterSet::MlDsa65),
+        KeyAlgorithm::MlDsa87 => Some(ParameterSet::MlDsa87),
+        _ => None,
+    };
+    if let Some(set) = set {
+        ml_dsa::check_public_key(raw, set).map_err(|e| bad(e.to_string()))?;
+    }
     Ok((algorithm, raw))
 }
 
@@ -116,7 +128,8 @@ impl KemPublicKey {
 /// SubjectPublicKeyInfo. `Ok(false)` means the signature is wrong.
 ///
 /// # Errors
-/// [`Error::InvalidInput`] if `spki_der` is not an ML-DSA public key.
+/// [`Error::InvalidInput`] if `spki_der` is not an ML-DSA public key (or not of its parameter
+/// set's length).
 pub fn verify_ml_dsa(spki_der: &[u8], message: &[u8], signature: &[u8]) -> Result<bool, Error> {
     let (algorithm, raw) = parse_spki(spki_der)?;
     let params = match algorithm {
@@ -206,6 +219,39 @@ mod tests {
         assert!(verify_ml_dsa(spki.as_ref(), b"m", &sig).unwrap());
         assert!(!verify_ml_dsa(spki.as_ref(), b"n", &sig).unwrap());
         assert!(verify_ml_dsa(b"junk", b"m", &sig).is_err());
+    }
+
+    /// FIPS 204: an ML-DSA public key is 1312, 1952 or 2592 bytes; one of another length is
+    /// refused with an error saying so (aws-lc alone takes it and fails every signature, so a
+    /// truncated key read as "signature invalid").
+    #[test]
+    fn ml_dsa_key_of_the_wrong_length_is_refused() {
+        use aws_lc_rs::signature::{ML_DSA_44_SIGNING, ML_DSA_87_SIGNING};
+        for (alg, oid_byte, name, len) in [
+            (&ML_DSA_44_SIGNING, 0x11, "ML-DSA-44", 1312),
+            (&ML_DSA_65_SIGNING, 0x12, "ML-DSA-65", 1952),
+            (&ML_DSA_87_SIGNING, 0x13, "ML-DSA-87", 2592),
+        ] {
+            let kp = PqdsaKeyPair::from_seed(alg, &[1; 32]).unwrap();
+            let pk = kp.public_key().as_ref().to_vec();
+            let spki = |pk: &[u8]| {
+                let oid = [0x06, 0x09, 0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x03, oid_byte];
+                let alg = [&[0x30, oid.len() as u8][..], &oid].concat();
+                let bits = [&[0x03, 0x82][..], &((pk.len() + 1) as u16).to_be_bytes(), &[0], pk].concat();
+                let body = [alg, bits].concat();
+                [&[0x30, 0x82][..], &(body.len() as u16).to_be_bytes(), &body].concat()
+            };
+            assert_eq!(spki(&pk), kp.public_key().as_der().unwrap().as_ref());
+            let mut sig = vec![0; kp.algorithm().signature_len()];
+            let n = kp.sign(b"m", &mut sig).unwrap();
+            assert!(verify_ml_dsa(&spki(&pk), b"m", &sig[..n]).unwrap());
+            for bad_len in [len - 1, len + 1] {
+                let mut bad = pk.clone();
+                bad.resize(bad_len, 0);
+                let err = verify_ml_dsa(&spki(&bad), b"m", &sig[..n]).unwrap_err().to_string();
+                assert!(err.contains(&format!("{name} public key is {bad_len} bytes, not {len}")), "{err}");
+            }
+        }
     }
 
     #[test]

@@ -250,7 +250,7 @@ pub async fn run(
     let result = serve_vault(&config, vault.clone(), metrics, access, activated, shutdown).await;
     // Requests are answered by now, but jobs they queued may still be waiting for the TPM;
     // each has a deadline of at most `tpm_timeout`, after which the actor skips it. So this
-    // bound lets the actor reach the stop job and flush every transient object it loaded.
+    // bound lets the actor run out its queue and flush every transient object it loaded.
     crate::systemd::notify_status("flushing TPM objects");
     vault.shutdown(config.tpm_timeout + TPM_STOP_MARGIN).await;
     tracing::info!("stopped");

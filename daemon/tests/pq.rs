@@ -241,6 +241,46 @@ async fn sealed_keys_survive_a_restart_and_deletion_is_final() {
     vault.shutdown(Duration::from_secs(5)).await;
 }
 
+/// A key record's stored post-quantum public key is checked whenever the record is read back,
+/// as a key from elsewhere is: an ML-KEM key edited on disk (a coefficient above the modulus) or
+/// an ML-DSA key cut short makes the record corrupt, with an error naming the file and the
+/// fault, instead of being handed out as the key's (and encapsulated to).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_public_key_edited_on_disk_is_refused_when_the_record_is_read() {
+    let env = TpmEnv::start();
+    let vault = env.vault().await;
+    vault.create_key(key("kem"), KeyAlg::MlKem768, 0, None, None).await.expect("create");
+    vault.create_key(key("fw"), KeyAlg::MlDsa65, 0, None, None).await.expect("create");
+    vault.shutdown(Duration::from_secs(5)).await;
+    drop(vault);
+    let edit = |file: &str, change: &dyn Fn(&mut Vec<u8>)| {
+        let path = env.state_dir().join("keys").join(file);
+        let text = std::fs::read_to_string(&path).expect("record");
+        let mut json: serde_json::Value = serde_json::from_str(&text).expect("json");
+        let mut pk = hex::decode(json["pq"]["public_key"].as_str().expect("public key")).expect("hex");
+        change(&mut pk);
+        json["pq"]["public_key"] = hex::encode(&pk).into();
+        std::fs::write(&path, serde_json::to_vec_pretty(&json).expect("json")).expect("write");
+    };
+    // Coefficient 1 (the high nibble of byte 1 and byte 2) := 4095.
+    edit("kem.key", &|ek| {
+        ek[1] |= 0xf0;
+        ek[2] = 0xff;
+    });
+    edit("fw.key", &|pk| {
+        pk.pop();
+    });
+
+    let vault = env.vault().await;
+    let err = vault.public_key(&key("kem")).await.expect_err("a tampered ML-KEM key was handed out").to_string();
+    assert!(err.contains("kem.key") && err.contains("coefficient 1 is 4095"), "{err}");
+    let err = vault.decapsulate(&key("kem"), &[0; 1088]).await.expect_err("decapsulated").to_string();
+    assert!(err.contains("coefficient 1 is 4095"), "{err}");
+    let err = vault.public_key(&key("fw")).await.expect_err("a short ML-DSA key was handed out").to_string();
+    assert!(err.contains("fw.key") && err.contains("ML-DSA-65 public key is 1951 bytes, not 1952"), "{err}");
+    vault.shutdown(Duration::from_secs(5)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pcr9_bound_ml_dsa_key_stops_signing_once_pcr9_moves_and_its_copy_is_evicted() {
     let env = TpmEnv::start();

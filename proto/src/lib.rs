@@ -6,9 +6,10 @@
 //!
 //! Beside the generated code, the contract both sides must agree on byte for byte or name for
 //! name: [`operation`] (the access-policy vocabulary), [`signed_policy`], [`pq_oids`],
-//! [`hybrid`], [`ml_kem`] (the FIPS 203 check of an ML-KEM public key), [`stream`] (the
-//! encrypted stream format) and [`status`]. [`secret`] holds the response messages that carry
-//! secrets, hand-written so their bytes are zeroized on drop.
+//! [`hybrid`], [`ml_kem`] (the FIPS 203 check of an ML-KEM public key), [`ml_dsa`] (the FIPS
+//! 204 length check of an ML-DSA public key), [`stream`] (the encrypted stream format) and
+//! [`status`]. [`secret`] holds the response messages that carry secrets, hand-written so their
+//! bytes are zeroized on drop.
 #![deny(missing_debug_implementations)]
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
@@ -24,6 +25,7 @@ pub mod v1 {
     pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!("gen/tpmvault_descriptor.bin");
 }
 
+pub mod ml_dsa;
 pub mod ml_kem;
 pub mod operation;
 pub mod secret;

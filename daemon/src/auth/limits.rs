@@ -2,6 +2,10 @@
 //! wait their turn outside the TPM queue. So one greedy client fills at most N slots of the
 //! (serial, slow) TPM queue, and everybody else's requests wait behind at most N of its jobs
 //! instead of all of them.
+//!
+//! Each client also gets its own [`ClientKey`], under which the TPM queue serves its jobs in
+//! turn with every other client's ([`crate::tpm::queue`]): with both, another client's job
+//! waits behind about one job of each busy client, not 16.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -11,7 +15,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::Identity;
 use crate::error::Error;
-use crate::tpm::TpmError;
+use crate::tpm::{ClientKey, TpmError};
 
 /// Default in-flight TPM requests per client.
 pub const DEFAULT_PER_CLIENT: usize = 16;
@@ -21,7 +25,9 @@ pub const DEFAULT_PER_CLIENT: usize = 16;
 pub struct ClientLimits {
     per_client: usize,
     wait: Duration,
-    slots: Mutex<HashMap<String, Arc<Semaphore>>>,
+    /// Each client's slots and queue key (entries are never removed, so the map's length
+    /// numbers the next client).
+    slots: Mutex<HashMap<String, (Arc<Semaphore>, ClientKey)>>,
 }
 
 impl Default for ClientLimits {
@@ -37,22 +43,24 @@ impl ClientLimits {
         Self { per_client: per_client.max(1), wait, slots: Mutex::new(HashMap::new()) }
     }
 
-    /// Takes a slot for `who`, waiting for one if the client is at its limit.
+    /// Takes a slot for `who`, waiting for one if the client is at its limit; with it, the
+    /// client's key in the TPM queue.
     ///
     /// # Errors
     /// [`Error::Tpm`] (`QueueFull`, i.e. RESOURCE_EXHAUSTED) after waiting too long.
-    pub async fn acquire(&self, who: &Identity) -> Result<OwnedSemaphorePermit, Error> {
+    pub async fn acquire(&self, who: &Identity) -> Result<(OwnedSemaphorePermit, ClientKey), Error> {
         let key = match who {
             Identity::Unix(u) => format!("uid:{}", u.uid),
             Identity::Cert { subject } => format!("cert:{subject}"),
             Identity::Unknown => "unknown".to_owned(),
         };
-        let sem = {
+        let (sem, queue_key) = {
             let mut slots = self.slots.lock().map_err(|_| Error::Internal("limits lock".into()))?;
-            slots.entry(key).or_insert_with(|| Arc::new(Semaphore::new(self.per_client))).clone()
+            let next = ClientKey::new(slots.len() as u64);
+            slots.entry(key).or_insert_with(|| (Arc::new(Semaphore::new(self.per_client)), next)).clone()
         };
         match tokio::time::timeout(self.wait, sem.acquire_owned()).await {
-            Ok(Ok(permit)) => Ok(permit),
+            Ok(Ok(permit)) => Ok((permit, queue_key)),
             Ok(Err(_)) => Err(Error::Internal("limits semaphore closed".into())),
             Err(_) => Err(Error::Tpm(TpmError::QueueFull(self.per_client))),
         }

@@ -90,14 +90,15 @@ impl Access {
         self
     }
 
-    /// Takes a TPM slot for the granted client (fairness between clients).
+    /// Takes a TPM slot for the granted client (fairness between clients) and returns the
+    /// client's key in the TPM queue ([`crate::tpm::queue`]).
     ///
     /// # Errors
     /// RESOURCE_EXHAUSTED after waiting too long for a slot.
-    pub async fn take_slot(&self, grant: &mut Grant) -> Result<(), Error> {
-        let permit = self.limits.acquire(&grant.who).await?;
+    pub async fn take_slot(&self, grant: &mut Grant) -> Result<crate::tpm::ClientKey, Error> {
+        let (permit, queue_key) = self.limits.acquire(&grant.who).await?;
         grant.slot = Some(Arc::new(permit));
-        Ok(())
+        Ok(queue_key)
     }
 
     /// Re-reads the policy directory. A bad new policy leaves the old one in force.

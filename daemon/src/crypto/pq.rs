@@ -14,6 +14,7 @@ use aws_lc_rs::signature::{self, PqdsaSigningAlgorithm, PqdsaVerificationAlgorit
 use spki::der::asn1::BitString;
 use spki::der::{Decode, Encode};
 use spki::{AlgorithmIdentifierOwned, ObjectIdentifier, SubjectPublicKeyInfoOwned, SubjectPublicKeyInfoRef};
+use tpm_vault_proto::ml_dsa::{self, ParameterSet};
 use tpm_vault_proto::{hybrid, ml_kem, pq_oids};
 
 use crate::error::Error;
@@ -67,6 +68,16 @@ pub fn ml_dsa_verification(alg: KeyAlg) -> Option<&'static PqdsaVerificationAlgo
     }
 }
 
+/// The FIPS 204 parameter set of an ML-DSA algorithm.
+fn ml_dsa_set(alg: KeyAlg) -> Option<ParameterSet> {
+    match alg {
+        KeyAlg::MlDsa44 => Some(ParameterSet::MlDsa44),
+        KeyAlg::MlDsa65 => Some(ParameterSet::MlDsa65),
+        KeyAlg::MlDsa87 => Some(ParameterSet::MlDsa87),
+        _ => None,
+    }
+}
+
 /// aws-lc-rs parameters of an ML-KEM parameter set.
 pub fn ml_kem(alg: KeyAlg) -> Option<&'static kem::Algorithm> {
     match alg {
@@ -99,13 +110,32 @@ pub fn spki_der(alg: KeyAlg, raw: &[u8]) -> Result<Vec<u8>, Error> {
     spki.to_der().map_err(|e| Error::Internal(format!("SPKI: {e}")))
 }
 
-/// The raw public key inside an ML-DSA or ML-KEM SubjectPublicKeyInfo of algorithm `alg`; an
-/// ML-KEM key also passes the FIPS 203 input check ([`tpm_vault_proto::ml_kem`]).
+/// Checks a raw public key of the post-quantum algorithm `alg` as one received from elsewhere
+/// (or read back from the state directory): an ML-DSA key has its parameter set's length
+/// ([`tpm_vault_proto::ml_dsa`]), an ML-KEM key passes the FIPS 203 input check
+/// ([`tpm_vault_proto::ml_kem`]: its size, every coefficient below the modulus). Keys of other
+/// algorithms are not checked here.
+///
+/// # Errors
+/// What is wrong with the key, in words.
+pub fn check_public_key(alg: KeyAlg, raw: &[u8]) -> Result<(), String> {
+    if let Some(set) = ml_dsa_set(alg) {
+        return ml_dsa::check_public_key(raw, set).map_err(|e| e.to_string());
+    }
+    if let Some((ek_len, _, _)) = ml_kem_sizes(alg) {
+        // ek is 384·k + 32 bytes.
+        return ml_kem::check_encapsulation_key(raw, (ek_len - 32) / 384).map_err(|e| format!("{alg} public key: {e}"));
+    }
+    Ok(())
+}
+
+/// The raw public key inside an ML-DSA or ML-KEM SubjectPublicKeyInfo of algorithm `alg`,
+/// checked by [`check_public_key`].
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] for DER that does not parse, another algorithm, parameters
-/// present, a BIT STRING with unused bits, or an ML-KEM key of the wrong size or with a
-/// coefficient not below the modulus.
+/// present, a BIT STRING with unused bits, an ML-DSA key of the wrong length, or an ML-KEM key
+/// of the wrong size or with a coefficient not below the modulus.
 pub fn raw_public_key(alg: KeyAlg, der: &[u8]) -> Result<Vec<u8>, Error> {
     let bad = |why: String| Error::InvalidArgument(format!("{alg} public key: {why}"));
     let spki = SubjectPublicKeyInfoRef::from_der(der).map_err(|e| bad(e.to_string()))?;
@@ -113,10 +143,7 @@ pub fn raw_public_key(alg: KeyAlg, der: &[u8]) -> Result<Vec<u8>, Error> {
         return Err(bad(format!("algorithm is {}, not id-{alg}", spki.algorithm.oid)));
     }
     let raw = spki.subject_public_key.as_bytes().ok_or_else(|| bad("BIT STRING has unused bits".into()))?;
-    if let Some((ek_len, _, _)) = ml_kem_sizes(alg) {
-        // ek is 384·k + 32 bytes.
-        ml_kem::check_encapsulation_key(raw, (ek_len - 32) / 384).map_err(|e| bad(e.to_string()))?;
-    }
+    check_public_key(alg, raw).map_err(Error::InvalidArgument)?;
     Ok(raw.to_vec())
 }
 
@@ -124,10 +151,11 @@ pub fn raw_public_key(alg: KeyAlg, der: &[u8]) -> Result<Vec<u8>, Error> {
 /// key `pk`. `Ok(false)` for a wrong or malformed signature.
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] if `alg` is not ML-DSA.
+/// [`Error::InvalidArgument`] if `alg` is not ML-DSA or `pk` is not of its length.
 pub fn verify_ml_dsa(alg: KeyAlg, pk: &[u8], message: &[u8], sig: &[u8]) -> Result<bool, Error> {
     let params =
         ml_dsa_verification(alg).ok_or_else(|| Error::InvalidArgument(format!("{alg} is not an ML-DSA algorithm")))?;
+    check_public_key(alg, pk).map_err(Error::InvalidArgument)?;
     Ok(UnparsedPublicKey::new(params, pk).verify(message, sig).is_ok())
 }
 
@@ -137,10 +165,12 @@ pub fn verify_ml_dsa(alg: KeyAlg, pk: &[u8], message: &[u8], sig: &[u8]) -> Resu
 /// framing too.
 ///
 /// # Errors
-/// [`Error::Internal`] if the stored ECDSA public key does not parse.
+/// [`Error::InvalidArgument`] if `ml_dsa_pk` is not of ML-DSA-65's length; [`Error::Internal`]
+/// if the stored ECDSA public key does not parse.
 pub fn verify_hybrid(ecdsa_spki: &[u8], ml_dsa_pk: &[u8], message: &[u8], sig: &[u8]) -> Result<bool, Error> {
     use p256::ecdsa::signature::Verifier;
     use p256::pkcs8::DecodePublicKey;
+    check_public_key(KeyAlg::MlDsa65, ml_dsa_pk).map_err(Error::InvalidArgument)?;
     let Ok(parts) = hybrid::HybridSignature::decode(sig) else {
         return Ok(false);
     };
@@ -201,5 +231,31 @@ mod tests {
             let err = raw_public_key(alg, &spki_der(alg, &ek).unwrap()).unwrap_err().to_string();
             assert!(err.contains("is 4095, not below the modulus 3329"), "{err}");
         }
+    }
+
+    /// An ML-DSA public key of another length than its parameter set's (FIPS 204: 1312, 1952,
+    /// 2592 bytes) is refused with an error saying so, as SPKI and raw, instead of parsing and
+    /// then failing every verification as if the signatures were wrong.
+    #[test]
+    fn ml_dsa_public_key_length_is_checked() {
+        for (alg, len) in [(KeyAlg::MlDsa44, 1312), (KeyAlg::MlDsa65, 1952), (KeyAlg::MlDsa87, 2592)] {
+            let kp = PqdsaKeyPair::from_seed(ml_dsa_signing(alg).unwrap(), &[7u8; 32]).unwrap();
+            let pk = kp.public_key().as_ref().to_vec();
+            assert_eq!(pk.len(), len);
+            let mut sig = vec![0; kp.algorithm().signature_len()];
+            let n = kp.sign(b"m", &mut sig).unwrap();
+            let sig = &sig[..n];
+            assert!(verify_ml_dsa(alg, &pk, b"m", sig).unwrap());
+            for bad_len in [0, len - 1, len + 1] {
+                let mut bad = pk.clone();
+                bad.resize(bad_len, 0);
+                let err = raw_public_key(alg, &spki_der(alg, &bad).unwrap()).unwrap_err().to_string();
+                assert!(err.contains(&format!("public key is {bad_len} bytes, not {len}")), "{alg}: {err}");
+                let err = verify_ml_dsa(alg, &bad, b"m", sig).unwrap_err().to_string();
+                assert!(err.contains(&format!("public key is {bad_len} bytes, not {len}")), "{alg}: {err}");
+            }
+        }
+        let err = verify_hybrid(&[], &[0; 1951], b"m", &[]).unwrap_err().to_string();
+        assert!(err.contains("ML-DSA-65 public key is 1951 bytes, not 1952"), "{err}");
     }
 }

@@ -14,7 +14,10 @@
 //! TPM slots: a granted call that can reach the TPM (every operation but `public`, `random`
 //! and `admin`) holds ONE of its client's slots ([`crate::auth::limits`]) from authorization
 //! to its end, however many operations it needs; a streaming call gives it back once its
-//! stream key is in hand ([`Call::release_slot`]), before the bulk data flows.
+//! stream key is in hand ([`Call::release_slot`]), before the bulk data flows. With the slot,
+//! the call's TPM jobs are queued as its client's: the handler runs in a
+//! [`queue::scope`](crate::tpm::queue::scope) and [`Call::authorize`] names the client in it, so
+//! the TPM queue serves the call's jobs in turn with other clients' ([`crate::tpm::queue`]).
 
 use std::time::Instant;
 
@@ -104,9 +107,13 @@ impl Call {
             None => grant,
         };
         let grant = self.grant.insert(grant);
-        // Every operation that can reach the TPM holds one of the client's slots for the call.
+        // Every operation that can reach the TPM holds one of the client's slots for the call,
+        // and its TPM jobs queue as that client's.
         if reaches_tpm(op) && grant.slot.is_none() {
-            self.ctx.access.take_slot(grant).await?;
+            let queue_key = self.ctx.access.take_slot(grant).await?;
+            if !crate::tpm::queue::set_client(queue_key) {
+                tracing::debug!(rpc = self.rpc, "handler outside a TPM queue scope: its jobs queue as no client's");
+            }
         }
         Ok(())
     }

@@ -22,6 +22,7 @@ use crate::crypto::drbg::MAX_REQUEST;
 use crate::crypto::stream::{Decryptor, Encryptor, Header, MAX_HEADER};
 use crate::error::Error;
 use crate::model::KeyName;
+use crate::tpm::queue;
 use crate::vault::Resource;
 
 /// A response is sent once this much output is buffered. The client library's 256 KiB
@@ -237,7 +238,7 @@ impl CryptoService for CryptoRpc {
             let encryptor = Encryptor::new(&key, &header, &first.context)?;
             Ok::<_, Error>((first, encryptor))
         };
-        let (first, encryptor) = match set_up.await {
+        let (first, encryptor) = match queue::scope(set_up).await {
             Ok(v) => v,
             Err(e) => return call.end(Err(e)),
         };
@@ -288,7 +289,7 @@ impl CryptoService for CryptoRpc {
             buf.drain(..used);
             Ok::<_, Error>((decryptor, buf))
         };
-        let (decryptor, rest) = match set_up.await {
+        let (decryptor, rest) = match queue::scope(set_up).await {
             Ok(v) => v,
             Err(e) => return call.end(Err(e)),
         };

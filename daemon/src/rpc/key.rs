@@ -10,6 +10,7 @@ use super::{Call, Ctx};
 use crate::auth::{identity, owner_of, Decision, Identity, Operation, Peer};
 use crate::error::Error;
 use crate::model::{HashAlg, KeyAlg, KeyName, Scheme, SignInput};
+use crate::tpm::queue;
 use crate::vault::{CertSubject, Client, KeyInfo, Password, Resource, SignRequest, StoredChain, Visibility};
 
 /// Largest page of ListKeys.
@@ -348,7 +349,7 @@ impl KeyService for KeyRpc {
         let mut call = Call::start(&self.ctx, "CreateSelfSignedCertificate", Operation::Create, &req);
         let client = client_of(&req);
         let r = req.into_inner();
-        let result = async {
+        let result = queue::scope(async {
             let n = name(&r.name)?;
             // The TPM signs (sign) and the result replaces the stored chain (create): two
             // decisions, each audited.
@@ -356,7 +357,7 @@ impl KeyService for KeyRpc {
             call.authorize(Some((&n, Resource::Key))).await?;
             let subject = subject(r.subject)?;
             self.ctx.vault.self_sign(&n, subject, r.days, password(client, r.auth)).await
-        }
+        })
         .await;
         call.end(result.map(chain_to_pb))
     }

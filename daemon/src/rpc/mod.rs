@@ -27,6 +27,7 @@ use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::model::{KeyName, PcrBank, PcrSelection, PcrTarget};
 use crate::store::OwnerCheck;
+use crate::tpm::queue;
 use crate::vault::{Resource, Vault};
 
 use self::call::Call;
@@ -75,11 +76,11 @@ impl Ctx {
     {
         let mut call = Call::start(self, rpc, op, &req);
         let r = req.into_inner();
-        let result = async {
+        let result = queue::scope(async {
             let target = target(&r)?;
             call.authorize(target.key().map(|k| (k, kind))).await?;
             work(r, target).await
-        }
+        })
         .await;
         call.end(result)
     }
@@ -130,12 +131,12 @@ impl Ctx {
     {
         let mut call = Call::start(self, rpc, op, &req);
         let r = req.into_inner();
-        let result = async {
+        let result = queue::scope(async {
             let name = KeyName::try_from(name_of(&r))?;
             call.authorize(Some((&name, kind))).await?;
             let check = call.recheck(op, &name);
             work(r, name, check).await
-        }
+        })
         .await;
         call.end(result)
     }

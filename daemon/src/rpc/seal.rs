@@ -10,6 +10,7 @@ use super::{pcr_binding, Call, Ctx};
 use crate::auth::{owner_of, Operation};
 use crate::error::Error;
 use crate::model::{KeyName, PcrBank, PcrSelection, PcrTarget};
+use crate::tpm::queue;
 use crate::vault::seal::{authority_der, SealTarget, SignedPolicy};
 use crate::vault::Resource;
 
@@ -45,7 +46,7 @@ impl SealService for SealRpc {
         let mut call = Call::start(&self.ctx, "Seal", Operation::Seal, &req);
         let r = req.into_inner();
         let secret = Zeroizing::new(r.secret);
-        let result = async {
+        let result = queue::scope(async {
             let name = KeyName::try_from(r.name.as_str())?;
             call.authorize(Some((&name, Resource::Sealed))).await?;
             let (selection, values) = match r.pcr_binding {
@@ -69,7 +70,7 @@ impl SealService for SealRpc {
                 policy_digest: hex::encode(info.policy_digest),
                 pcrs: info.selection.to_string(),
             })
-        }
+        })
         .await;
         call.end(result)
     }

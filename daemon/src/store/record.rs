@@ -14,7 +14,9 @@
 //! that a TPM sealed object holds. For ML-DSA and ML-KEM keys that sealed object *is* the
 //! record's TPM object (`public`/`private`/`tpm_name`); a hybrid key's TPM object is its ECDSA
 //! P-256 key, so its section carries the sealed object itself (`wrapping_key`). Records without
-//! the section (all older ones) parse as before.
+//! the section (all older ones) parse as before. The section's public key is checked whenever a
+//! record is read ([`crate::crypto::pq::check_public_key`]: an ML-DSA key's length, an ML-KEM
+//! key's FIPS 203 input check), so a record edited on disk is refused as corrupt.
 //!
 //! Every record kind names its creator ([`Owner`]): `owner_uid`, and for a client of the TLS
 //! listener also `"owner_certificate"` (its certificate identity; `owner_uid` is then
@@ -207,7 +209,12 @@ impl Record for KeyRecord {
             return Err("empty key blob".into());
         }
         match (&self.pq, self.alg.has_pq()) {
-            (Some(pq), true) if pq.nonce.len() == 12 && !pq.public_key.is_empty() => Ok(()),
+            // The public key is checked as one received from elsewhere: a record edited on disk
+            // must not hand out (or encapsulate to) a key that is not one.
+            (Some(pq), true) if pq.nonce.len() == 12 => match crate::crypto::pq::pq_part(self.alg) {
+                Some(part) => crate::crypto::pq::check_public_key(part, &pq.public_key),
+                None => Err(format!("a {} key has no post-quantum part", self.alg)),
+            },
             (Some(_), true) => Err("bad post-quantum section".into()),
             (None, true) => Err(format!("a {} key needs its post-quantum section", self.alg)),
             (Some(_), false) => Err(format!("a {} key has no post-quantum section", self.alg)),
@@ -338,6 +345,42 @@ mod tests {
         assert!(KeyRecord::from_bytes(&missing.to_bytes(), &r.name).is_err());
         let stray = KeyRecord { alg: KeyAlg::EccP256, ..with };
         assert!(KeyRecord::from_bytes(&stray.to_bytes(), &r.name).is_err());
+    }
+
+    /// The section's public key is checked on every read, as a key from elsewhere is: an ML-DSA
+    /// key (a hybrid key's too) of another length and an ML-KEM key of another length or with a
+    /// coefficient not below the modulus make the record corrupt.
+    #[test]
+    fn pq_public_keys_are_checked_when_read() {
+        let r = sample();
+        let with = |alg: KeyAlg, public_key: Vec<u8>| {
+            let wrapping_key = (alg == KeyAlg::HybridP256MlDsa65).then(|| TpmObject {
+                tpm_name: vec![0, 11],
+                public: vec![1],
+                private: vec![2],
+            });
+            let pq = PqSection { public_key, nonce: vec![1; 12], ciphertext: vec![2; 48], wrapping_key };
+            KeyRecord::from_bytes(&KeyRecord { alg, pq: Some(pq), ..r.clone() }.to_bytes(), &r.name).map(|_| ())
+        };
+        for (alg, len) in [
+            (KeyAlg::MlDsa44, 1312),
+            (KeyAlg::MlDsa65, 1952),
+            (KeyAlg::MlDsa87, 2592),
+            (KeyAlg::HybridP256MlDsa65, 1952),
+            (KeyAlg::MlKem768, 1184),
+            (KeyAlg::MlKem1024, 1568),
+        ] {
+            assert_eq!(with(alg, vec![0; len]), Ok(()), "{alg}");
+            for bad in [0, len - 1, len + 1] {
+                let err = with(alg, vec![0; bad]).expect_err("wrong length accepted");
+                assert!(err.contains(&format!("is {bad} bytes, not {len}")), "{alg}: {err}");
+            }
+        }
+        let mut ek = vec![0; 1184];
+        ek[1] = 0xf0;
+        ek[2] = 0xff;
+        let err = with(KeyAlg::MlKem768, ek).expect_err("coefficient 4095 accepted");
+        assert!(err.contains("coefficient 1 is 4095"), "{err}");
     }
 }
 

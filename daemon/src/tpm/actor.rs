@@ -1,22 +1,22 @@
 //! The TPM actor: the one thread that owns the [`Tpm`] connection, the bounded queue that
-//! feeds it, and the deadlines of its jobs. [`TpmHandle`] is the cheap, cloneable way in.
+//! feeds it (served round-robin per client, [`super::queue`]), and the deadlines of its jobs.
+//! [`TpmHandle`] is the cheap, cloneable way in.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use super::connection::{ConnectionConfig, Tpm, TpmInfo};
 use super::error::TpmError;
+use super::queue::{current_client, FairQueue, Refused};
 use super::shared::Shared;
 
 /// A unit of TPM work: runs on the actor thread with exclusive access to the [`Tpm`].
 struct Job {
     label: &'static str,
-    /// Ends the actor after this job (shutdown), even while other handles exist.
-    stop: bool,
     deadline: Instant,
     run: Box<dyn Work>,
 }
@@ -36,7 +36,7 @@ impl<F: FnOnce(Option<&mut Tpm>) -> bool + Send> Work for F {
 /// Tuning for the actor's queue and deadlines.
 #[derive(Debug, Clone)]
 pub struct QueueConfig {
-    /// Jobs that may wait for the TPM before new ones are refused.
+    /// Jobs that may wait for the TPM (all clients together) before new ones are refused.
     pub capacity: usize,
     /// Default deadline of one TPM operation, queueing included.
     pub timeout: Duration,
@@ -51,11 +51,21 @@ impl Default for QueueConfig {
 /// A cheap, cloneable handle to the TPM actor.
 #[derive(Clone)]
 pub struct TpmHandle {
-    tx: mpsc::Sender<Job>,
+    queue: Arc<Jobs>,
     shared: Arc<Shared>,
     timeout: Duration,
     capacity: usize,
     thread: Arc<Mutex<Option<JoinHandle<()>>>>,
+}
+
+/// The actor's queue as its handles hold it: the last handle dropped closes it, so the actor
+/// ends once it has run what was queued.
+struct Jobs(Arc<FairQueue<Job>>);
+
+impl Drop for Jobs {
+    fn drop(&mut self) {
+        self.0.close();
+    }
 }
 
 impl std::fmt::Debug for TpmHandle {
@@ -75,9 +85,10 @@ impl TpmHandle {
     /// it is not the TPM the state belongs to.
     pub async fn open(cfg: ConnectionConfig, queue: QueueConfig) -> Result<(Self, TpmInfo), TpmError> {
         let shared = Arc::new(Shared::default());
-        let (tx, mut rx) = mpsc::channel::<Job>(queue.capacity.max(1));
+        let jobs = Arc::new(FairQueue::<Job>::new(queue.capacity));
         let (ready_tx, ready_rx) = oneshot::channel();
         let actor_shared = shared.clone();
+        let actor_jobs = jobs.clone();
         let thread = std::thread::Builder::new()
             .name("tpm".into())
             .spawn(move || {
@@ -91,7 +102,8 @@ impl TpmHandle {
                         return;
                     }
                 };
-                while let Some(job) = rx.blocking_recv() {
+                // Until the queue is closed (shutdown, or the last handle gone) and empty.
+                while let Some(job) = actor_jobs.pop() {
                     let start = Instant::now();
                     let label = job.label;
                     if start > job.deadline {
@@ -102,14 +114,6 @@ impl TpmHandle {
                     }
                     actor_shared.set_loaded(tpm.loaded_objects());
                     actor_shared.queued.fetch_sub(1, Ordering::Relaxed);
-                    if job.stop {
-                        rx.close();
-                        while let Ok(rest) = rx.try_recv() {
-                            rest.run.run(None);
-                            actor_shared.queued.fetch_sub(1, Ordering::Relaxed);
-                        }
-                        break;
-                    }
                 }
                 tpm.flush_all();
                 tracing::debug!("TPM actor stopped");
@@ -117,7 +121,7 @@ impl TpmHandle {
             .map_err(|e| TpmError::Unavailable(format!("cannot start TPM thread: {e}")))?;
         let info = ready_rx.await.map_err(|_| TpmError::Unavailable("TPM thread died during open".into()))??;
         let handle = Self {
-            tx,
+            queue: Arc::new(Jobs(jobs)),
             shared,
             timeout: queue.timeout,
             capacity: queue.capacity,
@@ -126,7 +130,8 @@ impl TpmHandle {
         Ok((handle, info))
     }
 
-    /// Runs `f` on the TPM thread with the default deadline.
+    /// Runs `f` on the TPM thread with the default deadline, queued as the current task's
+    /// client ([`super::queue::set_client`]).
     ///
     /// # Errors
     /// Whatever `f` returns; [`TpmError::QueueFull`] when too many jobs wait;
@@ -224,13 +229,13 @@ impl TpmHandle {
         timeout: Duration,
         run: impl FnOnce(Option<&mut Tpm>) -> bool + Send + 'static,
     ) -> Result<(), TpmError> {
-        let job = Job { label, stop: false, deadline: Instant::now() + timeout, run: Box::new(run) };
+        let job = Job { label, deadline: Instant::now() + timeout, run: Box::new(run) };
         self.shared.queued.fetch_add(1, Ordering::Relaxed);
-        self.tx.try_send(job).map_err(|e| {
+        self.queue.0.push(current_client(), job).map_err(|refused| {
             self.shared.queued.fetch_sub(1, Ordering::Relaxed);
-            match e {
-                mpsc::error::TrySendError::Full(_) => TpmError::QueueFull(self.capacity),
-                mpsc::error::TrySendError::Closed(_) => TpmError::Unavailable("TPM actor stopped".into()),
+            match refused {
+                Refused::Full(_) => TpmError::QueueFull(self.capacity),
+                Refused::Closed(_) => TpmError::Unavailable("TPM actor stopped".into()),
             }
         })
     }
@@ -253,20 +258,11 @@ impl TpmHandle {
         .await
     }
 
-    /// Stops the actor: jobs already queued run first, later ones fail with `Unavailable`;
-    /// every object the vault loaded is flushed and the TPM connection closed. Waits for the
-    /// thread up to `grace`. Safe to call from any clone, once or more.
+    /// Stops the actor: jobs already queued run first (each within its deadline), later ones
+    /// fail with `Unavailable`; every object the vault loaded is flushed and the TPM connection
+    /// closed. Waits for the thread up to `grace`. Safe to call from any clone, once or more.
     pub async fn shutdown(&self, grace: Duration) {
-        let job = Job {
-            label: "stop",
-            stop: true,
-            deadline: Instant::now() + grace,
-            run: Box::new(|_: Option<&mut Tpm>| true),
-        };
-        self.shared.queued.fetch_add(1, Ordering::Relaxed);
-        if self.tx.send_timeout(job, grace).await.is_err() {
-            self.shared.queued.fetch_sub(1, Ordering::Relaxed);
-        }
+        self.queue.0.close();
         let thread = self.thread.lock().ok().and_then(|mut t| t.take());
         if let Some(thread) = thread {
             let deadline = Instant::now() + grace;

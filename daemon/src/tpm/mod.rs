@@ -1,10 +1,12 @@
 //! The TPM layer: one thread owns the ESAPI context; everyone else holds a [`TpmHandle`].
 //!
 //! Firmware TPMs execute one command at a time and every call crosses into the secure world,
-//! so the vault funnels all TPM work through a single actor thread fed by a bounded queue.
+//! so the vault funnels all TPM work through a single actor thread fed by a bounded queue,
+//! served round-robin per client.
 //! Async callers await a reply with a deadline, so a hung or vanished TPM becomes an
 //! `Unavailable`/`Timeout` error, never a hung request. The parts, by what they are:
-//! - [`actor`]: the thread, its queue and deadlines ([`TpmHandle`]);
+//! - [`actor`]: the thread and its deadlines ([`TpmHandle`]); [`queue`]: its queue, one FIFO
+//!   per client served in turn, the client named by an opaque [`ClientKey`];
 //! - [`connection`]: the connection, SRK, sessions, loaded objects and every command ([`Tpm`]);
 //! - [`object`]: stored objects in and out of the TPM's marshalled form;
 //! - [`templates`]: object templates; [`pcr`]: PCR reads, extends and policy digests;
@@ -23,6 +25,7 @@ pub mod convert;
 pub mod error;
 pub mod object;
 pub mod pcr;
+pub mod queue;
 pub mod shared;
 pub mod software;
 pub mod templates;
@@ -31,5 +34,6 @@ pub use actor::{QueueConfig, TpmHandle};
 pub use connection::{ConnectionConfig, DaState, PolicyAuth, SignJob, TpmInfo};
 pub use error::TpmError;
 pub use object::KeyBlob;
+pub use queue::ClientKey;
 pub use shared::TpmState;
 pub use software::SoftwareTpm;

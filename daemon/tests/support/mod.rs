@@ -374,6 +374,11 @@ pub async fn run_as_nobody(env: &DaemonEnv, helper: &str) -> std::process::Outpu
 /// A daemon where this process may do everything and uid [`NOBODY`] may sign with the keys
 /// `glob` matches.
 pub async fn daemon_where_nobody_signs(glob: &str) -> DaemonEnv {
+    DaemonEnv::start_with(TpmEnv::start(), std::sync::Arc::new(nobody_signs_access(glob))).await
+}
+
+/// The access policy of [`daemon_where_nobody_signs`].
+pub fn nobody_signs_access(glob: &str) -> tpm_vault_daemon::daemon::Access {
     let text = format!(
         "{}\n[[rule]]\nclients = [\"uid:{NOBODY}\"]\nkeys = [\"{glob}\"]\noperations = [\"sign\"]\n",
         allow_self_policy()
@@ -381,8 +386,7 @@ pub async fn daemon_where_nobody_signs(glob: &str) -> DaemonEnv {
     let mut policy = tpm_vault_daemon::daemon::Policy::default();
     policy.add_file(Path::new("t.toml"), &text).expect("policy");
     let audit = tpm_vault_daemon::daemon::AuditLog::tracing_only();
-    let access = tpm_vault_daemon::daemon::Access::with_policy(policy, audit);
-    DaemonEnv::start_with(TpmEnv::start(), std::sync::Arc::new(access)).await
+    tpm_vault_daemon::daemon::Access::with_policy(policy, audit)
 }
 
 /// In a child [`run_as_nobody`] started: a channel to the parent's daemon.
