@@ -3,6 +3,8 @@
 //!
 //! - [`ConnectionLimits`]: connections on the Unix socket, in all and per client uid; one past a
 //!   bound is closed at once (its client sees the connection reset) and logged at debug level.
+//!   [`UnixIncoming`] accepts and admits them, and waits a little after a failed accept
+//!   ([`crate::fdlimit::accept_failed`]).
 //! - [`max_message`] and [`FrameLimit`]: the largest gRPC message each method may receive,
 //!   checked on each message's 5-byte length prefix as it arrives, before the server reserves
 //!   memory for it. tonic's own limit is per service, and `SealService` must take Seal's 64 MiB
@@ -65,6 +67,50 @@ impl ConnectionLimits {
         // The peer's groups as the kernel recorded them at connect, read once per connection.
         let groups = crate::auth::peer_groups(stream.as_fd()).map(Arc::from);
         Some(Counted { stream, groups, _slot: Slot { counts: self.shared.clone(), uid } })
+    }
+}
+
+/// The Unix socket's admitted connections, as the gRPC server takes them. A failed accept
+/// (`EMFILE` when the process is out of descriptors) is logged and followed by a short wait,
+/// never handed to tonic: tonic would poll again at once, and the listener, its pending
+/// connection still unaccepted, stays readable, so the loop would spin.
+#[derive(Debug)]
+pub struct UnixIncoming {
+    listener: tokio::net::UnixListener,
+    limits: ConnectionLimits,
+    backoff: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl UnixIncoming {
+    /// Accepts on `listener`, admitting connections under `limits`.
+    pub fn new(listener: tokio::net::UnixListener, limits: ConnectionLimits) -> Self {
+        Self { listener, limits, backoff: None }
+    }
+}
+
+impl tokio_stream::Stream for UnixIncoming {
+    type Item = io::Result<Counted>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        loop {
+            if let Some(backoff) = self.backoff.as_mut() {
+                if std::future::Future::poll(backoff.as_mut(), cx).is_pending() {
+                    return Poll::Pending;
+                }
+                self.backoff = None;
+            }
+            match self.listener.poll_accept(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok((stream, _))) => {
+                    if let Some(counted) = self.limits.admit(stream) {
+                        return Poll::Ready(Some(Ok(counted)));
+                    }
+                }
+                Poll::Ready(Err(e)) => {
+                    self.backoff = Some(Box::pin(crate::fdlimit::accept_failed("Unix socket", &e)));
+                }
+            }
+        }
     }
 }
 

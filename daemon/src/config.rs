@@ -395,21 +395,36 @@ impl Config {
 /// `docs/CONFIG.md` and [`crate::bounds`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServeLimits {
-    /// Connections on the Unix socket in all, and on the TLS listener in all.
+    /// Connections on the Unix socket in all, and on the TLS listener in all unless
+    /// `max_tls_connections` says otherwise.
     pub max_connections: usize,
     /// Connections from one uid on the Unix socket.
     pub max_connections_per_client: usize,
     /// HTTP/2 streams (requests in progress) per connection.
     pub max_streams_per_connection: u32,
+    /// Connections on the TLS listener when they differ from `max_connections`: not a setting,
+    /// but what start-up leaves when the file-descriptor limit cannot hold both
+    /// ([`crate::fdlimit::fit`]).
+    pub max_tls_connections: Option<usize>,
 }
 
 impl Default for ServeLimits {
     fn default() -> Self {
-        Self { max_connections: 512, max_connections_per_client: 128, max_streams_per_connection: 128 }
+        Self {
+            max_connections: 512,
+            max_connections_per_client: 128,
+            max_streams_per_connection: 128,
+            max_tls_connections: None,
+        }
     }
 }
 
 impl ServeLimits {
+    /// Connections the TLS listener takes at once.
+    pub fn tls_connections(&self) -> usize {
+        self.max_tls_connections.unwrap_or(self.max_connections)
+    }
+
     fn resolve(args: &Args, file: &FileConfig) -> Result<Self, ConfigError> {
         let d = Self::default();
         let limits = Self {
@@ -422,6 +437,7 @@ impl ServeLimits {
                 .max_streams_per_connection
                 .or(file.max_streams_per_connection)
                 .unwrap_or(d.max_streams_per_connection),
+            max_tls_connections: None,
         };
         let invalid = |field, reason: &str| Err(ConfigError::Invalid { field, reason: reason.into() });
         if !(1..=65_536).contains(&limits.max_connections) {
