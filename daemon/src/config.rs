@@ -114,7 +114,8 @@ pub struct Args {
     /// value in the config file serves none.
     #[arg(long, env = "TPM_VAULT_EVENT_LOG")]
     pub event_log: Option<PathBuf>,
-    /// Validate the configuration and the policy directory, then exit (0 when valid, 64 when not).
+    /// Validate the configuration, the policy directory and the state directory's ownership and
+    /// modes (as the user running the check: use --user), then exit (0 when valid, 64 when not).
     #[arg(long)]
     pub check_config: bool,
     /// With --check-config: check as this user (the one the service runs as, e.g. tpm-vault),
@@ -283,6 +284,10 @@ pub enum ConfigError {
         /// Why.
         reason: String,
     },
+    /// The state directory (or one above or inside it) could be changed by others, or cannot be
+    /// examined ([`check_state_dir`]).
+    #[error(transparent)]
+    StateDir(crate::store::StoreError),
     /// A value is out of range.
     #[error("invalid setting {field}: {reason}")]
     Invalid {
@@ -523,6 +528,16 @@ pub fn check_policies(dir: &Path, configured: bool) -> Result<PolicyCheck, Confi
         warnings: policy.warnings().to_vec(),
         builtin: policy.is_builtin(),
     })
+}
+
+/// Checks, for `--check-config`, that the state directory `dir` can be trusted, as start-up
+/// does (see `docs/CONFIG.md`, `state_dir`), as the current user, without creating it: one
+/// that does not exist yet is judged by the directories above it.
+///
+/// # Errors
+/// [`ConfigError::StateDir`] naming the directory at fault.
+pub fn check_state_dir(dir: &Path) -> Result<(), ConfigError> {
+    crate::store::check_state_dir_unchanged(dir).map_err(ConfigError::StateDir)
 }
 
 /// Checks, for `--check-config`, that the daemon will be able to open `path` as its audit log:

@@ -82,8 +82,8 @@ pub mod daemon {
     pub use crate::auth::limits::DEFAULT_PER_CLIENT;
     pub use crate::auth::{Access, Decision, GroupsSource, Identity, Operation, Policy, UnixIdentity};
     pub use crate::config::{
-        check_audit_log, check_policies, default_worker_threads, Args, Config, FileConfig, LogFormat, PolicyCheck,
-        ServeLimits,
+        check_audit_log, check_policies, check_state_dir, default_worker_threads, Args, Config, FileConfig, LogFormat,
+        PolicyCheck, ServeLimits,
     };
     pub use crate::fdlimit::{
         fit as fit_connections, planned as planned_nofile, raise as raise_nofile, Fitted, NoFile, FD_RESERVE,

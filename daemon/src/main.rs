@@ -114,11 +114,16 @@ fn main() -> ExitCode {
     }
 }
 
-/// `--check-config`: the config already parsed; check the audit log can be opened and load the
-/// policy directory as the daemon would, report, exit.
+/// `--check-config`: the config already parsed; check the audit log can be opened and the state
+/// directory can be trusted, load the policy directory as the daemon would, report, exit.
 fn check_config(config: &Config) -> ExitCode {
     let file = config.file.as_ref().map_or_else(|| "defaults (no config file)".into(), |f| f.display().to_string());
     if let Some(Err(e)) = config.audit_log.as_deref().map(daemon::check_audit_log) {
+        eprintln!("tpm-vaultd: {e}");
+        return ExitCode::from(EXIT_CONFIG);
+    }
+    // As start-up checks it (exit 64 there too), judged for the user running the check.
+    if let Err(e) = daemon::check_state_dir(&config.state_dir) {
         eprintln!("tpm-vaultd: {e}");
         return ExitCode::from(EXIT_CONFIG);
     }
