@@ -3,6 +3,8 @@
 //!
 //! - [`ConnectionLimits`]: connections on the Unix socket, in all and per client uid; one past a
 //!   bound is closed at once (its client sees the connection reset) and logged at debug level.
+//!   [`UnixIncoming`] accepts and admits them, and waits a little after a failed accept
+//!   ([`crate::fdlimit::accept_failed`]).
 //! - [`Tally`] and its [`Held`]: the one "count up, give back on drop" guard these bounds, the
 //!   TLS listener's connections and handshakes, a TLS key's handshake signatures and the
 //!   metrics endpoint's connections are counted with.
@@ -59,6 +61,51 @@ impl ConnectionLimits {
         Some(Counted { stream, groups, _held: held })
     }
 }
+
+/// The Unix socket's admitted connections, as the gRPC server takes them. A failed accept
+/// (`EMFILE` when the process is out of descriptors) is logged and followed by a short wait,
+/// never handed to tonic: tonic would poll again at once, and the listener, its pending
+/// connection still unaccepted, stays readable, so the loop would spin.
+#[derive(Debug)]
+pub struct UnixIncoming {
+    listener: tokio::net::UnixListener,
+    limits: ConnectionLimits,
+    backoff: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl UnixIncoming {
+    /// Accepts on `listener`, admitting connections under `limits`.
+    pub fn new(listener: tokio::net::UnixListener, limits: ConnectionLimits) -> Self {
+        Self { listener, limits, backoff: None }
+    }
+}
+
+impl tokio_stream::Stream for UnixIncoming {
+    type Item = io::Result<Counted>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        loop {
+            if let Some(backoff) = self.backoff.as_mut() {
+                if std::future::Future::poll(backoff.as_mut(), cx).is_pending() {
+                    return Poll::Pending;
+                }
+                self.backoff = None;
+            }
+            match self.listener.poll_accept(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok((stream, _))) => {
+                    if let Some(counted) = self.limits.admit(stream) {
+                        return Poll::Ready(Some(Ok(counted)));
+                    }
+                }
+                Poll::Ready(Err(e)) => {
+                    self.backoff = Some(Box::pin(crate::fdlimit::accept_failed("Unix socket", &e)));
+                }
+            }
+        }
+    }
+}
+
 
 /// Things held at once (connections, handshake signatures), in all and per key, each under a
 /// bound: the one "count up, give back on drop" guard of the daemon. [`Tally::try_take`] counts

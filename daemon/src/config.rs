@@ -114,7 +114,8 @@ pub struct Args {
     /// value in the config file serves none.
     #[arg(long, env = "TPM_VAULT_EVENT_LOG")]
     pub event_log: Option<PathBuf>,
-    /// Validate the configuration and the policy directory, then exit (0 when valid, 64 when not).
+    /// Validate the configuration, the policy directory and the state directory's ownership and
+    /// modes (as the user running the check: use --user), then exit (0 when valid, 64 when not).
     #[arg(long)]
     pub check_config: bool,
     /// With --check-config: check as this user (the one the service runs as, e.g. tpm-vault),
@@ -279,6 +280,10 @@ pub enum ConfigError {
         path: PathBuf,
         reason: String,
     },
+    /// The state directory (or one above or inside it) could be changed by others, or cannot be
+    /// examined ([`check_state_dir`]).
+    #[error(transparent)]
+    StateDir(crate::store::StoreError),
     /// A value is out of range.
     #[error("invalid setting {field}: {reason}")]
     Invalid {
@@ -390,21 +395,36 @@ impl Config {
 /// `docs/CONFIG.md` and [`crate::bounds`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServeLimits {
-    /// Connections on the Unix socket in all, and on the TLS listener in all.
+    /// Connections on the Unix socket in all, and on the TLS listener in all unless
+    /// `max_tls_connections` says otherwise.
     pub max_connections: usize,
     /// Connections from one uid on the Unix socket.
     pub max_connections_per_client: usize,
     /// HTTP/2 streams (requests in progress) per connection.
     pub max_streams_per_connection: u32,
+    /// Connections on the TLS listener when they differ from `max_connections`: not a setting,
+    /// but what start-up leaves when the file-descriptor limit cannot hold both
+    /// ([`crate::fdlimit::fit`]).
+    pub max_tls_connections: Option<usize>,
 }
 
 impl Default for ServeLimits {
     fn default() -> Self {
-        Self { max_connections: 512, max_connections_per_client: 128, max_streams_per_connection: 128 }
+        Self {
+            max_connections: 512,
+            max_connections_per_client: 128,
+            max_streams_per_connection: 128,
+            max_tls_connections: None,
+        }
     }
 }
 
 impl ServeLimits {
+    /// Connections the TLS listener takes at once.
+    pub fn tls_connections(&self) -> usize {
+        self.max_tls_connections.unwrap_or(self.max_connections)
+    }
+
     fn resolve(args: &Args, file: &FileConfig) -> Result<Self, ConfigError> {
         let d = Self::default();
         let limits = Self {
@@ -417,6 +437,7 @@ impl ServeLimits {
                 .max_streams_per_connection
                 .or(file.max_streams_per_connection)
                 .unwrap_or(d.max_streams_per_connection),
+            max_tls_connections: None,
         };
         let invalid = |field, reason: &str| Err(ConfigError::Invalid { field, reason: reason.into() });
         if !(1..=65_536).contains(&limits.max_connections) {
@@ -502,6 +523,16 @@ pub fn check_policies(dir: &Path, configured: bool) -> Result<PolicyCheck, Confi
         warnings: policy.warnings().to_vec(),
         builtin: policy.is_builtin(),
     })
+}
+
+/// Checks, for `--check-config`, that the state directory `dir` can be trusted, as start-up
+/// does (see `docs/CONFIG.md`, `state_dir`), as the current user, without creating it: one
+/// that does not exist yet is judged by the directories above it.
+///
+/// # Errors
+/// [`ConfigError::StateDir`] naming the directory at fault.
+pub fn check_state_dir(dir: &Path) -> Result<(), ConfigError> {
+    crate::store::check_state_dir_unchanged(dir).map_err(ConfigError::StateDir)
 }
 
 /// Checks, for `--check-config`, that the daemon will be able to open `path` as its audit log:

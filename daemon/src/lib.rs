@@ -30,7 +30,8 @@
 //!   stream format, the DRBG every key comes from, opaque page tokens, and the post-quantum
 //!   algorithms.
 //! - [`model`]: validated domain types; [`error`]: the error type; [`metrics`]: counters.
-//! - [`bounds`]: connection and message bounds that hold before authorization.
+//! - [`bounds`]: connection and message bounds that hold before authorization; [`fdlimit`]:
+//!   the descriptor limit raised at start and the connection bounds fitted into it.
 //! - [`config`], [`server`], [`simulator`]: configuration, the listener/lifecycle, and the
 //!   private swtpm used when the machine has no TPM; [`spawn`]: child processes that
 //!   inherit no TPM socket.
@@ -54,6 +55,7 @@ mod bounds;
 mod config;
 mod crypto;
 mod error;
+mod fdlimit;
 mod logwriter;
 mod metrics;
 pub mod model;
@@ -82,8 +84,11 @@ pub mod daemon {
     pub use crate::auth::limits::{ClientLimits, DEFAULT_PER_CLIENT};
     pub use crate::auth::{Access, Decision, GroupsSource, Identity, Operation, Policy, UnixIdentity};
     pub use crate::config::{
-        check_audit_log, check_policies, default_worker_threads, Args, Config, FileConfig, LogFormat, PolicyCheck,
-        ServeLimits,
+        check_audit_log, check_policies, check_state_dir, default_worker_threads, Args, Config, FileConfig, LogFormat,
+        PolicyCheck, ServeLimits,
+    };
+    pub use crate::fdlimit::{
+        fit as fit_connections, planned as planned_nofile, raise as raise_nofile, Fitted, NoFile, FD_RESERVE,
     };
     pub use crate::logwriter::{BatchedWriter, FlushGuard};
     pub use crate::metrics::Metrics;

@@ -18,7 +18,10 @@
 //! Nothing is dropped silently: the drops are counted ([`BatchedWriter::dropped`]) and, once
 //! the writer thread has written its next batch, it logs a warning saying how many lines
 //! (and how many of them audit lines) were lost. Under sustained overload the buffer stays
-//! below [`AUDIT_HIGH_WATER`] and the warnings mark the gaps.
+//! below [`AUDIT_HIGH_WATER`] and the warnings mark the gaps. In the audit file
+//! ([`BatchedWriter::gap_records`]) the gap is marked in place too: the first audit line kept
+//! after drops is preceded by one JSON record, `{"time":...,"event":"audit_gap","dropped":N}`,
+//! saying how many audit lines are missing there.
 
 use std::io::{self, Write};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -74,6 +77,10 @@ struct State {
     unreported: Dropped,
     /// Every drop since the start.
     total: Dropped,
+    /// Whether a gap in the audit lines is marked with a record ([`BatchedWriter::gap_records`]).
+    gap_records: bool,
+    /// Audit lines dropped since the last one kept.
+    gap: u64,
 }
 
 #[derive(Debug, Default)]
@@ -100,9 +107,17 @@ impl Shared {
         if !state.buf.is_empty() && state.buf.len() + bytes.len() > bound {
             state.unreported.count(kind);
             state.total.count(kind);
+            if kind == Kind::Audit {
+                state.gap += 1;
+            }
             return;
         }
         let first = state.buf.is_empty();
+        if kind == Kind::Audit && state.gap > 0 && state.gap_records {
+            // Over the bound by one short line at most: the gap must show where it is.
+            let dropped = std::mem::take(&mut state.gap);
+            state.buf.extend_from_slice(gap_record(dropped).as_bytes());
+        }
         state.buf.extend_from_slice(bytes);
         drop(state);
         if first {
@@ -139,6 +154,14 @@ impl BatchedWriter {
     #[must_use]
     pub fn audit_lines(mut self) -> Self {
         self.kind = Kind::Audit;
+        self
+    }
+
+    /// This writer, for the audit file: after audit lines were dropped, the next one kept is
+    /// preceded by a record saying how many are missing ([`gap_record`]).
+    #[must_use]
+    pub fn gap_records(self) -> Self {
+        self.shared.lock().gap_records = true;
         self
     }
 
@@ -201,6 +224,17 @@ fn run<W: Write>(shared: &Shared, name: &str, mut out: W, on_error: Option<fn(&i
             );
         }
     }
+}
+
+/// The audit record marking `dropped` audit lines lost before it, in the audit file's style
+/// (`time` in seconds since the epoch).
+fn gap_record(dropped: u64) -> String {
+    let time = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+    let record = serde_json::json!({
+        "time": time, "event": "audit_gap", "dropped": dropped,
+        "reason": "the audit log did not keep up: this many records before this one are missing",
+    });
+    format!("{record}\n")
 }
 
 impl Drop for FlushGuard {
@@ -373,6 +407,56 @@ mod tests {
         let text = stuck.calls.0.lock().unwrap().concat();
         let count = |c: u8| text.split(|&b| b == b'\n').filter(|l| l.first() == Some(&c)).count() as u64;
         assert_eq!((count(b'o'), count(b'a')), (1024 - dropped.lines, 128));
+    }
+
+    /// With gap records (the audit file), the first audit line kept after drops is preceded by
+    /// one `audit_gap` record counting them; without, nothing is added.
+    #[test]
+    fn a_gap_in_the_audit_lines_is_marked_where_it_is() {
+        for marked in [true, false] {
+            let stuck = Stuck::default();
+            let (writer, guard) = BatchedWriter::start("test-log", stuck.clone(), None).unwrap();
+            let release = ReleaseOnDrop(stuck.clone());
+            let audit = if marked { writer.audit_lines().gap_records() } else { writer.audit_lines() };
+            let line = |n: usize| format!("{{\"n\":{n},\"pad\":\"{}\"}}\n", "x".repeat(1024 * 1024));
+            audit.append(line(0).as_bytes());
+            stuck.wait_entered();
+            for n in 1..20 {
+                audit.append(line(n).as_bytes());
+            }
+            let dropped = audit.dropped().audit;
+            assert!(dropped >= 3, "{dropped}");
+            drop(release);
+            // Once the writer caught up, the next line is kept: after the record.
+            while !stuck
+                .calls
+                .0
+                .lock()
+                .unwrap()
+                .concat()
+                .ends_with(line(19 - usize::try_from(dropped).unwrap()).as_bytes())
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            audit.append(line(100).as_bytes());
+            audit.append(line(101).as_bytes());
+            drop(guard);
+            let text = String::from_utf8(stuck.calls.0.lock().unwrap().concat()).unwrap();
+            let records: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+            let gaps: Vec<usize> =
+                records.iter().enumerate().filter(|(_, r)| r["event"] == "audit_gap").map(|(i, _)| i).collect();
+            let kept = usize::try_from(20 - dropped).unwrap();
+            if marked {
+                assert_eq!(gaps, vec![kept], "one record, right before line 100");
+                assert_eq!(records[kept]["dropped"], serde_json::json!(dropped));
+                assert!(records[kept]["time"].as_f64().unwrap() > 0.0);
+                assert_eq!(records[kept + 1]["n"], 100);
+                assert_eq!(records[kept + 2]["n"], 101);
+            } else {
+                assert!(gaps.is_empty());
+                assert_eq!(records.len(), kept + 2);
+            }
+        }
     }
 
     /// Past [`AUDIT_HIGH_WATER`] audit lines are dropped too, counted as audit lines.

@@ -11,7 +11,9 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use tpm_vault_daemon::daemon::{self, Args, BatchedWriter, Config, FlushGuard, LogFormat, PolicyCheck, ServerError};
+use tpm_vault_daemon::daemon::{
+    self, Args, BatchedWriter, Config, FlushGuard, LogFormat, NoFile, PolicyCheck, ServeLimits, ServerError,
+};
 
 /// Exit code for configuration errors (EX_USAGE).
 const EXIT_CONFIG: u8 = 64;
@@ -68,6 +70,8 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let mut config = config;
+    fit_descriptors(&mut config);
     let tpm = if config.simulator { "private swtpm" } else { config.tcti.as_str() };
     match &config.file {
         Some(file) => tracing::info!(config = %file.display(), tpm, "starting"),
@@ -110,11 +114,16 @@ fn main() -> ExitCode {
     }
 }
 
-/// `--check-config`: the config already parsed; check the audit log can be opened and load the
-/// policy directory as the daemon would, report, exit.
+/// `--check-config`: the config already parsed; check the audit log can be opened and the state
+/// directory can be trusted, load the policy directory as the daemon would, report, exit.
 fn check_config(config: &Config) -> ExitCode {
     let file = config.file.as_ref().map_or_else(|| "defaults (no config file)".into(), |f| f.display().to_string());
     if let Some(Err(e)) = config.audit_log.as_deref().map(daemon::check_audit_log) {
+        eprintln!("tpm-vaultd: {e}");
+        return ExitCode::from(EXIT_CONFIG);
+    }
+    // As start-up checks it (exit 64 there too), judged for the user running the check.
+    if let Err(e) = daemon::check_state_dir(&config.state_dir) {
         eprintln!("tpm-vaultd: {e}");
         return ExitCode::from(EXIT_CONFIG);
     }
@@ -133,7 +142,17 @@ fn check_config(config: &Config) -> ExitCode {
             };
             let who = nix::unistd::User::from_uid(nix::unistd::geteuid()).ok().flatten().map(|u| u.name);
             let who = who.map(|name| format!(" (checked as user {name})")).unwrap_or_default();
-            println!("configuration OK: {file}; policies: {policies}{who}");
+            let descriptors = match daemon::planned_nofile() {
+                Ok(nofile) => {
+                    let fitted = daemon::fit_connections(&config.limits, config.listen.is_some(), nofile.soft);
+                    if let Some(warning) = &fitted.warning {
+                        eprintln!("tpm-vaultd: warning: {warning}");
+                    }
+                    format!("; file descriptors: {}", describe(&nofile, &fitted.limits, config.listen.is_some()))
+                }
+                Err(e) => format!("; file descriptors: cannot read RLIMIT_NOFILE: {e}"),
+            };
+            println!("configuration OK: {file}; policies: {policies}{descriptors}{who}");
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -141,6 +160,39 @@ fn check_config(config: &Config) -> ExitCode {
             ExitCode::from(EXIT_CONFIG)
         }
     }
+}
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit and lowers the connection bounds that do
+/// not fit in it (see `docs/CONFIG.md`, "File descriptors"), logging both.
+fn fit_descriptors(config: &mut Config) {
+    let nofile = match daemon::raise_nofile() {
+        Ok(nofile) => nofile,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot raise the soft RLIMIT_NOFILE to the hard limit");
+            match daemon::planned_nofile() {
+                Ok(planned) => NoFile { soft: planned.before, ..planned },
+                Err(_) => return,
+            }
+        }
+    };
+    let tls = config.listen.is_some();
+    let fitted = daemon::fit_connections(&config.limits, tls, nofile.soft);
+    if let Some(warning) = &fitted.warning {
+        tracing::warn!("{warning}");
+    }
+    config.limits = fitted.limits;
+    tracing::info!("file descriptors: {}", describe(&nofile, &config.limits, tls));
+}
+
+/// The limit and what it holds: `RLIMIT_NOFILE 1024 (hard limit 1024): connections 512 on the
+/// Unix socket + 448 on the TLS listener + 64 reserved`.
+fn describe(nofile: &NoFile, limits: &ServeLimits, tls: bool) -> String {
+    let tls = if tls { format!(" + {} on the TLS listener", limits.tls_connections()) } else { String::new() };
+    format!(
+        "{nofile}: connections {} on the Unix socket{tls} + {} reserved",
+        limits.max_connections,
+        daemon::FD_RESERVE
+    )
 }
 
 /// `--check-config --user NAME`: unless this process already runs as NAME, runs the same

@@ -25,14 +25,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tokio::net::UnixListener;
-use tokio_stream::wrappers::UnixListenerStream;
-use tokio_stream::StreamExt as _;
 use tonic::codegen::{http, Service};
 use tonic::service::{AxumBody, AxumRouter, Routes};
 
 use crate::auth::audit::AuditLog;
 use crate::auth::{Access, PolicyError};
-use crate::bounds::{ConnectionLimits, FrameLimit};
+use crate::bounds::{ConnectionLimits, FrameLimit, UnixIncoming};
 use crate::config::{Config, ServeLimits};
 use crate::error::Error;
 use crate::metrics::Metrics;
@@ -353,10 +351,7 @@ pub async fn serve_ctx_with_tls(
     let routes =
         Routes::from(AxumRouter::new().fallback_service(Draining { inner: rpc::routes(ctx)?, expired: expire_rx }));
     let connections = ConnectionLimits::new(limits.max_connections, limits.max_connections_per_client);
-    let incoming = UnixListenerStream::new(listener).filter_map(move |accepted| match accepted {
-        Ok(stream) => connections.admit(stream).map(Ok),
-        Err(e) => Some(Err(e)),
-    });
+    let incoming = UnixIncoming::new(listener, connections);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
@@ -369,7 +364,7 @@ pub async fn serve_ctx_with_tls(
             Some(tls) => {
                 http2_server(limits)
                     .add_routes(routes)
-                    .serve_with_incoming_shutdown(tls.incoming(limits.max_connections), stopped(stop_rx))
+                    .serve_with_incoming_shutdown(tls.incoming(limits.tls_connections()), stopped(stop_rx))
                     .await
             }
             None => Ok(()),

@@ -408,8 +408,7 @@ async fn accept_loop(
                 Ok(a) => a,
                 Err(e) => {
                     // EMFILE and friends: back off instead of spinning.
-                    tracing::warn!(error = %e, "TLS listener accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    crate::fdlimit::accept_failed("TLS listener", &e).await;
                     continue;
                 }
             },

@@ -53,6 +53,46 @@ fn a_world_writable_state_dir_is_refused_naming_it() {
     assert!(stderr.contains(&line), "{stderr}");
 }
 
+/// `tpm-vaultd --check-config` with the daemon's arguments: exit code and stderr.
+fn check_config(env: &ProcEnv) -> (Option<i32>, String) {
+    let out = env.command().arg("--check-config").stderr(std::process::Stdio::piped()).output().expect("check");
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// `--check-config` runs the same check (it used to pass a world-writable state directory and
+/// exit 0): exit 64 naming it; a state directory not created yet is judged by the directories
+/// above it, and is not created by the check.
+#[test]
+fn check_config_refuses_what_start_up_refuses() {
+    let (env, state) = with_state_dir(0o777);
+    let (code, stderr) = check_config(&env);
+    assert_eq!(code, Some(64), "{stderr}");
+    let line =
+        format!("unsafe state directory {}: {} is writable by its group and others", state.display(), state.display());
+    assert!(stderr.contains(&line), "{stderr}");
+    chmod(&state, 0o700);
+    assert_eq!(check_config(&env).0, Some(0));
+    // A record directory inside it, too.
+    std::fs::create_dir(state.join("keys")).expect("keys");
+    chmod(&state.join("keys"), 0o770);
+    let (code, stderr) = check_config(&env);
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(stderr.contains(&format!("{} is writable by its group", state.join("keys").display())), "{stderr}");
+
+    let env = ProcEnv::new();
+    let state = env.tpm.state_dir();
+    chmod(env.tpm.path(), 0o770);
+    let (code, stderr) = check_config(&env);
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{}: {} is writable by its group", state.display(), env.tpm.path().display())),
+        "{stderr}"
+    );
+    assert!(!state.exists(), "the check created the state directory");
+    chmod(env.tpm.path(), 0o700);
+    assert_eq!(check_config(&env).0, Some(0));
+}
+
 #[test]
 fn a_group_writable_parent_is_refused_naming_it() {
     let (env, state) = with_state_dir(0o700);

@@ -401,3 +401,120 @@ fn daemon_refuses_to_listen_without_a_certificate() {
     assert!(stderr.contains("TLS listener key nokey"), "{stderr}");
     assert!(!env.socket.exists(), "nothing may be bound");
 }
+
+/// Runs `call` for at most 5 s; whether it succeeded, and how long it took.
+async fn timed<T>(what: &str, call: impl std::future::Future<Output = Result<T, tonic::Status>>) -> (bool, Duration) {
+    let start = std::time::Instant::now();
+    let ok = matches!(tokio::time::timeout(Duration::from_secs(5), call).await, Ok(Ok(_)));
+    let took = start.elapsed();
+    eprintln!("{what}: {} in {took:?}", if ok { "ok" } else { "FAILED" });
+    (ok, took)
+}
+
+/// Whether the peer still holds `stream` open: nothing to read yet (or data, such as the
+/// server's HTTP/2 settings) rather than end of file or an error.
+async fn still_open<S: tokio::io::AsyncRead + Unpin>(stream: &mut S) -> bool {
+    let mut buf = [0u8; 256];
+    match tokio::time::timeout(Duration::from_millis(20), stream.read(&mut buf)).await {
+        Err(_) => true,
+        Ok(Ok(n)) => n > 0,
+        Ok(Err(_)) => false,
+    }
+}
+
+/// The real binary with `RLIMIT_NOFILE` 256 (soft and hard, so raising it cannot help) and a
+/// TLS listener: clients with a certificate hold every TLS connection the daemon lets them,
+/// then 512 more TCP connections that never start a handshake are opened and held, and
+/// meanwhile a Unix-socket client (connected before, and a new one after) signs and creates a
+/// key (a store write) within 1 s each. Before the bounds were fitted into the limit the daemon
+/// took 512 TLS connections and ran out of descriptors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tls_flood_leaves_descriptors_for_the_unix_socket_and_the_store() {
+    use tpm_vault_daemon::harness::CloseInheritedFds as _;
+    const LIMIT: u64 = 256;
+    let mut env = support::ProcEnv::new();
+    let uid = nix::unistd::getuid().as_raw();
+    let (server_ca, client_ca) = (TestCa::new("Server CA"), TestCa::new("Client CA"));
+    {
+        let vault = env.tpm.vault().await;
+        for k in ["listener", "svc"] {
+            vault.create_key(key(k), KeyAlg::EccP256, uid, None, None).await.unwrap();
+        }
+        let leaf = server_leaf(&vault, &key("listener"), &server_ca).await;
+        vault.set_certificate(&key("listener"), &format!("{leaf}{}", server_ca.pem)).await.unwrap();
+        vault.shutdown(Duration::from_secs(5)).await;
+    }
+    let ca_path = env.tpm.path().join("client-ca.pem");
+    std::fs::write(&ca_path, &client_ca.pem).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut cmd = std::process::Command::new("prlimit");
+    cmd.close_inherited_fds();
+    cmd.arg(format!("--nofile={LIMIT}:{LIMIT}")).arg("--").arg(env!("CARGO_BIN_EXE_tpm-vaultd")).args(env.args());
+    cmd.args(["--listen", &addr.to_string(), "--listen-key", "listener", "--listen-client-ca"]).arg(&ca_path);
+    env.child_env(&mut cmd);
+    let _child = support::KillOnDrop(cmd.spawn().unwrap());
+    assert!(env.wait_note("READY=1", Duration::from_secs(60)), "no READY=1; stderr:\n{}", env.stderr());
+    let stderr = env.stderr();
+    assert!(stderr.contains("RLIMIT_NOFILE 256 (hard limit 256)"), "{stderr}");
+    assert!(
+        stderr.contains("in force 176 on the Unix socket (per client 128), 16 on the TLS listener"),
+        "the WARN naming the bounds in force: {stderr}"
+    );
+    let mut before = env.keys().await;
+
+    // Clients with a certificate: every connection they can get, kept.
+    let config = client_config(&server_ca, Some(agent(&client_ca, "flood")));
+    let mut tls = Vec::new();
+    for _ in 0..LIMIT {
+        if let Ok(Ok(stream)) = tokio::time::timeout(Duration::from_secs(5), tls_connect(addr, config.clone())).await {
+            tls.push(stream);
+        }
+    }
+    // Then TCP connections that never send a byte.
+    let mut tcp = Vec::new();
+    for _ in 0..2 * LIMIT {
+        let connect = tokio::net::TcpStream::connect(addr);
+        if let Ok(Ok(stream)) = tokio::time::timeout(Duration::from_millis(200), connect).await {
+            tcp.push(stream);
+        }
+    }
+    let mut tls_open = 0;
+    for stream in &mut tls {
+        tls_open += usize::from(still_open(stream).await);
+    }
+    let mut tcp_open = 0;
+    for stream in &mut tcp {
+        tcp_open += usize::from(still_open(stream).await);
+    }
+
+    let unix = || {
+        let endpoint = Endpoint::from_shared(format!("unix://{}", env.socket.display())).unwrap();
+        async move { endpoint.connect().await.ok().map(KeyServiceClient::new) }
+    };
+    let create = |name: &str| pb::CreateKeyRequest { name: name.into(), ..Default::default() };
+    let results = [
+        timed("sign on a connection opened before the flood", before.sign(support::sign_request("svc"))).await,
+        timed("create a key on it", before.create_key(create("during-flood-1"))).await,
+        timed("connect anew and sign", async {
+            let mut keys = unix().await.ok_or_else(|| tonic::Status::unavailable("connect"))?;
+            keys.sign(support::sign_request("svc")).await
+        })
+        .await,
+        timed("connect anew and create a key", async {
+            let mut keys = unix().await.ok_or_else(|| tonic::Status::unavailable("connect"))?;
+            keys.create_key(create("during-flood-2")).await
+        })
+        .await,
+    ];
+    eprintln!(
+        "held: {tls_open} of {} TLS connections with a certificate, {tcp_open} of {} idle TCP connections",
+        tls.len(),
+        tcp.len()
+    );
+    for (ok, took) in results {
+        assert!(ok && took < Duration::from_secs(1), "{results:?}; daemon stderr:\n{}", env.stderr());
+    }
+    assert!(tls_open <= 16, "TLS connections past the bound in force: {tls_open}");
+    drop((tls, tcp));
+}

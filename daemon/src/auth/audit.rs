@@ -71,7 +71,7 @@ impl AuditLog {
         let file = ReopeningFile { path: path.to_owned(), file: open_append(path)?, reopen: reopen.clone() };
         let report: fn(&std::io::Error) = |e| tracing::error!(error = %e, "cannot write the audit log file");
         let (writer, guard) = BatchedWriter::start("audit", file, Some(report))?;
-        let sink = Sink { file: Some(writer.audit_lines()) };
+        let sink = Sink { file: Some(writer.audit_lines().gap_records()) };
         Ok(Self { denials: Arc::new(Denials::new(sink.clone(), window)), sink, _flush: Some(Arc::new(guard)), reopen })
     }
 

@@ -260,3 +260,63 @@ fn resolve_cached(peer: Peer) -> UnixIdentity {
     }
     id
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// `id -G NAME`: the groups the system's databases give the user (as `getgrouplist`).
+    fn id_groups(name: &str) -> BTreeSet<u32> {
+        let out = std::process::Command::new("id").arg("-G").arg(name).output().unwrap();
+        assert!(out.status.success(), "id -G {name}");
+        String::from_utf8(out.stdout).unwrap().split_whitespace().map(|g| g.parse().unwrap()).collect()
+    }
+
+    /// The fallback used where the kernel lacks `SO_PEERGROUPS` (no kernel list) gives each user
+    /// the groups `id -G` gives: for the current user and every user `/etc/group` names as a
+    /// member (those have supplementary groups, the part the fallback exists for).
+    #[test]
+    fn the_nss_fallback_lists_the_groups_id_lists() {
+        let me = nix::unistd::User::from_uid(nix::unistd::geteuid()).unwrap().unwrap().name;
+        let members = std::fs::read_to_string("/etc/group").unwrap_or_default();
+        let mut names: BTreeSet<String> =
+            members.lines().filter_map(|l| l.split(':').nth(3)).flat_map(|m| m.split(',')).map(str::to_owned).collect();
+        names.retain(|n| !n.is_empty());
+        names.insert(me);
+        let mut with_supplementary = 0;
+        for name in &names {
+            let Ok(Some(user)) = nix::unistd::User::from_name(name) else { continue };
+            let id = UnixIdentity::resolve(user.uid.as_raw(), user.gid.as_raw(), None, None);
+            assert_eq!(id.groups_source, GroupsSource::Nss);
+            let ours: BTreeSet<u32> = id.groups.iter().map(|(g, _)| *g).collect();
+            let expected = id_groups(name);
+            assert_eq!(ours, expected, "groups of {name}");
+            with_supplementary += usize::from(expected.len() > 1);
+        }
+        eprintln!("{} user(s) checked, {with_supplementary} with supplementary groups", names.len());
+    }
+
+    /// On a real connection whose kernel list is missing (as before Linux 4.13) the request's
+    /// identity comes from the fallback and says so (`getgrouplist` in the audit record); with
+    /// the kernel's list it says `SO_PEERGROUPS`.
+    #[tokio::test]
+    async fn the_source_follows_whether_the_kernel_gave_the_groups() {
+        let (server, _client) = tokio::net::UnixStream::pair().unwrap();
+        use tonic::transport::server::Connected as _;
+        let request = |groups: Option<Arc<[u32]>>| {
+            let mut req = tonic::Request::new(());
+            req.extensions_mut().insert(UnixConnectInfo { uds: server.connect_info(), groups });
+            req
+        };
+        let Some(Identity::Unix(nss)) = identity(&request(None)) else { panic!("no Unix identity") };
+        assert_eq!(nss.groups_source.as_str(), "getgrouplist");
+        let kernel = peer_groups(std::os::fd::AsFd::as_fd(&server)).map(Arc::from);
+        assert!(kernel.is_some(), "this kernel has SO_PEERGROUPS");
+        let Some(Identity::Unix(from_kernel)) = identity(&request(kernel)) else { panic!("no Unix identity") };
+        assert_eq!(from_kernel.groups_source.as_str(), "SO_PEERGROUPS");
+        let me = nix::unistd::User::from_uid(nix::unistd::geteuid()).unwrap().unwrap().name;
+        let ours: BTreeSet<u32> = nss.groups.iter().map(|(g, _)| *g).collect();
+        assert_eq!(ours, id_groups(&me));
+    }
+}

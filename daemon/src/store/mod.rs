@@ -145,6 +145,19 @@ pub fn check_state_dir(root: &Path) -> Result<(), StoreError> {
     trust::check_dir(root)
 }
 
+/// The record directories inside the state directory.
+const RECORD_DIRS: [&str; 3] = ["keys", "sealed", "datakeys"];
+
+/// What [`check_state_dir`] and [`Store::open`] check of the state directory and its record
+/// directories, for `--check-config`: nothing is created ([`trust::check_existing`]).
+///
+/// # Errors
+/// [`StoreError::Unsafe`] naming the directory at fault; [`StoreError::Io`] if one cannot be
+/// examined.
+pub fn check_state_dir_unchanged(root: &Path) -> Result<(), StoreError> {
+    trust::check_existing(root, &RECORD_DIRS)
+}
+
 impl Store {
     /// Opens (creating if needed, mode 0700) the state directory after checking it can be
     /// trusted ([`check_state_dir`]), removes leftovers of interrupted writes and reports files
@@ -158,9 +171,10 @@ impl Store {
         // Every kind's writes are serialised: checked writes read the record's owner under the
         // lock, and sealed records have a read-modify-write (`raise_min_policy_version`) that
         // must never undo a concurrent seal or delete.
-        let keys = Table::new(root.join("keys"), ".key", true);
-        let sealed = Table::new(root.join("sealed"), ".sealed", true);
-        let datakeys = Table::new(root.join("datakeys"), ".datakey", true);
+        let [keys, sealed, datakeys] = RECORD_DIRS;
+        let keys = Table::new(root.join(keys), ".key", true);
+        let sealed = Table::new(root.join(sealed), ".sealed", true);
+        let datakeys = Table::new(root.join(datakeys), ".datakey", true);
         let attestation = Table::new(root.clone(), ".key", false);
         check_state_dir(&root)?;
         for (dir, suffix) in

@@ -63,6 +63,41 @@ pub fn check_dir(dir: &Path) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// The checks start-up makes ([`check_dir`], then [`check_subdir`] on each record directory in
+/// `subdirs`), without creating anything (for `--check-config`): when `dir` does not exist yet,
+/// the nearest directory above it that exists, and those above that, are held to the rules for
+/// directories above the state directory (start-up would create it there, mode 0700).
+///
+/// # Errors
+/// As [`check_dir`].
+pub fn check_existing(dir: &Path, subdirs: &[&str]) -> Result<(), StoreError> {
+    match std::fs::symlink_metadata(dir) {
+        Ok(_) => {
+            check_dir(dir)?;
+            for sub in subdirs.iter().map(|s| dir.join(s)) {
+                if std::fs::symlink_metadata(&sub).is_ok() {
+                    check_subdir(dir, &sub)?;
+                }
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let uid = nix::unistd::geteuid().as_raw();
+            let given = std::path::absolute(dir).map_err(StoreError::io(dir))?;
+            let Some(existing) = given.ancestors().skip(1).find(|a| a.exists()) else { return Ok(()) };
+            let real = std::fs::canonicalize(existing).map_err(StoreError::io(existing))?;
+            for above in real.ancestors().chain(existing.ancestors()) {
+                let meta = std::fs::metadata(above).map_err(StoreError::io(above))?;
+                if let Some(reason) = parent_problem(&meta, uid) {
+                    return Err(StoreError::Unsafe { dir: dir.to_owned(), path: above.to_owned(), reason });
+                }
+            }
+            Ok(())
+        }
+        Err(e) => Err(StoreError::Io { path: dir.to_owned(), source: e }),
+    }
+}
+
 /// Checks a record directory inside the state directory: a real directory (a symbolic link
 /// could lead the records anywhere), owned by the daemon's user, writable by nobody else.
 ///
