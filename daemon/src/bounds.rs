@@ -106,7 +106,6 @@ impl tokio_stream::Stream for UnixIncoming {
     }
 }
 
-
 /// Things held at once (connections, handshake signatures), in all and per key, each under a
 /// bound: the one "count up, give back on drop" guard of the daemon. [`Tally::try_take`] counts
 /// one more and returns its [`Held`], which gives it back when dropped.
