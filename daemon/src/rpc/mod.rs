@@ -1,4 +1,4 @@
-//! The gRPC front end: one file per service family, plus `status.rs`, the single place where
+//! The gRPC front end: one file per service family, plus `error_status.rs`, the single place where
 //! errors become `tonic::Status`. Handlers parse proto input into `model` types, call the
 //! [`Vault`], and never block (no TPM or file I/O on the async workers).
 
