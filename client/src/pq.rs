@@ -224,6 +224,16 @@ mod tests {
     /// FIPS 204: an ML-DSA public key is 1312, 1952 or 2592 bytes; one of another length is
     /// refused with an error saying so (aws-lc alone takes it and fails every signature, so a
     /// truncated key read as "signature invalid").
+    /// An SPKI for a NIST algorithm OID 2.16.840.1.101.3.4.`arc`: SEQUENCE { SEQUENCE { OID },
+    /// BIT STRING (0 unused bits) `key` }, for keys of 256 bytes or more.
+    fn nist_spki(arc: [u8; 2], key: &[u8]) -> Vec<u8> {
+        let oid = [0x06, 0x09, 0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, arc[0], arc[1]];
+        let alg = [&[0x30, oid.len() as u8][..], &oid].concat();
+        let bits = [&[0x03, 0x82][..], &((key.len() + 1) as u16).to_be_bytes(), &[0], key].concat();
+        let body = [alg, bits].concat();
+        [&[0x30, 0x82][..], &(body.len() as u16).to_be_bytes(), &body].concat()
+    }
+
     #[test]
     fn ml_dsa_key_of_the_wrong_length_is_refused() {
         use aws_lc_rs::signature::{ML_DSA_44_SIGNING, ML_DSA_87_SIGNING};
@@ -234,13 +244,7 @@ mod tests {
         ] {
             let kp = PqdsaKeyPair::from_seed(alg, &[1; 32]).unwrap();
             let pk = kp.public_key().as_ref().to_vec();
-            let spki = |pk: &[u8]| {
-                let oid = [0x06, 0x09, 0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x03, oid_byte];
-                let alg = [&[0x30, oid.len() as u8][..], &oid].concat();
-                let bits = [&[0x03, 0x82][..], &((pk.len() + 1) as u16).to_be_bytes(), &[0], pk].concat();
-                let body = [alg, bits].concat();
-                [&[0x30, 0x82][..], &(body.len() as u16).to_be_bytes(), &body].concat()
-            };
+            let spki = |pk: &[u8]| nist_spki([0x03, oid_byte], pk);
             assert_eq!(spki(&pk), kp.public_key().as_der().unwrap().as_ref());
             let mut sig = vec![0; kp.algorithm().signature_len()];
             let n = kp.sign(b"m", &mut sig).unwrap();
@@ -278,13 +282,7 @@ mod tests {
         for (alg, oid_byte) in [(&ML_KEM_768, 0x02), (&ML_KEM_1024, 0x03)] {
             let dk = DecapsulationKey::generate(alg).unwrap();
             let mut ek = dk.encapsulation_key().unwrap().key_bytes().unwrap().as_ref().to_vec();
-            let spki = |ek: &[u8]| {
-                let oid = [0x06, 0x09, 0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x04, oid_byte];
-                let alg = [&[0x30, oid.len() as u8][..], &oid].concat();
-                let bits = [&[0x03, 0x82][..], &((ek.len() + 1) as u16).to_be_bytes(), &[0], ek].concat();
-                let body = [alg, bits].concat();
-                [&[0x30, 0x82][..], &(body.len() as u16).to_be_bytes(), &body].concat()
-            };
+            let spki = |ek: &[u8]| nist_spki([0x04, oid_byte], ek);
             assert!(KemPublicKey::from_spki(&spki(&ek)).is_ok());
             // Coefficient 0 := 3329 (q itself): bytes 0 and the low nibble of byte 1.
             ek[0] = 0x01;

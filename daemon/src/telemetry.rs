@@ -107,8 +107,7 @@ pub fn spawn(listener: TcpListener, source: MetricsSource) -> JoinHandle<()> {
             let stream = match listener.accept().await {
                 Ok((stream, _)) => stream,
                 Err(e) => {
-                    tracing::warn!(error = %e, "metrics endpoint: accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    crate::fdlimit::accept_failed("metrics endpoint", &e).await;
                     continue;
                 }
             };
