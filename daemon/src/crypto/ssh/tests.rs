@@ -132,3 +132,29 @@ fn rsa_blobs_use_mpints() {
     put_mpint(&mut out, &[1, 0, 1]);
     assert_eq!(out, [0, 0, 0, 3, 1, 0, 1]);
 }
+
+/// The committed fuzz seeds (`fuzz/corpus/ssh_*`, written by `fuzz/tests/seeds.rs`) are what
+/// they say: requests for the fuzz key pass, the TLS content is refused.
+#[test]
+fn fuzz_seeds_parse() {
+    use p256::pkcs8::EncodePublicKey as _;
+    let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus");
+    let read = |f: &str| std::fs::read(corpus.join(f)).unwrap();
+    let scalar: [u8; 32] = std::array::from_fn(|i| i as u8 + 1);
+    let spki = p256::SecretKey::from_slice(&scalar).unwrap().public_key().to_public_key_der().unwrap();
+    let key = public_key_blob(KeyAlg::EccP256, spki.as_bytes()).unwrap();
+    for f in ["publickey.bin", "hostbound.bin", "certificate.bin"] {
+        let data = read(&format!("ssh_userauth/{f}"));
+        let parsed = parse(&data).unwrap_or_else(|e| panic!("{f}: {e}"));
+        assert!(signing_plan(KeyAlg::EccP256, &key, &parsed, None, None).is_ok(), "{f}");
+    }
+    let rsa = read("ssh_userauth/rsa-sha2-512.bin");
+    let rsa = parse(&rsa).unwrap();
+    assert!(matches!(rsa, SshSigned::UserAuth(UserAuth { algorithm: "rsa-sha2-512", .. })));
+    for f in ["ssh_sshsig/file-sha512.bin", "ssh_sshsig/git-sha256.bin"] {
+        assert!(matches!(parse(&read(f)), Ok(SshSigned::Sshsig(_))), "{f}");
+    }
+    for f in ["ssh_userauth/tls13-certificate-verify.bin", "ssh_sshsig/tls13-certificate-verify.bin"] {
+        assert!(parse(&read(f)).is_err(), "{f}");
+    }
+}
