@@ -637,6 +637,9 @@ impl Vault {
         let SignInput::Message(message) = &req.input else {
             return Err(Error::InvalidArgument("an SSH signature takes the whole message, not a digest".into()));
         };
+        if message.len() > SignInput::MAX_MESSAGE {
+            return Err(Error::InvalidArgument(format!("message larger than {} bytes", SignInput::MAX_MESSAGE)));
+        }
         let not_ssh =
             |e: crate::crypto::ssh::SshDataError| Error::InvalidArgument(format!("not SSH signing data: {e}"));
         let signed = crate::crypto::ssh::parse(message).map_err(not_ssh)?;
