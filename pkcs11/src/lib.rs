@@ -37,9 +37,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// Whether `TPM_VAULT_PKCS11_DEBUG` asked for messages on stderr.
 static DEBUG: AtomicBool = AtomicBool::new(false);
 
-/// Reads `TPM_VAULT_PKCS11_DEBUG` (any non-empty value but `0` turns messages on).
+/// Reads `TPM_VAULT_PKCS11_DEBUG` (any non-empty value but `0` turns messages on); never in a
+/// secure-execution process (a setuid program's stderr is its caller's).
 fn init_debug() {
-    let on = std::env::var("TPM_VAULT_PKCS11_DEBUG").is_ok_and(|v| !v.is_empty() && v != "0");
+    let on =
+        !config::secure_execution() && std::env::var("TPM_VAULT_PKCS11_DEBUG").is_ok_and(|v| !v.is_empty() && v != "0");
     DEBUG.store(on, Ordering::Relaxed);
 }
 
