@@ -215,6 +215,15 @@ mod tests {
     }
 
     #[test]
+    fn the_shipped_files_parse() {
+        let f = parse(Path::new("pkcs11.toml"), include_str!("../pkcs11.toml")).unwrap();
+        assert_eq!((f.socket, f.allow_destroy, f.allow_sha1_digest_info), (None, None, None));
+        // The p11-kit file loads the module only in the programs it is meant for.
+        let module = include_str!("../tpm-vault.module");
+        assert!(module.lines().any(|l| l.starts_with("enable-in:") && l.contains("p11tool")), "{module}");
+    }
+
+    #[test]
     fn the_new_switches_default_to_off() {
         let f = parse(Path::new("f"), "").unwrap();
         assert_eq!((f.allow_destroy, f.allow_sha1_digest_info), (None, None));

@@ -277,6 +277,8 @@ fn inode(fd: RawFd) -> Option<u64> {
     // SAFETY: `stat` is a valid out-pointer; fstat fills it on success.
     let rc = unsafe { libc::fstat(fd, stat.as_mut_ptr()) };
     // SAFETY: initialized by the successful fstat.
+    // `ino_t` is 32 bits on some 32-bit targets.
+    #[allow(clippy::useless_conversion)]
     (rc == 0).then(|| u64::from(unsafe { stat.assume_init() }.st_ino))
 }
 
