@@ -11,15 +11,16 @@
 //! Layout:
 //! - [`entry`]: the C ABI (function list, pointer checks, the two-call convention);
 //! - `token`: state, sessions, objects cache and every operation, in safe Rust;
-//! - `objects`: the objects of a key and their attributes, with stable handles;
+//! - `objects`: the objects of a key and their attributes, and the per-process handle table;
 //! - `mechanism`: mechanisms, input preparation (hashing, DigestInfo), signature encoding,
 //!   in-core verification;
-//! - `connection`: the per-process connection to the daemon, remade after `fork`;
+//! - `connection`: the connection to the daemon, one per process and credentials;
 //! - `config`: socket and token label; `error`: the one table from daemon errors to `CKR_*`.
 //!
-//! Fork-safe: there are no module threads, handles are derived from key names, the
-//! connection is remade when the process id changes, and `pthread_atfork` hooks keep the
-//! module's locks consistent across `fork`. Thread-safe (`CKF_OS_LOCKING_OK`): sessions are
+//! Fork-safe: there are no module threads, handles come from a per-process table the child
+//! inherits, a forked child closes the parent's connection and the connection is remade when
+//! the caller's credentials change, and `pthread_atfork` hooks keep every lock of the module
+//! (state, sessions, handle table, connection) consistent across `fork`. Thread-safe (`CKF_OS_LOCKING_OK`): sessions are
 //! independent and no lock is held during a daemon call.
 // The C ABI needs unsafe code; it is confined to `entry` and a few marked lines.
 #![allow(unsafe_code)]

@@ -838,22 +838,44 @@ pub(crate) fn destroy_object(handle: CK_SESSION_HANDLE, object_handle: CK_OBJECT
     Ok(())
 }
 
-/// `pthread_atfork` hooks for the state locks.
+/// `pthread_atfork` hooks for the state locks, every session's lock and the handle table's:
+/// a thread in the middle of `C_SignInit` or `C_FindObjects` on one session while another forks
+/// would otherwise leave that session locked forever in the child.
 pub(crate) mod fork {
-    use super::{CONFIG, STATE};
+    use std::sync::Arc;
 
-    /// Before `fork`: take the locks (state first, as every other path does).
+    use parking_lot::Mutex;
+
+    use super::{Session, CONFIG, STATE};
+
+    /// The sessions whose locks `prepare` took, for `release`.
+    static HELD: Mutex<Vec<Arc<Mutex<Session>>>> = Mutex::new(Vec::new());
+
+    /// Before `fork`: take the locks (state first, then the sessions, as every other path
+    /// does; no path holds a session's lock while it takes the state's).
     pub(crate) fn prepare() {
-        std::mem::forget(STATE.lock());
+        let state = STATE.lock();
+        let sessions: Vec<_> = state.as_ref().map(|s| s.sessions.values().cloned().collect()).unwrap_or_default();
+        for session in &sessions {
+            std::mem::forget(session.lock());
+        }
+        *HELD.lock() = sessions;
+        std::mem::forget(state);
         std::mem::forget(CONFIG.lock());
+        crate::objects::fork::prepare();
     }
 
     /// After `fork`, in parent and child: release them.
     pub(crate) fn release() {
-        // SAFETY: `prepare` took both locks on this thread and forgot the guards.
+        crate::objects::fork::release();
+        let sessions = std::mem::take(&mut *HELD.lock());
+        // SAFETY: `prepare` took these locks on this thread and forgot the guards.
         #[allow(unsafe_code)]
         unsafe {
             CONFIG.force_unlock();
+            for session in &sessions {
+                session.force_unlock();
+            }
             STATE.force_unlock();
         }
     }
