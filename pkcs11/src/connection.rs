@@ -372,7 +372,7 @@ pub(crate) mod fork {
         #[allow(unsafe_code)]
         let inherited = unsafe {
             let inherited = (*CURRENT.data_ptr()).take();
-            CURRENT.force_unlock();
+            crate::reset_in_child(&CURRENT);
             inherited
         };
         if let Some(inherited) = inherited {

@@ -186,11 +186,11 @@ fn register_fork_hooks() {
     }
     extern "C" fn parent() {
         crate::connection::fork::parent();
-        token::fork::release();
+        token::fork::parent();
     }
     extern "C" fn child() {
         crate::connection::fork::child();
-        token::fork::release();
+        token::fork::child();
     }
     ONCE.call_once(|| {
         // SAFETY: the hooks are plain functions of this library; glibc unregisters them if the

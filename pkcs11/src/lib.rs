@@ -53,3 +53,19 @@ fn debug(args: std::fmt::Arguments<'_>) {
         eprintln!("tpm-vault-pkcs11[{}]: {args}", std::process::id());
     }
 }
+
+/// After `fork`, in the child: makes `lock` unlocked, with no waiters. The parent's threads that
+/// were parked on it do not exist in the child, and parking_lot's `force_unlock` would hand the
+/// lock to one of them (leaving it locked for good), so the child starts the lock afresh.
+///
+/// # Safety
+/// Only in a `pthread_atfork` child hook, on a lock the prepare hook took on this thread.
+unsafe fn reset_in_child<T: ?Sized>(lock: &parking_lot::Mutex<T>) {
+    // parking_lot's `RawMutex` is one `AtomicU8` (its only field): 0 is unlocked, no waiters
+    // (`RawMutex::INIT`).
+    const _: () = assert!(std::mem::size_of::<parking_lot::RawMutex>() == 1);
+    // SAFETY: a one-byte struct whose only field is an `AtomicU8` is that atomic; storing to it
+    // is interior mutability. No other thread exists in the child; the data is left as it is.
+    let state = &*(lock.raw() as *const parking_lot::RawMutex).cast::<std::sync::atomic::AtomicU8>();
+    state.store(0, std::sync::atomic::Ordering::Release);
+}

@@ -242,12 +242,21 @@ pub(crate) mod fork {
         std::mem::forget(HANDLES.lock());
     }
 
-    /// After `fork`, in parent and child: release it.
-    pub(crate) fn release() {
+    /// After `fork`, in the parent: release it.
+    pub(crate) fn parent() {
         // SAFETY: `prepare` took the lock on this thread and forgot the guard.
         #[allow(unsafe_code)]
         unsafe {
             HANDLES.force_unlock();
+        }
+    }
+
+    /// After `fork`, in the child: start it afresh.
+    pub(crate) fn child() {
+        // SAFETY: in the child hook, on the lock `prepare` took.
+        #[allow(unsafe_code)]
+        unsafe {
+            crate::reset_in_child(&HANDLES);
         }
     }
 }

@@ -865,9 +865,9 @@ pub(crate) mod fork {
         crate::objects::fork::prepare();
     }
 
-    /// After `fork`, in parent and child: release them.
-    pub(crate) fn release() {
-        crate::objects::fork::release();
+    /// After `fork`, in the parent: release them.
+    pub(crate) fn parent() {
+        crate::objects::fork::parent();
         let sessions = std::mem::take(&mut *HELD.lock());
         // SAFETY: `prepare` took these locks on this thread and forgot the guards.
         #[allow(unsafe_code)]
@@ -877,6 +877,23 @@ pub(crate) mod fork {
                 session.force_unlock();
             }
             STATE.force_unlock();
+        }
+    }
+
+    /// After `fork`, in the child: start them afresh (see [`crate::reset_in_child`]).
+    pub(crate) fn child() {
+        crate::objects::fork::child();
+        // SAFETY: in the child hook, on the locks `prepare` took on this thread (HELD is not
+        // locked: `prepare` released it before the fork).
+        #[allow(unsafe_code)]
+        unsafe {
+            crate::reset_in_child(&HELD);
+            let sessions = std::mem::take(&mut *HELD.lock());
+            crate::reset_in_child(&CONFIG);
+            for session in &sessions {
+                crate::reset_in_child(session);
+            }
+            crate::reset_in_child(&STATE);
         }
     }
 }
