@@ -46,6 +46,14 @@ const DEFAULT_CREATE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Keys per `ListKeys` page (the API's maximum).
 const LIST_PAGE_SIZE: u32 = 1000;
 
+/// The most `ListKeys` pages [`Client::list_keys`] reads (a million keys): a daemon, or a
+/// process posing as one on a planted socket, that pages forever gets an error, not the
+/// caller's memory.
+pub const MAX_LIST_PAGES: usize = 1024;
+
+/// The most bytes of `ListKeys` pages (as encoded) [`Client::list_keys`] reads.
+pub const MAX_LIST_BYTES: usize = 64 << 20;
+
 /// The authority sent to the daemon; a Unix socket has no host name, so any valid one will do.
 const SOCKET_AUTHORITY: &str = "http://tpm-vaultd";
 
@@ -265,14 +273,23 @@ impl Client {
     /// All keys the caller may see, in name order (every page is fetched).
     ///
     /// # Errors
-    /// `PermissionDenied`, `Unavailable`; `Internal` if the daemon keeps returning the same page.
+    /// `PermissionDenied`, `Unavailable`; `Internal` if the daemon keeps returning the same page;
+    /// `OutOfRange` past [`MAX_LIST_PAGES`] pages or [`MAX_LIST_BYTES`] bytes (a daemon, or an
+    /// impostor on a planted socket, that pages forever).
     pub async fn list_keys(&self) -> Result<Vec<KeyInfo>, Error> {
         let mut keys = Vec::new();
         let mut page_token = String::new();
-        loop {
+        let mut bytes = 0usize;
+        for _ in 0..MAX_LIST_PAGES {
             let request =
                 self.request(proto::ListKeysRequest { page_size: LIST_PAGE_SIZE, page_token: page_token.clone() });
             let page = self.keys.clone().list_keys(request).await?.into_inner();
+            bytes = bytes.saturating_add(prost::Message::encoded_len(&page));
+            if bytes > MAX_LIST_BYTES {
+                return Err(Error::Status(tonic::Status::out_of_range(format!(
+                    "the daemon's key list is larger than {MAX_LIST_BYTES} bytes"
+                ))));
+            }
             keys.extend(page.keys.into_iter().map(KeyInfo::from));
             if page.next_page_token.is_empty() {
                 return Ok(keys);
@@ -282,6 +299,9 @@ impl Client {
             }
             page_token = page.next_page_token;
         }
+        Err(Error::Status(tonic::Status::out_of_range(format!(
+            "the daemon's key list has more than {MAX_LIST_PAGES} pages"
+        ))))
     }
 
     /// Deletes a key. The TPM holds no copy, so it is gone for good.

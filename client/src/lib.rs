@@ -83,7 +83,7 @@ pub use access::{AccessCheck, AccessDecision, Operation};
 pub use attest::{AttestationKey, PcrValues, Quote, QuoteError};
 pub use blocking::BlockingClient;
 pub use cert::{CertSubject, CertificateChain, San};
-pub use client::{Client, ClientBuilder, DEFAULT_SOCKET};
+pub use client::{Client, ClientBuilder, DEFAULT_SOCKET, MAX_LIST_BYTES, MAX_LIST_PAGES};
 pub use crypto::{
     stream_key_name, CryptoReader, DataKey, IN_FLIGHT, MAX_RANDOM_REQUEST, MAX_STREAM_HEADER, MESSAGE_SIZE,
 };

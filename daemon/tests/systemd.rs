@@ -164,6 +164,8 @@ fn sysusers_and_tmpfiles_apply_to_a_scratch_root() {
         passwd.lines().find(|l| l.starts_with("tpm-vault:")).unwrap_or_else(|| panic!("no tpm-vault user:\n{passwd}"));
     assert!(user.ends_with(":/var/lib/tpm-vault:/usr/sbin/nologin"), "{user}");
     assert!(group.lines().any(|l| l.starts_with("tpm-vault:")), "{group}");
+    // The default policy's administrators (issue #31): a group of its own, created empty.
+    assert!(group.lines().any(|l| l.starts_with("tpm-vault-admin:") && l.ends_with(':')), "{group}");
     assert!(
         group.lines().any(|l| l.starts_with("tss:") && l.ends_with(":tpm-vault")),
         "tpm-vault must be a member of tss:\n{group}"
@@ -459,9 +461,27 @@ fn deb_package_assets_exist_and_cover_the_units() {
     assert!(postinst.contains("#DEBHELPER#"), "postinst lost the #DEBHELPER# token");
     let changelog = std::fs::read_to_string(manifest_dir.join(text("changelog"))).expect("debian/changelog");
     let top = changelog.lines().next().unwrap_or_default();
+    let revision = text("revision");
+    let version = format!("{}-{revision}", env!("CARGO_PKG_VERSION"));
     assert!(
-        top.starts_with(&format!("tpm-vault ({}-1) ", env!("CARGO_PKG_VERSION"))),
-        "debian/changelog's newest entry {top:?} is not for version {}-1",
-        env!("CARGO_PKG_VERSION")
+        top.starts_with(&format!("tpm-vault ({version}) ")),
+        "debian/changelog's newest entry {top:?} is not for version {version}"
     );
+    // NEWS.Debian (shipped compressed) is debian/NEWS, and its newest entry is this version.
+    let news = std::fs::read_to_string(scripts.join("NEWS")).expect("debian/NEWS");
+    assert!(news.starts_with(&format!("tpm-vault ({version}) ")), "debian/NEWS's newest entry is not {version}");
+    let out = Command::new("gzip")
+        .arg("-dc")
+        .arg(scripts.join("NEWS.Debian.gz"))
+        .output()
+        .expect("gzip -dc debian/NEWS.Debian.gz");
+    assert!(
+        out.status.success() && out.stdout == news.as_bytes(),
+        "debian/NEWS.Debian.gz is not debian/NEWS: gzip -9n < debian/NEWS > debian/NEWS.Debian.gz"
+    );
+    assert!(packaged.iter().any(|(s, d)| s == "debian/NEWS.Debian.gz" && d.ends_with("/NEWS.Debian.gz")));
+    for script in ["preinst", "postrm"] {
+        let text = std::fs::read_to_string(scripts.join(script)).unwrap_or_else(|e| panic!("debian/{script}: {e}"));
+        assert!(text.contains("#DEBHELPER#"), "{script} lost the #DEBHELPER# token");
+    }
 }

@@ -127,12 +127,22 @@ fn a_key_without_the_sign_usage_does_not_sign() {
 }
 
 /// `pkcs11-tool --test` (digests, signatures, verification, random) exits 0 with an EC and an
-/// RSA key on the token.
+/// RSA key on the token once SHA-1 is allowed: its RSA test signs a SHA-1 DigestInfo with
+/// `CKM_RSA_PKCS`, which the module refuses (`CKR_DATA_INVALID`) unless pkcs11.toml says
+/// `allow_sha1_digest_info = true`.
 #[test]
 fn pkcs11_tool_self_test_passes() {
     let d = Daemon::start();
     d.create_key("t-ec", "ecc-p256");
     d.create_key("t-rsa", "rsa-2048");
+    let out = run(d.pkcs11_tool().arg("--test"));
+    let text = format!("{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        !out.status.success() && text.contains("CKR_DATA_INVALID"),
+        "SHA-1 DigestInfo signed by default: {}",
+        describe(&out)
+    );
+    std::fs::write(d.path().join("pkcs11.toml"), "allow_sha1_digest_info = true\n").expect("pkcs11.toml");
     let out = run(d.pkcs11_tool().arg("--test"));
     assert!(out.status.success(), "pkcs11-tool --test failed: {}", describe(&out));
 }
@@ -287,8 +297,9 @@ fn p11_kit_lists_the_module_from_a_user_module_file() {
 }
 
 /// `pkcs11-tool --keypairgen --key-type EC:prime256v1 --label gen1` creates vault key `gen1`
-/// (which then signs, verified against the vault's public key), and `--delete-object --type
-/// privkey --label gen1` deletes it.
+/// (which then signs, verified against the vault's public key); `--delete-object --type
+/// privkey --label gen1` is refused (`CKR_ACTION_PROHIBITED`, the key stays) until
+/// `allow_destroy = true` is in pkcs11.toml, and then deletes it.
 #[test]
 fn generates_and_deletes_a_key_pair() {
     let d = Daemon::start();
@@ -299,6 +310,10 @@ fn generates_and_deletes_a_key_pair() {
     let sig = sign(&d, "gen1", "ECDSA-SHA256", &["--signature-format", "openssl"], &data);
     openssl_verify("sha256", &public, &sig, &data, &[]);
 
+    let out = run(d.pkcs11_tool().args(["--delete-object", "--type", "privkey", "--label", "gen1"]));
+    assert!(!out.status.success(), "deleted without allow_destroy: {}", describe(&out));
+    assert!(d.key_names().contains(&"gen1".to_owned()), "gen1 deleted without allow_destroy");
+    std::fs::write(d.path().join("pkcs11.toml"), "allow_destroy = true\n").expect("pkcs11.toml");
     let out = run_ok(d.pkcs11_tool().args(["--delete-object", "--type", "privkey", "--label", "gen1"]));
     assert!(!d.key_names().contains(&"gen1".to_owned()), "gen1 still in key list after delete: {}", describe(&out));
     let listed = run_ok(d.pkcs11_tool().arg("--list-objects"));
