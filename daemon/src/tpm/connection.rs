@@ -401,7 +401,7 @@ impl Tpm {
             });
             match conn.check_session(result.map_err(wrap("TPM2_Create"))) {
                 // TPM2_Create needs a free object slot of its own: make room and try again.
-                Err(TpmError::ObjectMemory) if conn.evict_oldest() => continue,
+                Err(TpmError::ObjectMemory) if conn.out_of_slots() => continue,
                 Err(e) => return Err(e),
                 Ok(created) => return object::stored(created.out_public, &created.out_private),
             }
@@ -787,7 +787,7 @@ impl Conn {
                     self.loaded.insert(key.name.clone(), h);
                     return Ok(h);
                 }
-                Err(TpmError::ObjectMemory) if self.evict_oldest() => {}
+                Err(TpmError::ObjectMemory) if self.out_of_slots() => {}
                 Err(TpmError::ObjectMemory) => return Err(TpmError::ObjectMemory),
                 Err(e) => return Err(e),
             }
@@ -872,10 +872,32 @@ impl Conn {
                 .map_err(wrap("TPM2_LoadExternal"));
             match loaded {
                 Ok(k) => return Ok(k),
-                Err(TpmError::ObjectMemory) if self.evict_oldest() => {}
+                Err(TpmError::ObjectMemory) if self.out_of_slots() => {}
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// The TPM or the resource manager in front of it refused a new transient object (TPM_RC_OBJECT_MEMORY,
+    /// or tpm2-abrmd's 0xb0902 when the vault holds its per-client most): it holds no more
+    /// than the keys loaded now, so the key budget shrinks to that (a smaller
+    /// `max_loaded_objects` than configured, learned once instead of paying a failed command on
+    /// every load), and the least recently used key goes to make room. False if no key is
+    /// loaded (nothing to make room with).
+    fn out_of_slots(&mut self) -> bool {
+        let held = self.loaded.map.len();
+        if held == 0 {
+            return false;
+        }
+        if held < self.max_keys {
+            tracing::info!(
+                keys = held,
+                configured = self.max_keys,
+                "the TPM's resource manager holds no more objects: keeping at most this many keys loaded"
+            );
+            self.max_keys = held;
+        }
+        self.evict_oldest()
     }
 
     /// Flushes the least recently used key. False if none is loaded.

@@ -32,6 +32,8 @@ struct Faults {
     injected: AtomicUsize,
     /// Last command code seen on the data channel.
     last_command: AtomicU32,
+    /// Commands forwarded on the data channel, by command code.
+    counts: Mutex<std::collections::BTreeMap<u32, usize>>,
 }
 
 pub struct TpmProxy {
@@ -107,6 +109,18 @@ impl TpmProxy {
         self.faults.remaining.store(count, Ordering::SeqCst);
     }
 
+    /// Commands forwarded so far, by command code (a snapshot).
+    #[allow(dead_code)]
+    pub fn commands(&self) -> std::collections::BTreeMap<u32, usize> {
+        self.faults.counts.lock().expect("lock").clone()
+    }
+
+    /// Commands forwarded so far, all codes.
+    #[allow(dead_code)]
+    pub fn total_commands(&self) -> usize {
+        self.faults.counts.lock().expect("lock").values().sum()
+    }
+
     /// Responses replaced so far.
     pub fn injected(&self) -> usize {
         self.faults.injected.load(Ordering::SeqCst)
@@ -131,6 +145,7 @@ fn commands(mut from: TcpStream, mut to: TcpStream, captured: Arc<Mutex<Vec<u8>>
         while let Some(frame) = read_frame(&mut from) {
             let cc = u32::from_be_bytes([frame[6], frame[7], frame[8], frame[9]]);
             faults.last_command.store(cc, Ordering::SeqCst);
+            *faults.counts.lock().expect("lock").entry(cc).or_default() += 1;
             captured.lock().expect("lock").extend_from_slice(&frame);
             if to.write_all(&frame).is_err() {
                 break;
