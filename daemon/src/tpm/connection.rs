@@ -93,12 +93,61 @@ pub struct DaState {
     pub interval_s: u32,
 }
 
+/// What stands between the vault and the TPM, which decides what is cheap: see
+/// [`ResourceManager::detect`] and `docs/CONFIG.md` (`resource_manager`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResourceManager {
+    /// None: the vault owns the TPM's few object slots (swtpm, `/dev/tpm0`). Loaded keys cost
+    /// nothing between commands, so up to `max_loaded_objects` stay loaded, and the salted
+    /// HMAC session is kept for the next command that carries a secret.
+    None,
+    /// The kernel's (`/dev/tpmrm0`, or a model of it): 3 object and 3 session slots per open
+    /// file, and every object and session the file holds is ContextLoaded before and
+    /// ContextSaved (objects also flushed) after every command. Each object kept loaded costs 3
+    /// TPM commands on every command, a kept session 2: the vault keeps one key loaded (a
+    /// signature with the hot key is then ContextLoad, Sign, ContextSave, FlushContext), makes
+    /// the SRK persistent when it can (a persistent handle is outside the space: free), and
+    /// flushes a session after the operation that needed it. Running out of slots there makes
+    /// the TCTI fail with an I/O error, which the vault recovers from by reopening the device.
+    Kernel,
+    /// A user-space one (tpm2-abrmd, TCTI `tabrmd:`): it loads only the objects a command names,
+    /// so kept objects cost nothing on other commands; its per-client limit is learned from its
+    /// out-of-memory answer.
+    UserSpace,
+}
+
+impl ResourceManager {
+    /// The resource manager a TCTI string reaches: `device:/dev/tpmrm*` the kernel's,
+    /// `tabrmd` tpm2-abrmd, anything else none.
+    pub fn detect(tcti: &str) -> Self {
+        let (name, conf) = tcti.split_once(':').unwrap_or((tcti, ""));
+        match name {
+            "device" if conf.starts_with("/dev/tpmrm") => Self::Kernel,
+            // The device TCTI's default device is /dev/tpm0 (no resource manager).
+            "tabrmd" => Self::UserSpace,
+            _ => Self::None,
+        }
+    }
+
+    /// The name `status` and the logs show.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Kernel => "kernel",
+            Self::UserSpace => "tabrmd",
+        }
+    }
+}
+
 /// How to connect.
 #[derive(Debug, Clone)]
 pub struct ConnectionConfig {
     /// TCTI string.
     pub tcti: String,
-    /// Most transient objects kept loaded, the SRK included (at least 2).
+    /// The resource manager in front of the TPM (decides what stays loaded).
+    pub resource_manager: ResourceManager,
+    /// Most transient objects kept loaded, the SRK included (at least 2). Behind the kernel's
+    /// resource manager the vault keeps one key loaded whatever this says.
     pub max_loaded: usize,
     /// SRK name recorded in the state dir; `None` on first start.
     pub expected_srk_name: Option<Vec<u8>>,
@@ -115,6 +164,9 @@ struct Conn {
     loaded: Lru,
     /// How many user keys may be loaded at once (the object budget minus the SRK).
     max_keys: usize,
+    /// Set when the resource manager ran out of slots with fewer keys loaded than `max_keys`
+    /// (see [`Conn::out_of_slots`]): the budget learned, for the next connection too.
+    learned_max_keys: Option<usize>,
     info: TpmInfo,
     /// PCR values last read on this connection (see [`pcr::PcrCache`]).
     pcrs: pcr::PcrCache,
@@ -167,6 +219,9 @@ pub struct Tpm {
     /// Set while the TPM is refused (SRK mismatch): every request gets this error, not a
     /// generic "unavailable", until a reconnect finds the right TPM again.
     refused: Option<TpmError>,
+    /// The most keys the resource manager held for the vault when it ran out of slots (see
+    /// [`Conn::out_of_slots`]); kept across reconnects.
+    learned_max_keys: Option<usize>,
 }
 
 impl Tpm {
@@ -176,8 +231,15 @@ impl Tpm {
     /// [`TpmError::Unavailable`] if the TPM cannot be reached, [`TpmError::SrkMismatch`] if it
     /// is not the TPM the state directory belongs to.
     pub fn open(cfg: ConnectionConfig, shared: Arc<Shared>) -> Result<(Self, TpmInfo), TpmError> {
-        let mut tpm =
-            Self { cfg, conn: None, next_attempt: Instant::now(), backoff: BACKOFF_MIN, shared, refused: None };
+        let mut tpm = Self {
+            cfg,
+            conn: None,
+            next_attempt: Instant::now(),
+            backoff: BACKOFF_MIN,
+            shared,
+            refused: None,
+            learned_max_keys: None,
+        };
         tpm.connect()?;
         let info = tpm.conn.as_ref().map(|c| c.info.clone()).unwrap_or_default();
         if tpm.cfg.expected_srk_name.is_none() {
@@ -250,7 +312,8 @@ impl Tpm {
         }
         let vendor = software::vendor_string(&vendor);
         flush_leftovers(&mut ctx);
-        let (srk, srk_transient) = Self::load_srk(&mut ctx)?;
+        let persist = self.cfg.resource_manager == ResourceManager::Kernel;
+        let (srk, srk_transient) = Self::load_srk(&mut ctx, persist)?;
         let (_, srk_name, _) = ctx.read_public(srk).map_err(wrap("TPM2_ReadPublic"))?;
         let srk_name = srk_name.value().to_vec();
         let info = TpmInfo {
@@ -268,7 +331,15 @@ impl Tpm {
                 return Err(TpmError::SrkMismatch { expected: hex::encode(expected), found: hex::encode(&srk_name) });
             }
         }
-        let max_keys = self.cfg.max_loaded.saturating_sub(usize::from(srk_transient)).max(1);
+        let configured = match self.cfg.resource_manager {
+            // Each object kept in a /dev/tpmrm0 space costs 3 commands on every command: keep
+            // only the hot key (see [`ResourceManager::Kernel`]).
+            ResourceManager::Kernel => 1,
+            ResourceManager::None | ResourceManager::UserSpace => {
+                self.cfg.max_loaded.saturating_sub(usize::from(srk_transient)).max(1)
+            }
+        };
+        let max_keys = self.learned_max_keys.map_or(configured, |learned| configured.min(learned));
         self.conn = Some(Conn {
             ctx,
             srk,
@@ -276,6 +347,7 @@ impl Tpm {
             hmac: None,
             loaded: Lru::default(),
             max_keys,
+            learned_max_keys: None,
             info: info.clone(),
             pcrs: pcr::PcrCache::default(),
         });
@@ -283,8 +355,10 @@ impl Tpm {
     }
 
     /// Uses the SRK at the persistent handle if it is an ECC P-256 storage key, else derives the
-    /// TCG template SRK as a transient object.
-    fn load_srk(ctx: &mut Context) -> Result<(KeyHandle, bool), TpmError> {
+    /// TCG template SRK as a transient object and, with `persist`, makes it persistent at that
+    /// handle when the handle is free and the owner hierarchy's auth value is empty (else it
+    /// stays transient: said in the log and in `status`).
+    fn load_srk(ctx: &mut Context, persist: bool) -> Result<(KeyHandle, bool), TpmError> {
         let persistent = PersistentTpmHandle::new(templates::SRK_PERSISTENT_HANDLE).map_err(wrap("SRK handle"))?;
         let present = match ctx.get_capability(CapabilityType::Handles, templates::SRK_PERSISTENT_HANDLE, 1) {
             Ok((CapabilityData::Handles(list), _)) => {
@@ -316,6 +390,31 @@ impl Tpm {
                 c.create_primary(Hierarchy::Owner, template, None, None, None, None)
             })
             .map_err(wrap("TPM2_CreatePrimary"))?;
+        if persist && !present {
+            let made = ctx.execute_with_session(Some(AuthSession::Password), |c| {
+                c.evict_control(
+                    tss_esapi::interface_types::resource_handles::Provision::Owner,
+                    created.key_handle.into(),
+                    tss_esapi::interface_types::dynamic_handles::Persistent::Persistent(persistent),
+                )
+            });
+            match made {
+                Ok(obj) => {
+                    let _ = ctx.flush_context(created.key_handle.into());
+                    tracing::info!(
+                        handle = format_args!("{:#x}", templates::SRK_PERSISTENT_HANDLE),
+                        "made the SRK persistent: behind the kernel's resource manager it then costs no \
+                         command per command"
+                    );
+                    return Ok((KeyHandle::from(obj), false));
+                }
+                Err(e) => tracing::info!(
+                    error = %TpmError::from_tss("TPM2_EvictControl", e),
+                    "the SRK stays transient (the owner hierarchy has an auth value, or NV is full): \
+                     behind the kernel's resource manager that costs 3 TPM commands on every command"
+                ),
+            }
+        }
         Ok((created.key_handle, true))
     }
 
@@ -333,11 +432,44 @@ impl Tpm {
         }
         let mut attempt = 0;
         let mut reset_retried = false;
+        let mut slots_retried = false;
+        let kernel = self.cfg.resource_manager == ResourceManager::Kernel;
         loop {
             let Some(conn) = self.conn.as_mut() else {
                 return Err(TpmError::Unavailable("connection lost".into()));
             };
-            match f(conn) {
+            let result = f(conn);
+            if let Some(learned) = conn.learned_max_keys {
+                self.learned_max_keys = Some(learned);
+            }
+            let held = conn.loaded.map.len();
+            if kernel && !result.as_ref().is_err_and(TpmError::is_connection_lost) {
+                // A session kept in a /dev/tpmrm0 space costs 2 commands on every command.
+                conn.forget_hmac_session();
+            }
+            match result {
+                Err(e) if kernel && e.is_connection_lost() && !slots_retried => {
+                    // Behind the kernel's resource manager, running out of the file's object or
+                    // session slots fails write() with -ENOMEM: the TCTI answers an I/O error
+                    // and ESYS leaves its context unusable. A TPM that is really gone fails
+                    // the reopen below; else this was out of slots: reopen the device (a
+                    // fresh space), keep fewer keys loaded, and run the operation once more.
+                    slots_retried = true;
+                    let keep = held.saturating_sub(1).max(1);
+                    if held > 1 {
+                        self.learned_max_keys = Some(keep);
+                    }
+                    tracing::warn!(
+                        error = %e,
+                        keys_loaded = held,
+                        keep,
+                        "the TPM connection failed behind the kernel's resource manager (out of slots?): reopening it"
+                    );
+                    if let Some(conn) = self.conn.take() {
+                        drop_quietly(conn);
+                    }
+                    self.connect()?;
+                }
                 Err(TpmError::Busy(why)) if attempt + 1 < MAX_RETRIES => {
                     attempt += 1;
                     tracing::debug!(%why, attempt, "TPM asked to retry");
@@ -896,6 +1028,7 @@ impl Conn {
                 "the TPM's resource manager holds no more objects: keeping at most this many keys loaded"
             );
             self.max_keys = held;
+            self.learned_max_keys = Some(held);
         }
         self.evict_oldest()
     }
