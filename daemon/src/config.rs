@@ -134,7 +134,7 @@ pub struct Args {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum ResourceManagerSetting {
-    /// From the TCTI string ([`ResourceManager::detect`]).
+    /// From the TCTI string: device:/dev/tpmrm* is the kernel's, tabrmd: is tpm2-abrmd.
     Auto,
     /// The kernel's (`/dev/tpmrm0`, or a device model of it behind another TCTI).
     Kernel,
@@ -633,6 +633,16 @@ mod tests {
         assert_eq!(c.max_loaded_objects, 4);
         assert_eq!(c.tcti, "swtpm:host=127.0.0.1,port=1");
         assert!(!c.simulator);
+        // The resource manager: detected from the TCTI unless set.
+        assert_eq!(c.resource_manager.resolve(&c.tcti), ResourceManager::None);
+        assert_eq!(ResourceManagerSetting::Auto.resolve("device:/dev/tpmrm0"), ResourceManager::Kernel);
+        assert_eq!(ResourceManagerSetting::Auto.resolve("device:/dev/tpm0"), ResourceManager::None);
+        assert_eq!(ResourceManagerSetting::Auto.resolve("tabrmd:bus_type=session"), ResourceManager::UserSpace);
+        std::fs::write(&path, "tcti = \"swtpm:host=127.0.0.1,port=1\"\nresource_manager = \"kernel\"\n").ok();
+        let c = Config::load(&args(&["--config", &p])).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.resource_manager.resolve(&c.tcti), ResourceManager::Kernel);
+        let c = Config::load(&args(&["--config", &p, "--resource-manager", "none"])).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.resource_manager.resolve(&c.tcti), ResourceManager::None);
         std::fs::write(&path, "tcti = \"x\"\nbogus = 1\n").ok();
         let err = Config::load(&args(&["--config", &p])).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains("bogus") && err.contains("line 2"), "{err}");

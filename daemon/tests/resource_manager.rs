@@ -149,3 +149,41 @@ async fn behind_tabrmd_signatures_cost_what_the_objects_they_use_cost() {
     env.stop().await;
     drop(abrmd);
 }
+
+/// Behind the kernel's resource manager, running out of the open file's slots fails `write()`
+/// with -ENOMEM and the TCTI answers an I/O error (ESYS's context is then unusable). A proxy
+/// closes the connection of the next TPM2_Load the same way: told the resource manager is
+/// the kernel's, the vault reopens the TPM at once and the signature succeeds; without it
+/// (`none`), the same fault is a lost TPM and the signature fails UNAVAILABLE.
+#[tokio::test]
+async fn out_of_kernel_slots_is_recovered_not_a_lost_tpm() {
+    use tpm_vault_daemon::daemon::ResourceManager;
+    for (rm, recovers) in [(ResourceManager::Kernel, true), (ResourceManager::None, false)] {
+        let tpm = TpmEnv::start();
+        let proxy = support::proxy::TpmProxy::start(tpm.swtpm.port());
+        let mut cfg = tpm.vault_config();
+        cfg.tcti = proxy.tcti();
+        cfg.resource_manager = Some(rm);
+        cfg.max_loaded_objects = 2;
+        let vault = Vault::open(cfg).await.expect("open");
+        let env = DaemonEnv::serve(tpm, vault, Arc::new(support::allow_self_access()), ServeLimits::default());
+        let mut keys = env.keys().await;
+        for name in ["a", "b"] {
+            keys.create_key(pb::CreateKeyRequest { name: name.into(), algorithm: 0, pcr_binding: None, auth: vec![] })
+                .await
+                .expect("create");
+            keys.sign(sign_request(name)).await.expect("sign");
+        }
+        // "a" was evicted for "b" (one key kept): signing with it loads it, and that load fails.
+        proxy.inject_close(CC_LOAD, 1);
+        let signed = keys.sign(sign_request("a")).await;
+        assert_eq!(proxy.injected(), 1, "{rm:?}: the load was not attempted");
+        if recovers {
+            signed.unwrap_or_else(|e| panic!("{rm:?}: the signature failed: {e}"));
+        } else {
+            let err = signed.expect_err("without kernel mode the fault is a lost TPM");
+            assert_eq!(err.code(), tonic::Code::Unavailable, "{err}");
+        }
+        env.stop().await;
+    }
+}
