@@ -96,7 +96,22 @@ async fn behind_the_kernel_rm_a_signature_costs_at_most_four_commands() {
     let mut cfg = tpm.vault_config();
     cfg.tcti = abrmd.tcti();
     cfg.resource_manager = Some(tpm_vault_daemon::daemon::ResourceManager::Kernel);
-    let vault = Vault::open(cfg).await.expect("open");
+    // Start-up: the first start makes the SRK persistent; a restart finds it.
+    let first = Vault::open(cfg.clone()).await.expect("open");
+    first.shutdown(std::time::Duration::from_secs(5)).await;
+    drop(first);
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let before = abrmd.proxy.commands();
+    let vault = Vault::open(cfg).await.expect("open again");
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let started: Vec<(u32, usize)> = abrmd
+        .proxy
+        .commands()
+        .iter()
+        .map(|(cc, k)| (*cc, k - before.get(cc).copied().unwrap_or(0)))
+        .filter(|(_, k)| *k > 0)
+        .collect();
+    eprintln!("a restart behind the kernel RM: TPM commands by code {started:x?}");
     let env = DaemonEnv::serve(tpm, vault, Arc::new(support::allow_self_access()), ServeLimits::default());
     let mut info = pb::status_service_client::StatusServiceClient::new(env.channel().await);
     let status = info.get_status(pb::GetStatusRequest::default()).await.expect("status").into_inner();
