@@ -485,13 +485,10 @@ async fn event_log_reaches_the_unprivileged_service_under_the_unit() {
     std::fs::create_dir_all(standin.parent().expect("parent")).expect("securityfs dir");
     let log: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
     std::fs::write(&standin, &log).expect("stand-in log");
-    // Everything the daemon needs belongs to the service's uid, as systemd arranges it
-    // (StateDirectory=, RuntimeDirectory=); the stand-in log stays root's, mode 0440.
-    let chown_tree = Command::new("chown").args(["-R", &format!("{OTHER_UID}:{OTHER_UID}")]).arg(&root_dir).status();
-    assert!(chown_tree.expect("chown").success());
+    // The stand-in log stays root's, mode 0440.
+    hand_to_service_user(&root_dir);
     chown(&standin, Some(0), Some(0)).expect("chown stand-in");
     std::fs::set_permissions(&standin, std::fs::Permissions::from_mode(0o440)).expect("chmod stand-in");
-    std::fs::set_permissions(&root_dir, std::fs::Permissions::from_mode(0o755)).expect("chmod temp dir");
     let read_as_service = |path: &Path| {
         Command::new("cat").close_inherited_fds().arg(path).uid(OTHER_UID).gid(OTHER_UID).output().expect("cat")
     };
@@ -521,4 +518,46 @@ async fn event_log_reaches_the_unprivileged_service_under_the_unit() {
     drop(attest);
     send_signal(&child.0, Signal::SIGTERM);
     assert_eq!(wait_exit(&mut child.0, Duration::from_secs(30)).code(), Some(0), "stderr:\n{}", env.stderr());
+}
+
+/// Gives `dir` (a [`ProcEnv`]'s temp dir) to uid/gid [`OTHER_UID`], as systemd gives the state
+/// and runtime directories to the service's user, so the daemon can run as that uid.
+fn hand_to_service_user(dir: &Path) {
+    let chown_tree = Command::new("chown").args(["-R", &format!("{OTHER_UID}:{OTHER_UID}")]).arg(dir).status();
+    assert!(chown_tree.expect("chown").success());
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).expect("chmod temp dir");
+}
+
+/// A daemon that may not open the TPM device says why and what fixes it: the device's mode and
+/// owner, its own uid and gid, and the `tss` group (the unit's SupplementaryGroups=tss, the
+/// udev rule). Played with a root-only file standing in for /dev/tpmrm0 and the daemon as uid
+/// 65534. Before, the message was tpm2-tss's bare "IO failure".
+#[test]
+fn a_tpm_device_the_service_may_not_open_is_explained() {
+    use std::os::unix::fs::chown;
+    if !is_root() {
+        eprintln!("SKIPPED: needs root (a root-only device stand-in and a daemon run as another uid)");
+        return;
+    }
+    let env = ProcEnv::new();
+    let root_dir = env.tpm.path().to_owned();
+    hand_to_service_user(&root_dir);
+    let device = root_dir.join("tpmrm0");
+    std::fs::write(&device, b"").expect("stand-in device");
+    chown(&device, Some(0), Some(0)).expect("chown");
+    std::fs::set_permissions(&device, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let tcti = format!("device:{}", device.display());
+    let args: Vec<String> =
+        env.args().into_iter().map(|a| if a == env.tpm.swtpm.tcti() { tcti.clone() } else { a }).collect();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tpm-vaultd"));
+    cmd.close_inherited_fds().args(&args);
+    env.child_env(&mut cmd);
+    cmd.uid(OTHER_UID).gid(OTHER_UID);
+    let mut child = KillOnDrop(cmd.spawn().expect("spawn the daemon"));
+    let status = wait_exit(&mut child.0, Duration::from_secs(60));
+    let stderr = env.stderr();
+    assert!(!status.success(), "the daemon started on a device it may not open: {stderr}");
+    for want in ["may not read and write it", "mode 600", "uid 0 gid 0", "uid 65534, gid 65534", "tss"] {
+        assert!(stderr.contains(want), "{want:?} missing in:\n{stderr}");
+    }
 }

@@ -284,7 +284,8 @@ impl Tpm {
     fn try_connect(&mut self) -> Result<TpmInfo, TpmError> {
         let tcti: TctiNameConf =
             self.cfg.tcti.parse().map_err(|e| TpmError::Unavailable(format!("bad TCTI {:?}: {e}", self.cfg.tcti)))?;
-        let mut ctx = Context::new(tcti).map_err(|e| TpmError::Unavailable(format!("open TCTI: {e}")))?;
+        let mut ctx = Context::new(tcti)
+            .map_err(|e| TpmError::Unavailable(format!("open TCTI: {e}{}", device_access_hint(&self.cfg.tcti))))?;
         let manufacturer = match ctx.get_tpm_property(tss_esapi::constants::PropertyTag::Manufacturer) {
             Ok(v) => v,
             Err(e) if ResponseCode::of(&e).and_then(|r| r.tpm_code()) == Some(rc::INITIALIZE) => {
@@ -1082,6 +1083,34 @@ impl Conn {
             self.flush_session(s);
         }
     }
+}
+
+/// Why a `device:` TCTI may have failed to open: the device exists but this process may not
+/// read and write it (`/dev/tpmrm0` is `0660 root:tss` with Debian's and Ubuntu's udev rules,
+/// `0600 root` without them). Empty for other TCTIs and when access is not the problem.
+fn device_access_hint(tcti: &str) -> String {
+    use nix::unistd::{access, AccessFlags};
+    use std::os::unix::fs::MetadataExt;
+    let Some(path) = tcti.strip_prefix("device:").filter(|p| !p.is_empty()) else {
+        return String::new();
+    };
+    let Ok(meta) = std::fs::metadata(path) else {
+        return String::new();
+    };
+    if access(path, AccessFlags::R_OK | AccessFlags::W_OK).is_ok() {
+        return String::new();
+    }
+    format!(
+        " ({path} is mode {:o}, uid {} gid {}, and this process (uid {}, gid {}) may not read and write it: \
+         run the daemon in the group that owns the device, `tss` on Debian and Ubuntu (the shipped unit's \
+         SupplementaryGroups=tss), and give the device to that group (the `tpm-udev` package's rule: \
+         KERNEL==\"tpmrm[0-9]*\", GROUP=\"tss\", MODE=\"0660\"))",
+        meta.mode() & 0o7777,
+        meta.uid(),
+        meta.gid(),
+        nix::unistd::geteuid(),
+        nix::unistd::getegid(),
+    )
 }
 
 /// Drops a connection whose transport is dead. Context's destructor tries to flush handles it
