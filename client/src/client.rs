@@ -27,8 +27,8 @@ use crate::access::{AccessCheck, Operation};
 use crate::names::{natural_hash, signs_whole_messages, Named};
 use crate::sign::{Hasher, INLINE_MESSAGE_LIMIT};
 use crate::{
-    BlockingClient, DaemonStatus, Error, HashAlgorithm, KeyAlgorithm, KeyAuth, KeyInfo, PcrBinding, PublicKey,
-    SignInput, SignOptions, Signature, SignatureScheme,
+    BlockingClient, DaemonStatus, Error, HashAlgorithm, KeyAlgorithm, KeyAuth, KeyInfo, KeyUsage, PcrBinding,
+    PublicKey, SignInput, SignOptions, SignPurpose, Signature, SignatureScheme,
 };
 
 /// Where `tpm-vaultd` listens by default.
@@ -160,7 +160,50 @@ impl Client {
         algorithm: KeyAlgorithm,
         pcr_binding: Option<PcrBinding>,
     ) -> Result<KeyInfo, Error> {
-        self.create_key_request(name, algorithm, pcr_binding, Vec::new()).await
+        self.create_key_request(name, algorithm, pcr_binding, Vec::new(), &[]).await
+    }
+
+    /// Creates a key that may be used only for `usages` (`sign`: raw signatures, the default
+    /// when empty; `ssh`: SSH user authentication and SSHSIG only; `policy`: PCR-policy
+    /// approvals only), optionally PCR-bound or password-protected (not both). Usages can be
+    /// narrowed later ([`Client::set_key_usage`]), never widened.
+    ///
+    /// # Errors
+    /// As [`Client::create_key`]; `InvalidArgument` for a usage the algorithm cannot serve
+    /// (`ssh`: ECC and RSA keys; `policy`: ecc-p256).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use tpm_vault_client::{Client, KeyAlgorithm, KeyUsage};
+    ///
+    /// # async fn demo(client: Client) -> Result<(), tpm_vault_client::Error> {
+    /// let key = client.create_key_with_usages("me", KeyAlgorithm::EccP256, None, None, &[KeyUsage::Ssh]).await?;
+    /// assert_eq!(key.usages, [KeyUsage::Ssh]);
+    /// # Ok(()) }
+    /// ```
+    pub async fn create_key_with_usages(
+        &self,
+        name: &str,
+        algorithm: KeyAlgorithm,
+        pcr_binding: Option<PcrBinding>,
+        auth: Option<&KeyAuth>,
+        usages: &[KeyUsage],
+    ) -> Result<KeyInfo, Error> {
+        let auth = auth.map(|a| a.bytes().to_vec()).unwrap_or_default();
+        self.create_key_request(name, algorithm, pcr_binding, auth, usages).await
+    }
+
+    /// Narrows a key's usages to `usages` (each one the key has; widening is refused).
+    ///
+    /// # Errors
+    /// `NotFound`; `InvalidArgument` for an empty list or a usage the key does not have;
+    /// `PermissionDenied` (needs the `create` operation on the key), `Unavailable`.
+    pub async fn set_key_usage(&self, name: &str, usages: &[KeyUsage]) -> Result<KeyInfo, Error> {
+        let request = self.request(proto::SetKeyUsageRequest {
+            name: name.to_owned(),
+            usages: usages.iter().map(|&u| u as i32).collect(),
+        });
+        Ok(self.keys.clone().set_key_usage(request).await?.into_inner().into())
     }
 
     /// Creates a key that needs a password to be used (pass it with
@@ -186,7 +229,7 @@ impl Client {
         algorithm: KeyAlgorithm,
         auth: &KeyAuth,
     ) -> Result<KeyInfo, Error> {
-        self.create_key_request(name, algorithm, None, auth.bytes().to_vec()).await
+        self.create_key_request(name, algorithm, None, auth.bytes().to_vec(), &[]).await
     }
 
     async fn create_key_request(
@@ -195,12 +238,14 @@ impl Client {
         algorithm: KeyAlgorithm,
         pcr_binding: Option<PcrBinding>,
         auth: Vec<u8>,
+        usages: &[KeyUsage],
     ) -> Result<KeyInfo, Error> {
         let mut request = Request::new(proto::CreateKeyRequest {
             name: name.to_owned(),
             algorithm: algorithm.into(),
             pcr_binding: pcr_binding.as_ref().map(PcrBinding::to_proto),
             auth,
+            usages: usages.iter().map(|&u| u as i32).collect(),
         });
         request.set_timeout(self.create_timeout);
         let key = self.keys.clone().create_key(request).await?;
@@ -285,13 +330,18 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn sign(&self, name: &str, input: SignInput, options: &SignOptions) -> Result<Signature, Error> {
-        let (input, hash) = self.shrink(name, input, options.hash(), options.scheme()).await?;
+        // The daemon parses and hashes an SSH signature's data itself: never shrink it.
+        let (input, hash) = match options.purpose() {
+            SignPurpose::Ssh => (input, options.hash()),
+            SignPurpose::Unspecified => self.shrink(name, input, options.hash(), options.scheme()).await?,
+        };
         let request = self.request(proto::SignRequest {
             name: name.to_owned(),
             input: Some(input.into_sign_proto()),
             hash: hash.into(),
             scheme: options.scheme().into(),
             auth: options.auth().map(|auth| auth.bytes().to_vec()).unwrap_or_default(),
+            purpose: options.purpose().into(),
         });
         let response = self.keys.clone().sign(request).await?;
         Ok(response.into_inner().into())

@@ -50,6 +50,7 @@ fn key(name: &str, algorithm: KeyAlgorithm) -> proto::Key {
         pcr_binding: None,
         owner_uid: 1000,
         has_auth: false,
+        usages: vec![],
     }
 }
 
@@ -105,6 +106,13 @@ impl KeyService for Mock {
 
     async fn get_key(&self, request: Request<proto::GetKeyRequest>) -> Result<Response<proto::Key>, Status> {
         lookup(&request.into_inner().name).map(Response::new)
+    }
+
+    async fn set_key_usage(&self, request: Request<proto::SetKeyUsageRequest>) -> Result<Response<proto::Key>, Status> {
+        let request = request.into_inner();
+        let mut key = lookup(&request.name)?;
+        key.usages = request.usages;
+        Ok(Response::new(key))
     }
 
     async fn list_keys(

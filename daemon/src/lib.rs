@@ -180,6 +180,16 @@ pub mod fuzzing {
         crate::vault::attest::credential_inputs(blob, secret)
     }
 
+    /// The strict parser of what an `ssh`-usage key may sign (`crypto::ssh`): SSH
+    /// user-authentication requests and SSHSIG blobs, the check of a parsed request against a
+    /// key, and a key's OpenSSH public key blob.
+    pub mod ssh {
+        pub use crate::crypto::ssh::{
+            parse, parse_sshsig, parse_userauth, public_key_blob, signing_plan, SshDataError, SshSigned, Sshsig,
+            UserAuth,
+        };
+    }
+
     /// The metrics endpoint's reading of the bytes received so far on a connection: `None`
     /// while the head is incomplete, `Some(Ok((path, head_only)))` for `GET`/`HEAD` (the query
     /// string dropped), `Some(Err(status))` for the HTTP status it answers anything else with.

@@ -219,7 +219,13 @@ async fn socket_activation_serves_with_peer_credentials() {
     let mut keys = env.keys().await;
     let mine = tokio::time::timeout(
         Duration::from_secs(60),
-        keys.create_key(pb::CreateKeyRequest { name: "mine".into(), algorithm: 0, pcr_binding: None, auth: vec![] }),
+        keys.create_key(pb::CreateKeyRequest {
+            name: "mine".into(),
+            algorithm: 0,
+            pcr_binding: None,
+            auth: vec![],
+            usages: vec![],
+        }),
     )
     .await
     .expect("create in time")
@@ -284,7 +290,13 @@ fn peer_credentials_helper() {
             .expect("connect as another uid");
         let mut keys = pb::key_service_client::KeyServiceClient::new(channel);
         let key = keys
-            .create_key(pb::CreateKeyRequest { name: "theirs".into(), algorithm: 0, pcr_binding: None, auth: vec![] })
+            .create_key(pb::CreateKeyRequest {
+                name: "theirs".into(),
+                algorithm: 0,
+                pcr_binding: None,
+                auth: vec![],
+                usages: vec![],
+            })
             .await
             .expect("create as another uid")
             .into_inner();
@@ -303,9 +315,15 @@ async fn watchdog_keepalives_follow_the_tpm_actor() {
     assert!(env.wait_note("READY=1", Duration::from_secs(60)), "stderr:\n{}", env.stderr());
     assert!(env.wait_note("WATCHDOG=1", Duration::from_secs(3)), "no keep-alive while healthy: {:?}", env.notes);
     let mut keys = env.keys().await;
-    keys.create_key(pb::CreateKeyRequest { name: "wd".into(), algorithm: 0, pcr_binding: None, auth: vec![] })
-        .await
-        .expect("create");
+    keys.create_key(pb::CreateKeyRequest {
+        name: "wd".into(),
+        algorithm: 0,
+        pcr_binding: None,
+        auth: vec![],
+        usages: vec![],
+    })
+    .await
+    .expect("create");
 
     let swtpm_pid: i32 = std::fs::read_to_string(env.tpm.path().join("swtpm/swtpm.pid"))
         .expect("swtpm pid file")
@@ -324,6 +342,7 @@ async fn watchdog_keepalives_follow_the_tpm_actor() {
                 hash: 0,
                 scheme: 0,
                 auth: vec![],
+                purpose: 0,
             })
             .await
     });

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use cryptoki_sys::*;
 use sha2::Digest as _;
 use spki::der::{Decode as _, Encode as _};
-use tpm_vault_client::{KeyAlgorithm, KeyInfo};
+use tpm_vault_client::{KeyAlgorithm, KeyInfo, KeyUsage};
 
 /// DER of the named-curve OID of P-256 (1.2.840.10045.3.1.7), as `CKA_EC_PARAMS` holds it.
 pub(crate) const P256_PARAMS: &[u8] = &[0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
@@ -53,6 +53,10 @@ pub(crate) struct Key {
     pub(crate) kind: KeyKind,
     /// Whether using it needs a password (`CKA_ALWAYS_AUTHENTICATE`).
     pub(crate) has_auth: bool,
+    /// Whether the key has the `sign` usage (raw signatures, what every PKCS#11 mechanism
+    /// makes): `CKA_SIGN` of the private-key object. An `ssh`- or `policy`-only key is listed
+    /// (its public key and certificates) but cannot sign here.
+    pub(crate) can_sign: bool,
     /// DER SubjectPublicKeyInfo.
     pub(crate) spki: Vec<u8>,
     /// The SubjectPublicKeyInfo's BIT STRING: the EC point, the RSAPublicKey, the ML-DSA key.
@@ -83,7 +87,8 @@ impl Key {
         };
         let id =
             aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA1_FOR_LEGACY_USE_ONLY, &public_bits).as_ref().to_vec();
-        Some(Key { name: info.name.clone(), kind, has_auth: info.has_auth, spki, public_bits, id })
+        let can_sign = info.allows(KeyUsage::Sign);
+        Some(Key { name: info.name.clone(), kind, has_auth: info.has_auth, can_sign, spki, public_bits, id })
     }
 
     /// `CKK_*`.
@@ -318,7 +323,7 @@ fn private_attrs(key: &Key, subject: &[u8]) -> Vec<(CK_ATTRIBUTE_TYPE, Attr)> {
         (CKA_ALWAYS_SENSITIVE, flag(true)),
         (CKA_EXTRACTABLE, flag(false)),
         (CKA_NEVER_EXTRACTABLE, flag(true)),
-        (CKA_SIGN, flag(true)),
+        (CKA_SIGN, flag(key.can_sign)),
         (CKA_SIGN_RECOVER, flag(false)),
         (CKA_DECRYPT, flag(false)),
         (CKA_UNWRAP, flag(false)),

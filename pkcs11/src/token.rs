@@ -475,8 +475,8 @@ pub(crate) fn object_size(handle: CK_SESSION_HANDLE, object_handle: CK_OBJECT_HA
 ///
 /// # Errors
 /// `CKR_OPERATION_ACTIVE`, `CKR_KEY_HANDLE_INVALID`, `CKR_KEY_TYPE_INCONSISTENT`,
-/// `CKR_KEY_FUNCTION_NOT_PERMITTED` (signing with a public key, verifying with a certificate),
-/// mechanism errors.
+/// `CKR_KEY_FUNCTION_NOT_PERMITTED` (signing with a public key or a key without the `sign`
+/// usage, verifying with a certificate), mechanism errors.
 pub(crate) fn operation_init(
     handle: CK_SESSION_HANDLE,
     kind: CK_MECHANISM_TYPE,
@@ -499,6 +499,9 @@ pub(crate) fn operation_init(
         Role::Public => verify,
         Role::Certificate(_) => false,
     };
+    if object.role == Role::Private && !object.key.can_sign {
+        return Err(CKR_KEY_FUNCTION_NOT_PERMITTED);
+    }
     if !role_fits {
         return Err(if matches!(object.role, Role::Certificate(_)) {
             CKR_KEY_HANDLE_INVALID

@@ -98,6 +98,34 @@ fn lists_the_token_and_a_keys_three_objects() {
     assert_eq!(public.field("Usage"), Some("verify"), "public key usage:\n{text}");
 }
 
+/// A key without the `sign` usage (an `ssh` key here) is listed, but its private-key object
+/// has no `CKA_SIGN` and `C_SignInit` refuses it: every PKCS#11 mechanism is a raw signature.
+#[test]
+fn a_key_without_the_sign_usage_does_not_sign() {
+    let d = Daemon::start();
+    run_ok(d.cli().args(["key", "create", "me", "--usage", "ssh"]));
+    d.create_key("web", "ecc-p256");
+    let text = stdout(&run_ok(d.pkcs11_tool().arg("--list-objects")));
+    let objects = parse_objects(&text);
+    let private = with_label(&objects, "Private Key", "me");
+    assert_eq!(private.len(), 1, "listed:\n{text}");
+    assert_ne!(private[0].field("Usage"), Some("sign"), "CKA_SIGN on an ssh key:\n{text}");
+    assert_eq!(with_label(&objects, "Private Key", "web")[0].field("Usage"), Some("sign"), "{text}");
+    // pkcs11-tool picks the key to sign with by CKA_ID (`--label` alone takes the first one).
+    let data = data_file(&d);
+    let sign_with = |name: &str| {
+        let id = key_id_hex(&support::spki_der_of(&d.public_pem(name), "pub"));
+        let sig = d.path().join(format!("{name}.sig"));
+        let args = ["--sign", "--id", &id, "-m", "ECDSA-SHA256", "--input-file"];
+        run(d.pkcs11_tool().args(args).arg(&data).arg("--output-file").arg(&sig))
+    };
+    let out = sign_with("me");
+    assert!(!out.status.success(), "an ssh key signed through PKCS#11: {}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("CKR_KEY_FUNCTION_NOT_PERMITTED"), "{}", describe(&out));
+    let out = sign_with("web");
+    assert!(out.status.success(), "{}", describe(&out));
+}
+
 /// `pkcs11-tool --test` (digests, signatures, verification, random) exits 0 with an EC and an
 /// RSA key on the token.
 #[test]

@@ -351,6 +351,7 @@ pub fn sign_request(name: &str) -> tpm_vault_proto::v1::SignRequest {
         hash: 0,
         scheme: 0,
         auth: vec![],
+        purpose: 0,
     }
 }
 
