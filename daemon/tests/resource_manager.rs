@@ -41,9 +41,15 @@ async fn signatures_over_more_keys_than_slots_all_succeed() {
     let mut keys = env.keys().await;
     let names: Vec<String> = (0..5).map(|i| format!("rr-{i}")).collect();
     for name in &names {
-        keys.create_key(pb::CreateKeyRequest { name: name.clone(), algorithm: 0, pcr_binding: None, auth: vec![] })
-            .await
-            .expect("create");
+        keys.create_key(pb::CreateKeyRequest {
+            name: name.clone(),
+            algorithm: 0,
+            pcr_binding: None,
+            auth: vec![],
+            ..Default::default()
+        })
+        .await
+        .expect("create");
     }
     let mut failed = Vec::new();
     for i in 0..45 {
@@ -119,9 +125,15 @@ async fn behind_the_kernel_rm_a_signature_costs_at_most_four_commands() {
     assert_eq!(status.resource_manager, "kernel");
     let mut keys = env.keys().await;
     for name in ["hot", "cold"] {
-        keys.create_key(pb::CreateKeyRequest { name: name.into(), algorithm: 0, pcr_binding: None, auth: vec![] })
-            .await
-            .expect("create");
+        keys.create_key(pb::CreateKeyRequest {
+            name: name.into(),
+            algorithm: 0,
+            pcr_binding: None,
+            auth: vec![],
+            ..Default::default()
+        })
+        .await
+        .expect("create");
     }
     let per_sign = commands_per_signature(&env, &abrmd, "hot", 20).await;
     eprintln!("behind the kernel RM (abrmd stand-in): {per_sign:.2} TPM commands per signature");
@@ -155,9 +167,15 @@ async fn behind_the_kernel_rm_a_signature_costs_at_most_four_commands() {
 async fn behind_tabrmd_signatures_cost_what_the_objects_they_use_cost() {
     let (env, abrmd) = daemon_behind_abrmd(3).await;
     let mut keys = env.keys().await;
-    keys.create_key(pb::CreateKeyRequest { name: "hot".into(), algorithm: 0, pcr_binding: None, auth: vec![] })
-        .await
-        .expect("create");
+    keys.create_key(pb::CreateKeyRequest {
+        name: "hot".into(),
+        algorithm: 0,
+        pcr_binding: None,
+        auth: vec![],
+        ..Default::default()
+    })
+    .await
+    .expect("create");
     let per_sign = commands_per_signature(&env, &abrmd, "hot", 20).await;
     eprintln!("behind tpm2-abrmd, defaults: {per_sign:.2} TPM commands per signature");
     assert!(per_sign <= 4.0, "{per_sign} TPM commands per signature");
@@ -184,9 +202,15 @@ async fn out_of_kernel_slots_is_recovered_not_a_lost_tpm() {
         let env = DaemonEnv::serve(tpm, vault, Arc::new(support::allow_self_access()), ServeLimits::default());
         let mut keys = env.keys().await;
         for name in ["a", "b"] {
-            keys.create_key(pb::CreateKeyRequest { name: name.into(), algorithm: 0, pcr_binding: None, auth: vec![] })
-                .await
-                .expect("create");
+            keys.create_key(pb::CreateKeyRequest {
+                name: name.into(),
+                algorithm: 0,
+                pcr_binding: None,
+                auth: vec![],
+                ..Default::default()
+            })
+            .await
+            .expect("create");
             keys.sign(sign_request(name)).await.expect("sign");
         }
         // "a" was evicted for "b" (one key kept): signing with it loads it, and that load fails.
