@@ -226,3 +226,35 @@ async fn out_of_kernel_slots_is_recovered_not_a_lost_tpm() {
         env.stop().await;
     }
 }
+
+/// Behind a resource manager the vault is one TPM user of several, and the kernel's does not
+/// virtualise session handles: when it connects the vault flushes only transient objects,
+/// never another process's session (here a policy session another client holds across the
+/// vault's start). tpm2-abrmd refuses a flush of another client's session by itself, so this
+/// passed through it before too; behind the kernel's (or the device model) the old flush of
+/// every listed session handle ended such sessions.
+#[tokio::test]
+async fn connecting_leaves_other_clients_sessions_alone() {
+    use std::str::FromStr;
+    use tss_esapi::constants::SessionType;
+    use tss_esapi::interface_types::algorithm::HashingAlgorithm;
+    use tss_esapi::interface_types::session_handles::PolicySession;
+    use tss_esapi::structures::SymmetricDefinition;
+    let tpm = TpmEnv::start();
+    let abrmd = Abrmd::start(&tpm, 3, 3);
+    let tcti = tss_esapi::tcti_ldr::TctiNameConf::from_str(&abrmd.tcti()).expect("tcti");
+    let mut other = tss_esapi::Context::new(tcti).expect("another client");
+    let session = other
+        .start_auth_session(None, None, None, SessionType::Policy, SymmetricDefinition::Null, HashingAlgorithm::Sha256)
+        .expect("start session")
+        .expect("session");
+    let policy = PolicySession::try_from(session).expect("policy session");
+    let mut cfg = tpm.vault_config();
+    cfg.tcti = abrmd.tcti();
+    cfg.resource_manager = Some(tpm_vault_daemon::daemon::ResourceManager::Kernel);
+    let vault = Vault::open(cfg).await.expect("open");
+    other.policy_get_digest(policy).expect("the other client's session survived the vault's start");
+    vault.shutdown(std::time::Duration::from_secs(5)).await;
+    drop(other);
+    drop(abrmd);
+}

@@ -312,7 +312,7 @@ impl Tpm {
             vendor.push(ctx.get_tpm_property(tag).map_err(wrap("TPM2_GetCapability"))?);
         }
         let vendor = software::vendor_string(&vendor);
-        flush_leftovers(&mut ctx);
+        flush_leftovers(&mut ctx, self.cfg.resource_manager == ResourceManager::None);
         let persist = self.cfg.resource_manager == ResourceManager::Kernel;
         let (srk, srk_transient) = Self::load_srk(&mut ctx, persist)?;
         let (_, srk_name, _) = ctx.read_public(srk).map_err(wrap("TPM2_ReadPublic"))?;
@@ -1122,11 +1122,14 @@ fn drop_quietly(conn: Conn) {
 /// Flushes transient objects and sessions left in the TPM by an earlier owner that died without
 /// cleaning up (a crashed daemon on a TPM without a resource manager, such as swtpm or
 /// /dev/tpm0, leaves them occupying the few object slots). The vault is the TPM's only user on
-/// such devices; behind /dev/tpmrm0 the list only shows this connection's own (none yet).
-fn flush_leftovers(ctx: &mut Context) {
+/// such devices. Behind a resource manager (`sessions` false) only transient objects: the list
+/// shows this connection's own (none yet), but session handles are not virtualised, so it
+/// would list, and this would flush, other processes' saved sessions.
+fn flush_leftovers(ctx: &mut Context, sessions: bool) {
     const HANDLE_RANGES: [u32; 3] = [TRANSIENT_FIRST, 0x0200_0000, 0x0300_0000];
+    let ranges = if sessions { &HANDLE_RANGES[..] } else { &HANDLE_RANGES[..1] };
     let mut flushed = 0;
-    for first in HANDLE_RANGES {
+    for &first in ranges {
         let Ok((CapabilityData::Handles(list), _)) = ctx.get_capability(CapabilityType::Handles, first, 64) else {
             continue;
         };
