@@ -85,7 +85,7 @@ pub mod daemon {
     pub use crate::auth::{Access, Decision, GroupsSource, Identity, Operation, Policy, UnixIdentity};
     pub use crate::config::{
         check_audit_log, check_policies, check_state_dir, default_worker_threads, Args, Config, FileConfig, LogFormat,
-        PolicyCheck, ServeLimits,
+        PolicyCheck, ResourceManagerSetting, ServeLimits,
     };
     pub use crate::fdlimit::{
         fit as fit_connections, planned as planned_nofile, raise as raise_nofile, Fitted, NoFile, FD_RESERVE,
@@ -100,7 +100,7 @@ pub mod daemon {
     pub use crate::store::OwnerCheck;
     pub use crate::telemetry::MetricsSource;
     pub use crate::tls::{client_identity, provider, TlsListener};
-    pub use crate::tpm::{DaState, PolicyAuth};
+    pub use crate::tpm::{DaState, PolicyAuth, ResourceManager};
     pub use crate::vault::seal::SignedPolicy;
     pub use crate::vault::{Client, LockoutConfig, Password};
 }

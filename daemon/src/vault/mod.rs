@@ -29,7 +29,9 @@ use crate::crypto::verify;
 use crate::error::Error;
 use crate::model::{HashAlg, KeyAlg, KeyName, Owner, PcrTarget, Scheme, SignInput, Usage, Usages};
 use crate::store::{KeyRecord, OwnerCheck, Record as _, SealPolicy, Store, StoreError};
-use crate::tpm::{convert, ConnectionConfig, KeyBlob, PolicyAuth, QueueConfig, SignJob, TpmError, TpmHandle, TpmInfo};
+use crate::tpm::{
+    convert, ConnectionConfig, KeyBlob, PolicyAuth, QueueConfig, ResourceManager, SignJob, TpmError, TpmHandle, TpmInfo,
+};
 
 /// Key generation can take seconds on a TPM (RSA-3072 especially).
 const CREATE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -47,8 +49,11 @@ pub struct VaultConfig {
     pub state_dir: PathBuf,
     /// TCTI string.
     pub tcti: String,
-    /// Most transient objects kept loaded, SRK included.
+    /// Most transient objects kept loaded, SRK included (without a resource manager).
     pub max_loaded_objects: usize,
+    /// The resource manager in front of the TPM; `None`: detected from the TCTI string
+    /// ([`ResourceManager::detect`]).
+    pub resource_manager: Option<ResourceManager>,
     /// Actor queue and deadlines.
     pub queue: QueueConfig,
     /// True when the TPM is the daemon's own swtpm (reported in status).
@@ -68,6 +73,7 @@ impl VaultConfig {
             state_dir: state_dir.into(),
             tcti: tcti.into(),
             max_loaded_objects: 3,
+            resource_manager: None,
             queue: QueueConfig::default(),
             simulator: false,
             datakey_idle: Duration::from_secs(300),
@@ -209,6 +215,8 @@ pub(crate) struct Inner {
     /// The dictionary-attack guard every password attempt passes.
     lockout: lockout::Throttle,
     tcti: String,
+    /// The resource manager in front of the TPM (for `status`).
+    resource_manager: ResourceManager,
     simulator: bool,
     started: Instant,
 }
@@ -237,8 +245,10 @@ impl Vault {
         let store = blocking(move || Store::open(dir)).await?;
         let s = store.clone();
         let expected = blocking(move || s.srk_name()).await?;
+        let resource_manager = cfg.resource_manager.unwrap_or_else(|| ResourceManager::detect(&cfg.tcti));
         let connection = ConnectionConfig {
             tcti: cfg.tcti.clone(),
+            resource_manager,
             max_loaded: cfg.max_loaded_objects.max(2),
             expected_srk_name: expected.clone(),
         };
@@ -265,6 +275,7 @@ impl Vault {
                 cert_lock: tokio::sync::Mutex::new(()),
                 lockout: lockout::Throttle::new(cfg.lockout),
                 tcti: cfg.tcti,
+                resource_manager,
                 simulator: cfg.simulator,
                 started: Instant::now(),
             }),
@@ -286,6 +297,11 @@ impl Vault {
     /// The TCTI in use.
     pub fn tcti(&self) -> &str {
         &self.inner.tcti
+    }
+
+    /// The resource manager in front of the TPM, as configured or detected.
+    pub fn resource_manager(&self) -> ResourceManager {
+        self.inner.resource_manager
     }
 
     /// Whether the TPM is the daemon's own simulator.

@@ -1,6 +1,7 @@
 //! Test helpers: a per-test swtpm in a temp dir, a vault or a whole daemon on top of it.
 #![allow(dead_code, missing_docs)]
 
+pub mod abrmd;
 pub mod proxy;
 
 use std::path::{Path, PathBuf};

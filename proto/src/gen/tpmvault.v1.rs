@@ -4222,6 +4222,13 @@ pub struct Status {
     /// Reconnections to the TPM after it went away or was reset.
     #[prost(uint64, tag = "19")]
     pub tpm_reconnects: u64,
+    /// The resource manager in front of the TPM: "kernel" (/dev/tpmrm0), "tabrmd" or "none".
+    #[prost(string, tag = "20")]
+    pub resource_manager: ::prost::alloc::string::String,
+    /// True when the SRK is the persistent object at 0x81000001 (costs no TPM command behind
+    /// the kernel's resource manager); false when it is a transient object the daemon derives.
+    #[prost(bool, tag = "21")]
+    pub srk_persistent: bool,
 }
 /// A counter with latency summary.
 #[allow(clippy::all)]
