@@ -50,8 +50,10 @@ pub const MAGIC: &[u8; 8] = b"TPMVSFB\0";
 pub const VERSION: u8 = 1;
 /// Largest secret a sealed object holds directly (`MAX_SYM_DATA` of the TPM).
 pub const MAX_DIRECT: usize = 128;
-/// Largest blob accepted (the payload of a 64 MiB secret plus the rest).
-pub const MAX_BLOB: usize = 64 * 1024 * 1024 + 64 * 1024;
+/// Largest blob accepted (64 MiB, what the daemon's SealService takes in one message).
+pub const MAX_BLOB: usize = 64 * 1024 * 1024;
+/// Largest secret `seal_for` takes: room is left in [`MAX_BLOB`] for the rest of the blob.
+pub const MAX_SECRET: usize = MAX_BLOB - 4096;
 /// Flag: an AEAD payload follows.
 const FLAG_PAYLOAD: u8 = 1;
 
@@ -68,6 +70,7 @@ const ALG_CFB: u16 = 0x0043;
 /// TPM_ECC_NIST_P256.
 const CURVE_P256: u16 = 0x0003;
 /// objectAttributes bits.
+const ATTR_USER_WITH_AUTH: u32 = 1 << 6;
 const ATTR_ADMIN_WITH_POLICY: u32 = 1 << 7;
 const ATTR_NO_DA: u32 = 1 << 10;
 const ATTR_RESTRICTED: u32 = 1 << 16;
@@ -319,6 +322,9 @@ impl SealedBlob {
         if attrs & (ATTR_SIGN | ATTR_DECRYPT) != 0 {
             return Err(bad("a keyed-hash key, not sealed data"));
         }
+        if attrs & ATTR_USER_WITH_AUTH != 0 {
+            return Err(bad("it opens with a password too (userWithAuth): only a policy may open it"));
+        }
         Ok(r.tpm2b("authPolicy")?.to_vec())
     }
 }
@@ -438,8 +444,8 @@ fn point_of(x: &[u8], y: &[u8]) -> Option<Vec<u8>> {
 
 /// The uncompressed point of an ECC P-256 SubjectPublicKeyInfo (DER or PEM).
 pub fn spki_p256_point(spki: &[u8]) -> Option<Vec<u8>> {
-    use p256::pkcs8::DecodePublicKey;
     use p256::elliptic_curve::sec1::ToEncodedPoint;
+    use p256::pkcs8::DecodePublicKey;
     let key = p256::PublicKey::from_public_key_der(spki).ok().or_else(|| {
         let pem = std::str::from_utf8(spki).ok()?;
         p256::PublicKey::from_public_key_pem(pem).ok()
@@ -533,9 +539,8 @@ pub fn wrap(parent: &StorageKey, auth_policy: &[u8], data: &[u8]) -> Result<(Vec
     let peer = agreement::UnparsedPublicKey::new(&agreement::ECDH_P256, parent.point.clone());
     let (ex, ey) = e_point.get(1..).map(|xy| xy.split_at(32)).ok_or(BlobError::Crypto("ephemeral point"))?;
     let px = parent.point.get(1..33).ok_or(BlobError::Crypto("storage key point"))?;
-    let seed = agreement::agree_ephemeral(ephemeral, peer, BlobError::Crypto("ECDH"), |z| {
-        Ok(kdfe(z, "DUPLICATE", ex, px))
-    })?;
+    let seed =
+        agreement::agree_ephemeral(ephemeral, peer, BlobError::Crypto("ECDH"), |z| Ok(kdfe(z, "DUPLICATE", ex, px)))?;
     let mut encrypted_seed = Vec::with_capacity(68);
     put_tpm2b(&mut encrypted_seed, ex)?;
     put_tpm2b(&mut encrypted_seed, ey)?;
@@ -569,8 +574,8 @@ pub fn seal_for(parent: &StorageKey, name: &str, policy: BlobPolicy, secret: &[u
     if secret.is_empty() {
         return Err(BlobError::Secret("empty".into()));
     }
-    if secret.len() > MAX_BLOB - 64 * 1024 {
-        return Err(BlobError::Secret(format!("{} bytes, more than {}", secret.len(), MAX_BLOB - 64 * 1024)));
+    if secret.len() > MAX_SECRET {
+        return Err(BlobError::Secret(format!("{} bytes, more than {MAX_SECRET}", secret.len())));
     }
     let digest = policy.digest()?;
     let (object_data, payload) = if secret.len() <= MAX_DIRECT {
