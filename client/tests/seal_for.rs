@@ -162,3 +162,41 @@ fn seal_for_output_imports_and_unseals_with_tpm2_tools() {
     tpm2(dir, &tcti, &["tpm2_flushcontext", "-s"]);
     assert_eq!(secret, b"opened by tpm2-tools");
 }
+
+#[test]
+fn sealed_elsewhere_to_a_policy_authority_opens_with_a_signed_policy() {
+    let d = Daemon::start();
+    let dir = d.dir.path();
+    d.extend_pcr(9, b"kernel-1");
+    let pcr = format!("sha256:9={}", pcr9(&d));
+    for args in [
+        &["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "authority.key"][..],
+        &["pkey", "-in", "authority.key", "-pubout", "-out", "authority.pem"][..],
+    ] {
+        let out = Command::new("openssl").close_inherited_fds().current_dir(dir).args(args).output().unwrap();
+        assert!(out.status.success(), "openssl {args:?}");
+    }
+    ok(d.cli(&["srk", "public", "--out", "srk.pem"]));
+    let blob =
+        ok(offline(dir, &["seal-for", "--srk", "srk.pem", "fleet", "--authorized-by", "authority.pem"], b"s3cret"));
+    let out = String::from_utf8(ok(d.cli_in(&["seal", "import", "fleet"], &blob))).unwrap();
+    assert!(out.contains("sha256:9"), "{out}");
+    // Without an approval: refused; with one signed offline for the current PCR 9: opens.
+    fails(&d.cli(&["unseal", "fleet"]), 2);
+    ok(offline(
+        dir,
+        &["policy", "sign", "--key", "authority.key", "--pcr", &pcr, "--version", "1", "--out", "k1.policy"],
+        b"",
+    ));
+    assert_eq!(ok(d.cli(&["unseal", "fleet", "--policy", "k1.policy"])), b"s3cret");
+    // A kernel update: approve the new value, no re-seal.
+    d.extend_pcr(9, b"kernel-2");
+    fails(&d.cli(&["unseal", "fleet", "--policy", "k1.policy"]), 6);
+    let pcr2 = format!("sha256:9={}", pcr9(&d));
+    ok(offline(
+        dir,
+        &["policy", "sign", "--key", "authority.key", "--pcr", &pcr2, "--version", "2", "--out", "k2.policy"],
+        b"",
+    ));
+    assert_eq!(ok(d.cli(&["unseal", "fleet", "--policy", "k2.policy"])), b"s3cret");
+}

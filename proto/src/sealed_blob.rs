@@ -508,12 +508,23 @@ fn random<const N: usize>() -> Result<Zeroizing<[u8; N]>, BlobError> {
     Ok(b)
 }
 
+/// What `TPM2_Import` takes of a duplicated object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportTriple {
+    /// `TPMT_PUBLIC`.
+    pub public: Vec<u8>,
+    /// The duplicate (`TPM2B_PRIVATE` contents).
+    pub duplicate: Vec<u8>,
+    /// The encrypted seed (`TPM2B_ENCRYPTED_SECRET` contents).
+    pub encrypted_seed: Vec<u8>,
+}
+
 /// The import triple of a sealed object holding `data` with `auth_policy`, duplicated for
 /// `parent`: (`TPMT_PUBLIC`, duplicate, encrypted seed).
 ///
 /// # Errors
 /// [`BlobError::Secret`] for data over [`MAX_DIRECT`] bytes; [`BlobError::Crypto`].
-pub fn wrap(parent: &StorageKey, auth_policy: &[u8], data: &[u8]) -> Result<(Vec<u8>, Vec<u8>, Vec<u8>), BlobError> {
+pub fn wrap(parent: &StorageKey, auth_policy: &[u8], data: &[u8]) -> Result<ImportTriple, BlobError> {
     if data.len() > MAX_DIRECT {
         return Err(BlobError::Secret(format!("{} bytes, a sealed object holds at most {MAX_DIRECT}", data.len())));
     }
@@ -560,7 +571,7 @@ pub fn wrap(parent: &StorageKey, auth_policy: &[u8], data: &[u8]) -> Result<(Vec
     let mut duplicate = Vec::with_capacity(34 + enc.len());
     put_tpm2b(&mut duplicate, outer_hmac.as_ref())?;
     duplicate.extend_from_slice(&enc);
-    Ok((public, duplicate, encrypted_seed))
+    Ok(ImportTriple { public, duplicate, encrypted_seed })
 }
 
 /// Seals `secret` for the device whose storage key is `parent`, under `policy`, as `name`:
@@ -596,7 +607,7 @@ pub fn seal_for(parent: &StorageKey, name: &str, policy: BlobPolicy, secret: &[u
             .map_err(|_| BlobError::Crypto("AES-GCM"))?;
         (Zeroizing::new(key.to_vec()), Some((*nonce, ciphertext)))
     };
-    let (public, duplicate, encrypted_seed) = wrap(parent, &digest, &object_data)?;
+    let ImportTriple { public, duplicate, encrypted_seed } = wrap(parent, &digest, &object_data)?;
     Ok(SealedBlob { name: name.to_owned(), policy, public, duplicate, encrypted_seed, payload })
 }
 
