@@ -200,3 +200,49 @@ fn sealed_elsewhere_to_a_policy_authority_opens_with_a_signed_policy() {
     ));
     assert_eq!(ok(d.cli(&["unseal", "fleet", "--policy", "k2.policy"])), b"s3cret");
 }
+
+/// A TPM2B at `at` in `b`: (contents, offset after it).
+fn take_tpm2b(b: &[u8], at: usize) -> (&[u8], usize) {
+    let n = usize::from(u16::from_be_bytes([b[at], b[at + 1]]));
+    (&b[at + 2..at + 2 + n], at + 2 + n)
+}
+
+#[test]
+fn the_ak_certifies_the_srk_over_a_nonce() {
+    use p256::ecdsa::signature::Verifier;
+    use p256::pkcs8::DecodePublicKey;
+    let d = Daemon::start();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let c = rt.block_on(tpm_vault_client::Client::connect(&d.socket)).unwrap();
+    let nonce = b"fleet-nonce-0001";
+    let cert = rt.block_on(c.certify_srk(nonce)).unwrap();
+    let srk = rt.block_on(c.srk_public()).unwrap();
+    assert_eq!(cert.srk_tpm2b_public, srk.tpm2b_public);
+    // TPMS_ATTEST: magic, TPM_ST_ATTEST_CERTIFY, signer, extraData = nonce, clock info,
+    // firmware, then the certified name = the SRK's name.
+    let a = &cert.attest;
+    assert_eq!(&a[..6], &[0xff, 0x54, 0x43, 0x47, 0x80, 0x17]);
+    let (_, at) = take_tpm2b(a, 6);
+    let (extra, at) = take_tpm2b(a, at);
+    assert_eq!(extra, nonce);
+    let (name, _) = take_tpm2b(a, at + 17 + 8);
+    assert_eq!(name, srk.name);
+    assert_eq!(name, tpm_vault_proto::policy_digest::name_of(&srk.tpm2b_public[2..]));
+    // TPMT_SIGNATURE: ECDSA-SHA256 by the AK over the attest.
+    let s = &cert.signature;
+    assert_eq!(&s[..4], &[0x00, 0x18, 0x00, 0x0b]);
+    let (r, at) = take_tpm2b(s, 4);
+    let (sv, _) = take_tpm2b(s, at);
+    let pad = |v: &[u8]| {
+        let mut out = [0u8; 32];
+        out[32 - v.len()..].copy_from_slice(v);
+        out
+    };
+    let sig = p256::ecdsa::Signature::from_scalars(pad(r), pad(sv)).unwrap();
+    let ak = p256::ecdsa::VerifyingKey::from_public_key_der(&cert.ak_public_der).unwrap();
+    assert!(ak.verify(a, &sig).is_ok());
+    let mut altered = a.clone();
+    let last = altered.len() - 1;
+    altered[last] ^= 1;
+    assert!(ak.verify(&altered, &sig).is_err());
+}
