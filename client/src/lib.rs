@@ -73,6 +73,7 @@ mod pcr;
 mod policy;
 mod pq;
 mod seal;
+pub mod seal_for;
 mod sign;
 pub mod ssh_agent;
 mod status;

@@ -255,6 +255,8 @@ pub fn max_message(path: &str) -> usize {
         Some("KeyService/SetCertificate") => 1024 * 1024,
         // The secret to seal.
         Some("SealService/Seal") => crate::rpc::seal::MAX_SECRET + 4096,
+        // A sealed blob: the secret's ciphertext and the import triple.
+        Some("SealService/ImportSealed") => tpm_vault_proto::sealed_blob::MAX_BLOB + 1024,
         _ => DEFAULT_MAX_MESSAGE,
     }
 }

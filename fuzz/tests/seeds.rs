@@ -6,6 +6,8 @@
 //!   areas) made by a vault over a private swtpm;
 //! - `signed_policy`: approvals signed by the fuzz authority (`tpm_vault_fuzz::authority`) over
 //!   real PCR policy digests, valid, revoked, expired and for other banks;
+//! - `sealed_blob`: `seal-for` blobs (PolicyPCR with the secret in the object, PolicyAuthorize
+//!   with an AEAD payload) for a fixed storage key, and that key's TPM public area;
 //! - `aead_stream`: streams made by `crypto::stream::Encryptor` under the fuzz data key;
 //! - `certificate`: a self-signed certificate and a CSR of a vault key, and subjects;
 //! - `quote`: a real quote of the vault's AK, a tpm2-tools `quote.pcrs` and a credential file;
@@ -108,6 +110,28 @@ fn text_seeds() {
           audit_log = \"/var/log/tpm-vault/audit.jsonl\"\ndatakey_idle_secs = 300\n",
     );
     write(&dir, "bad-value.toml", b"# comment\nmax_loaded_objects = 1\nmetrics_listen = \"0.0.0.0:9464\"\n");
+}
+
+#[test]
+#[ignore = "rewrites fuzz/corpus; run by ./scripts/fuzz --seeds"]
+fn sealed_blob_seeds() {
+    use p256::elliptic_curve::sec1::ToEncodedPoint;
+    use tpm_vault_proto::sealed_blob::{seal_for, tcg_srk_public, BlobPolicy, StorageKey};
+    let dir = corpus("sealed_blob");
+    let point = tpm_vault_fuzz::authority().verifying_key().to_encoded_point(false).as_bytes().to_vec();
+    let public = tcg_srk_public(&point).unwrap_or_else(|e| panic!("{e}"));
+    let srk = StorageKey::from_public(&public).unwrap_or_else(|e| panic!("{e}"));
+    let pcr = BlobPolicy::Pcr { bank: 0x000b, pcrs: vec![9], values: vec![vec![0; 32]] };
+    let blob = seal_for(&srk, "wifi", pcr, b"psk").unwrap_or_else(|e| panic!("{e}"));
+    write(&dir, "pcr-direct.blob", &blob.to_bytes().unwrap_or_else(|e| panic!("{e}")));
+    let authorized = BlobPolicy::Authorized {
+        bank: 0x000b,
+        pcrs: vec![9],
+        authority_spki: tpm_vault_fuzz::authority_spki().to_vec(),
+    };
+    let blob = seal_for(&srk, "db", authorized, &[7u8; 300]).unwrap_or_else(|e| panic!("{e}"));
+    write(&dir, "authorized-payload.blob", &blob.to_bytes().unwrap_or_else(|e| panic!("{e}")));
+    write(&dir, "srk.tpmt", &public);
 }
 
 #[test]

@@ -7,7 +7,8 @@
 //! Beside the generated code, the contract both sides must agree on byte for byte or name for
 //! name: [`operation`] (the access-policy vocabulary), [`signed_policy`], [`pq_oids`],
 //! [`hybrid`], [`ml_kem`] (the FIPS 203 check of an ML-KEM public key), [`ml_dsa`] (the FIPS
-//! 204 length check of an ML-DSA public key), [`stream`] (the encrypted stream format) and
+//! 204 length check of an ML-DSA public key), [`policy_digest`] (TPM policy digests in
+//! software), [`sealed_blob`] (secrets sealed for a device: the blob and its duplication), [`stream`] (the encrypted stream format) and
 //! [`status`]. [`secret`] holds the response messages that carry secrets, hand-written so their
 //! bytes are zeroized on drop.
 #![deny(missing_debug_implementations)]
@@ -28,6 +29,8 @@ pub mod v1 {
 pub mod ml_dsa;
 pub mod ml_kem;
 pub mod operation;
+pub mod policy_digest;
+pub mod sealed_blob;
 pub mod secret;
 pub mod stream;
 pub mod tls_scheme;

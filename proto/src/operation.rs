@@ -18,9 +18,10 @@ pub enum Operation {
     /// Delete keys and data keys (DeleteKey, DeleteDataKey).
     Delete,
     /// Quote PCRs, read PCRs, use the attestation key (Quote, ReadPcrs, GetAttestationKey,
-    /// ActivateCredential).
+    /// ActivateCredential, CertifySrk).
     Quote,
-    /// Seal secrets and delete sealed secrets (Seal, DeleteSealed).
+    /// Seal secrets, import secrets sealed elsewhere and delete sealed secrets (Seal,
+    /// ImportSealed, DeleteSealed).
     Seal,
     /// Unseal secrets (Unseal).
     Unseal,

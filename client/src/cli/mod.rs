@@ -28,6 +28,7 @@ mod output;
 mod password;
 mod progress;
 mod seal;
+mod seal_for;
 mod sign;
 mod ssh_agent;
 mod status;
@@ -143,6 +144,11 @@ enum Command {
     Seal(seal::SealArgs),
     /// Write a sealed secret to stdout
     Unseal(seal::UnsealArgs),
+    /// Seal a secret for another device's TPM, offline (import it there with seal import)
+    SealFor(seal_for::SealForArgs),
+    /// Show the storage root key (what seal-for seals to)
+    #[command(subcommand)]
+    Srk(seal_for::SrkCommand),
     /// Sign PCR policies for secrets sealed with --authorized-by
     #[command(subcommand)]
     Policy(seal::PolicyCommand),
@@ -188,6 +194,8 @@ impl Command {
             Command::Attest(command) => command.run(ctx).await,
             Command::Seal(args) => args.run(ctx).await,
             Command::Unseal(args) => args.run(ctx).await,
+            Command::SealFor(args) => args.run(),
+            Command::Srk(command) => command.run(ctx).await,
             Command::Policy(command) => command.run(ctx).await,
             Command::Access(command) => command.run(ctx).await,
             Command::SshAgent(args) => args.run(ctx).await,

@@ -23,17 +23,33 @@ use super::{Context, OutputFormat};
 /// A PEM key file larger than this is not a key.
 const MAX_KEY_FILE: usize = 64 * 1024;
 
+/// `tpm-vault seal import`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum SealCommand {
+    /// Import a secret sealed for this device elsewhere (seal-for, or a raw triple)
+    Import(super::seal_for::SealImportArgs),
+}
+
 /// `tpm-vault seal`.
 #[derive(Debug, Args)]
-#[command(after_help = "Examples:\n  \
+#[command(
+    after_help = "Examples:\n  \
 tpm-vault seal disk < secret                          # to the current sha256:9\n  \
 tpm-vault seal disk --pcr sha256:9=HEX < secret       # to the value PCR 9 will have\n  \
 tpm-vault seal disk --authorized-by authority.pem < secret   # to any approved PCR 9 value\n  \
-tpm-vault seal disk --delete")]
+tpm-vault seal disk --delete
+  \
+tpm-vault seal import wifi < wifi.blob               # a secret sealed elsewhere with seal-for",
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
 pub(crate) struct SealArgs {
+    /// Import a secret sealed for this device elsewhere (seal-for, or a raw triple)
+    #[command(subcommand)]
+    pub(crate) command: Option<SealCommand>,
     /// Secret name: [a-z0-9][a-z0-9._-]{0,63}
-    #[arg(value_name = "NAME")]
-    pub(crate) name: String,
+    #[arg(value_name = "NAME", required = true)]
+    pub(crate) name: Option<String>,
     /// PCRs to seal to [default: sha256:9, current value]
     ///
     /// BANK:IDX[,IDX] seals to the current values; BANK:IDX=HEX[,IDX=HEX] to given (e.g.
@@ -59,9 +75,15 @@ pub(crate) struct SealArgs {
 
 impl SealArgs {
     pub(crate) async fn run(self, ctx: &mut Context) -> Result<(), CliError> {
+        if let Some(SealCommand::Import(args)) = self.command {
+            return args.run(ctx).await;
+        }
+        let Some(name) = self.name else {
+            return Err(Error::InvalidInput("a secret NAME is required".into()).into());
+        };
         if self.delete {
-            ctx.client().await?.delete_sealed(&self.name).await?;
-            return ctx.emit(&DeletedSealedReport { name: self.name });
+            ctx.client().await?.delete_sealed(&name).await?;
+            return ctx.emit(&DeletedSealedReport { name });
         }
         let mut options = SealOptions::new().with_overwrite(self.overwrite);
         if let Some(pcr) = self.pcr {
@@ -72,7 +94,7 @@ impl SealArgs {
         }
         // Read the secret before connecting, so a bad file is reported as such.
         let secret = Zeroizing::new(files::read_limited(&self.input, MAX_SECRET, "a sealed secret")?);
-        let info = ctx.client().await?.seal(&self.name, &secret, &options).await?;
+        let info = ctx.client().await?.seal(&name, &secret, &options).await?;
         ctx.emit(&SealReport { info, authorized: self.authorized_by.is_some() })
     }
 }
@@ -303,7 +325,7 @@ mod tests {
     #[test]
     fn seal_args() {
         let Ok(Command::Seal(args)) = parse(&["seal", "disk"]) else { panic!("not seal") };
-        assert_eq!((args.name.as_str(), args.pcr, args.overwrite, args.delete), ("disk", None, false, false));
+        assert_eq!((args.name.as_deref(), args.pcr, args.overwrite, args.delete), (Some("disk"), None, false, false));
         assert_eq!(args.input, PathBuf::from("-"));
         let pcr = format!("sha256:9={}", value());
         let Ok(Command::Seal(args)) =

@@ -155,4 +155,30 @@ impl AttestationService for AttestRpc {
             })
             .await
     }
+
+    async fn get_srk_public(&self, req: Request<pb::GetSrkPublicRequest>) -> Result<Response<pb::SrkPublic>, Status> {
+        self.ctx
+            .on_vault("GetSrkPublic", req, Operation::Public, |_| async move {
+                let srk = self.ctx.vault.srk_public().await?;
+                Ok(pb::SrkPublic {
+                    tpm2b_public: srk.tpm2b,
+                    public_pem: pem_public_key(&srk.spki),
+                    public_der: srk.spki,
+                    name: srk.name,
+                })
+            })
+            .await
+    }
+
+    async fn certify_srk(
+        &self,
+        req: Request<pb::CertifySrkRequest>,
+    ) -> Result<Response<pb::CertifySrkResponse>, Status> {
+        self.ctx
+            .on_vault("CertifySrk", req, Operation::Quote, |r| async move {
+                let (attest, signature, srk, ak) = self.ctx.vault.certify_srk(r.nonce).await?;
+                Ok(pb::CertifySrkResponse { attest, signature, srk_tpm2b_public: srk, ak_public_der: ak.spki })
+            })
+            .await
+    }
 }

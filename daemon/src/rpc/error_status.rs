@@ -79,6 +79,13 @@ fn tpm_status(t: &TpmError) -> Status {
             tracing::info!(%rc, "credential activation refused by the TPM");
             Status::permission_denied("the credential was not made for this TPM's AK and EK")
         }
+        TpmError::ImportRejected(rc) => {
+            tracing::info!(%rc, "import refused by the TPM");
+            Status::invalid_argument(
+                "the TPM refused the sealed blob: it was made for another TPM's storage key, or altered \
+                 (TPM2_Import's integrity check failed)",
+            )
+        }
         TpmError::PolicyFailed => Status::failed_precondition("the key's PCR policy is not satisfied"),
         TpmError::PssSaltUnsupported => Status::failed_precondition(t.to_string()),
         TpmError::Malformed(_) | TpmError::Command { .. } => {

@@ -75,6 +75,24 @@ impl SealService for SealRpc {
         call.end(result)
     }
 
+    async fn import_sealed(&self, req: Request<pb::ImportSealedRequest>) -> Result<Response<pb::SealResponse>, Status> {
+        let owner = owner_of(&req);
+        let mut call = Call::start(&self.ctx, "ImportSealed", Operation::Seal, &req);
+        let r = req.into_inner();
+        let result = queue::scope(async {
+            let name = KeyName::try_from(r.name.as_str())?;
+            call.authorize(Some((&name, Resource::Sealed))).await?;
+            let info = self.ctx.vault.import_sealed(name.clone(), &r.blob, owner?).await?;
+            Ok(pb::SealResponse {
+                name: name.to_string(),
+                policy_digest: hex::encode(info.policy_digest),
+                pcrs: info.selection.to_string(),
+            })
+        })
+        .await;
+        call.end(result)
+    }
+
     async fn unseal(&self, req: Request<pb::UnsealRequest>) -> Result<Response<pb::UnsealResponse>, Status> {
         self.ctx
             .on_named(

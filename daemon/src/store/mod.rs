@@ -481,6 +481,7 @@ mod tests {
             object: TpmObject { tpm_name: tpm_name.to_vec(), public: vec![4], private: vec![5] },
             nonce: vec![6; 12],
             ciphertext: vec![7; 16],
+            direct: false,
         }
     }
 

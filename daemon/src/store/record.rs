@@ -475,6 +475,10 @@ pub struct SealedRecord {
     /// AES-256-GCM ciphertext with tag; associated data is the record name.
     #[serde(with = "hex_bytes")]
     pub ciphertext: Vec<u8>,
+    /// The sealed object holds the secret itself, not a key (a small secret imported with
+    /// `seal import`); `nonce` and `ciphertext` are then empty. Absent (false) in other records.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub direct: bool,
 }
 
 impl Record for SealedRecord {
@@ -486,7 +490,11 @@ impl Record for SealedRecord {
     header_fields!();
 
     fn check(&self) -> Result<(), String> {
-        if self.nonce.len() != 12 {
+        if self.direct {
+            if !self.nonce.is_empty() || !self.ciphertext.is_empty() {
+                return Err("a direct sealed secret has no ciphertext".into());
+            }
+        } else if self.nonce.len() != 12 {
             return Err("bad nonce length".into());
         }
         Ok(())

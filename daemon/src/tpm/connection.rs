@@ -16,7 +16,11 @@ use tss_esapi::handles::{KeyHandle, ObjectHandle, PersistentTpmHandle, TpmHandle
 use tss_esapi::interface_types::algorithm::HashingAlgorithm;
 use tss_esapi::interface_types::resource_handles::Hierarchy;
 use tss_esapi::interface_types::session_handles::AuthSession;
-use tss_esapi::structures::{Auth, CapabilityData, Digest, Public, SensitiveData, Signature, SymmetricDefinition};
+use tss_esapi::structures::{
+    Auth, CapabilityData, Data, Digest, EncryptedSecret, Private, Public, PublicBuffer, SensitiveData, Signature,
+    SignatureScheme, SymmetricDefinition, SymmetricDefinitionObject,
+};
+use tss_esapi::traits::{Marshall, UnMarshall};
 use tss_esapi::{Context, TctiNameConf};
 
 use super::error::{rc, wrap, ResponseCode, TpmError};
@@ -787,6 +791,72 @@ impl Tpm {
             let name = conn.ctx.read_public(handle).map(|(_, n, _)| n.value().to_vec());
             let _ = conn.ctx.flush_context(handle.into());
             name.map_err(wrap("TPM2_ReadPublic"))
+        })
+    }
+
+    /// The SRK's public area, marshalled as `TPM2B_PUBLIC` (what `tpm2_readpublic -o` writes).
+    ///
+    /// # Errors
+    /// TPM errors.
+    pub fn srk_public(&mut self) -> Result<Vec<u8>, TpmError> {
+        self.with_conn(|conn| {
+            let (public, _, _) = conn.ctx.read_public(conn.srk).map_err(wrap("TPM2_ReadPublic"))?;
+            PublicBuffer::try_from(public).and_then(|b| b.marshall()).map_err(wrap("marshal SRK public"))
+        })
+    }
+
+    /// TPM2_Certify: the (loaded) attestation key certifies the SRK over `nonce`. Returns the
+    /// marshalled TPMS_ATTEST and TPMT_SIGNATURE.
+    ///
+    /// # Errors
+    /// TPM errors; [`TpmError::Malformed`] for a nonce the TPM cannot take.
+    pub fn certify_srk(&mut self, ak: &KeyBlob, nonce: &[u8]) -> Result<(Vec<u8>, Vec<u8>), TpmError> {
+        let data = Data::try_from(nonce.to_vec()).map_err(wrap("qualifying data"))?;
+        self.with_conn(|conn| {
+            let handle = conn.load(ak)?;
+            let srk = conn.srk;
+            let (attest, signature) = conn
+                .ctx
+                .execute_with_sessions((Some(AuthSession::Password), Some(AuthSession::Password), None), |c| {
+                    c.certify(srk.into(), handle, data.clone(), SignatureScheme::Null)
+                })
+                .map_err(wrap("TPM2_Certify"))?;
+            Ok((
+                attest.marshall().map_err(wrap("marshal attest"))?,
+                signature.marshall().map_err(wrap("marshal signature"))?,
+            ))
+        })
+    }
+
+    /// TPM2_Import of a duplicated object under the SRK (outer wrapper only, no inner
+    /// wrapper): `public` is its `TPMT_PUBLIC`, `duplicate` the `TPM2B_PRIVATE` contents,
+    /// `seed` the `TPM2B_ENCRYPTED_SECRET` contents. Returns the object re-wrapped by this TPM,
+    /// stored like any the vault created.
+    ///
+    /// # Errors
+    /// [`TpmError::ImportRejected`] when the TPM refuses the blob (another TPM's, altered, not
+    /// importable); [`TpmError::Malformed`] for structures that do not decode; TPM errors.
+    pub fn import(&mut self, public: &[u8], duplicate: &[u8], seed: &[u8]) -> Result<TpmObject, TpmError> {
+        let public =
+            Public::unmarshall(public).map_err(|e| TpmError::Malformed(format!("sealed object public area: {e}")))?;
+        let duplicate = Private::try_from(duplicate.to_vec()).map_err(wrap("duplicate"))?;
+        let seed = EncryptedSecret::try_from(seed.to_vec()).map_err(wrap("encrypted seed"))?;
+        self.with_conn(|conn| {
+            let srk = conn.srk;
+            let private = conn
+                .ctx
+                .execute_with_session(Some(AuthSession::Password), |c| {
+                    c.import(
+                        srk.into(),
+                        None,
+                        public.clone(),
+                        duplicate.clone(),
+                        seed.clone(),
+                        SymmetricDefinitionObject::Null,
+                    )
+                })
+                .map_err(TpmError::from_import)?;
+            object::stored(public.clone(), &private)
         })
     }
 

@@ -65,6 +65,11 @@ pub enum TpmError {
     /// the encrypted secret: made for another AK name or another EK, or corrupt).
     #[error("the TPM rejected the credential: {0}")]
     CredentialRejected(ResponseCode),
+    /// TPM2_Import refused a duplicated object for a reason it attributes to one of its
+    /// parameters: the outer integrity check failed (the blob was made for another TPM's storage
+    /// key, or altered), the seed does not decrypt, or the public area is not importable.
+    #[error("the TPM refused to import the object: {0}")]
+    ImportRejected(ResponseCode),
     /// A policy session did not satisfy the object's policy (e.g. PCR values differ).
     #[error("policy check failed")]
     PolicyFailed,
@@ -111,6 +116,15 @@ impl TpmError {
         }
     }
 
+    /// Classifies an error of TPM2_Import: one the TPM attributes to a parameter is
+    /// [`TpmError::ImportRejected`], anything else as [`TpmError::from_tss`] does.
+    pub fn from_import(err: tss_esapi::Error) -> Self {
+        match ResponseCode::of(&err).filter(|rc| rc.parameter().is_some()) {
+            Some(rc) => Self::ImportRejected(rc),
+            None => Self::from_tss("TPM2_Import", err),
+        }
+    }
+
     /// Classifies an error of TPM2_ActivateCredential: an error the TPM attributes to one of
     /// the command's parameters (the credential blob fails its integrity check, the secret does
     /// not decrypt with the EK) is [`TpmError::CredentialRejected`]; anything else is classified
@@ -136,6 +150,7 @@ impl TpmError {
             Self::SrkMismatch { .. } => "srk_mismatch",
             Self::AuthFailed => "auth_failed",
             Self::CredentialRejected(_) => "credential_rejected",
+            Self::ImportRejected(_) => "import_rejected",
             Self::PolicyFailed => "policy_failed",
             Self::PssSaltUnsupported => "pss_salt",
             Self::Malformed(_) => "malformed",

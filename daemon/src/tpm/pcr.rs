@@ -2,12 +2,12 @@
 //! in software (so a secret can be sealed to PCR values the device will only have after the
 //! next boot).
 //!
-//! Policy digests follow TPM 2.0 Part 3:
-//! - `TPM2_PolicyPCR`: `H(old || TPM_CC_PolicyPCR || TPML_PCR_SELECTION || H(values))`
-//! - `TPM2_PolicyAuthorize`: `H(H(old || TPM_CC_PolicyAuthorize || keyName) || policyRef)`
+//! Policy digests follow TPM 2.0 Part 3 and are computed by
+//! [`tpm_vault_proto::policy_digest`], the one copy the CLI's offline `seal-for` uses too.
 
 use std::collections::HashMap;
 
+use tpm_vault_proto::policy_digest;
 use tss_esapi::handles::PcrHandle;
 use tss_esapi::interface_types::algorithm::HashingAlgorithm;
 use tss_esapi::structures::{Digest, DigestValues, PcrSelectionList, PcrSlot};
@@ -16,10 +16,6 @@ use tss_esapi::Context;
 use super::error::TpmError;
 use crate::model::{HashAlg, PcrBank, PcrSelection};
 
-/// TPM_CC_PolicyPCR.
-const CC_POLICY_PCR: u32 = 0x0000_017F;
-/// TPM_CC_PolicyAuthorize.
-const CC_POLICY_AUTHORIZE: u32 = 0x0000_016A;
 /// PCRs per TPM2_PCR_Read response.
 const READ_CHUNK: usize = 8;
 
@@ -126,24 +122,6 @@ pub fn extend(ctx: &mut Context, bank: PcrBank, pcr: u8, digest: &[u8]) -> Resul
     .map_err(|e| TpmError::from_tss("TPM2_PCR_Extend", e))
 }
 
-/// Marshals a one-bank `TPML_PCR_SELECTION` (count, hash, sizeofSelect = 3, bitmap).
-/// Indices above 23 cannot occur in a [`PcrSelection`] built by its constructor or read from a
-/// record; should one be constructed by hand, it is left out of the bitmap rather than panic.
-pub fn marshal_selection(sel: &PcrSelection) -> Vec<u8> {
-    let mut bitmap = [0u8; 3];
-    for &p in &sel.pcrs {
-        if let Some(byte) = bitmap.get_mut(usize::from(p / 8)) {
-            *byte |= 1 << (p % 8);
-        }
-    }
-    let mut out = Vec::with_capacity(10);
-    out.extend_from_slice(&1u32.to_be_bytes());
-    out.extend_from_slice(&bank_id(sel.bank).to_be_bytes());
-    out.push(3);
-    out.extend_from_slice(&bitmap);
-    out
-}
-
 /// `TPM2_PolicyPCR` digest, starting from the all-zero policy, for the given PCR values (in
 /// selection order). Policy hash is SHA-256 (the vault's objects use SHA-256 names).
 ///
@@ -157,21 +135,13 @@ pub fn policy_pcr_digest(sel: &PcrSelection, values: &[Vec<u8>]) -> Result<Vec<u
             sel.bank.digest_len()
         )));
     }
-    let pcr_digest = HashAlg::Sha256.digest(&values.concat());
-    let mut buf = vec![0u8; 32];
-    buf.extend_from_slice(&CC_POLICY_PCR.to_be_bytes());
-    buf.extend_from_slice(&marshal_selection(sel));
-    buf.extend_from_slice(&pcr_digest);
-    Ok(HashAlg::Sha256.digest(&buf))
+    policy_digest::policy_pcr(bank_id(sel.bank), &sel.pcrs, values)
+        .map_err(|e| TpmError::Malformed(format!("{sel}: {e}")))
 }
 
 /// `TPM2_PolicyAuthorize` digest, starting from the all-zero policy.
 pub fn policy_authorize_digest(key_name: &[u8], policy_ref: &[u8]) -> Vec<u8> {
-    let mut buf = vec![0u8; 32];
-    buf.extend_from_slice(&CC_POLICY_AUTHORIZE.to_be_bytes());
-    buf.extend_from_slice(key_name);
-    let first = HashAlg::Sha256.digest(&buf);
-    HashAlg::Sha256.digest(&[first.as_slice(), policy_ref].concat())
+    policy_digest::policy_authorize(key_name, policy_ref)
 }
 
 /// The value a PCR holds after extending `current` with `measurement` (bank hash).
@@ -191,9 +161,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn selection_marshals_like_the_tpm() {
+    fn software_authority_name_is_the_templates() {
+        // seal-for computes the authority's name without a TPM: it must be the name of the
+        // public area the daemon loads with TPM2_LoadExternal.
+        use p256::elliptic_curve::sec1::ToEncodedPoint;
+        use tss_esapi::traits::Marshall;
+        let key = p256::SecretKey::from_slice(&[9u8; 32]).unwrap_or_else(|e| panic!("{e}")).public_key();
+        let point = key.to_encoded_point(false);
+        let (x, y) = (point.x().unwrap_or_else(|| panic!("x")), point.y().unwrap_or_else(|| panic!("y")));
+        let template = super::super::templates::external_p256(x, y).unwrap_or_else(|e| panic!("{e}"));
+        let tpmt = template.marshall().unwrap_or_else(|e| panic!("{e}"));
+        let want = policy_digest::name_of(&tpmt);
+        assert_eq!(policy_digest::authority_name(point.as_bytes()).unwrap_or_else(|e| panic!("{e}")), want);
+    }
+
+    #[test]
+    fn selection_and_values_are_checked() {
         let sel = PcrSelection::new(PcrBank::Sha256, &[0, 9, 23]).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(hex::encode(marshal_selection(&sel)), "00000001000b03010280");
+        assert!(policy_pcr_digest(&sel, &[vec![0; 32], vec![0; 32], vec![0; 32]]).is_ok());
+        assert!(policy_pcr_digest(&sel, &[vec![0; 32]]).is_err());
     }
 
     #[test]

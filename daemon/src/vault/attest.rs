@@ -24,6 +24,17 @@ pub struct AkInfo {
     pub name: Vec<u8>,
 }
 
+/// The storage root key's public parts.
+#[derive(Debug, Clone)]
+pub struct SrkInfo {
+    /// `TPM2B_PUBLIC`.
+    pub tpm2b: Vec<u8>,
+    /// DER SubjectPublicKeyInfo.
+    pub spki: Vec<u8>,
+    /// TPM name.
+    pub name: Vec<u8>,
+}
+
 /// A quote with the PCR values it covers.
 #[derive(Debug, Clone)]
 pub struct QuoteOutput {
@@ -115,6 +126,38 @@ impl Vault {
             values,
             ak: AkInfo { spki: loaded.spki.clone(), name: loaded.record.object.tpm_name.clone() },
         })
+    }
+
+    /// The SRK's public area as `TPM2B_PUBLIC`, its DER SubjectPublicKeyInfo and TPM name.
+    ///
+    /// # Errors
+    /// TPM errors; [`Error::Internal`] if the SRK is not an ECC P-256 key.
+    pub async fn srk_public(&self) -> Result<SrkInfo, Error> {
+        let tpm2b = self.tpm().call("srk_public", |tpm| tpm.srk_public()).await?;
+        let srk = tpm_vault_proto::sealed_blob::StorageKey::from_public(&tpm2b)
+            .map_err(|e| Error::Internal(format!("SRK public area: {e}")))?;
+        let spki = p256::PublicKey::from_sec1_bytes(&srk.point)
+            .ok()
+            .and_then(|k| p256::pkcs8::EncodePublicKey::to_public_key_der(&k).ok())
+            .ok_or_else(|| Error::Internal("SRK public key does not encode".into()))?;
+        Ok(SrkInfo { tpm2b, spki: spki.as_bytes().to_vec(), name: srk.name })
+    }
+
+    /// TPM2_Certify of the SRK by the AK over `nonce`: (TPMS_ATTEST, TPMT_SIGNATURE, SRK
+    /// `TPM2B_PUBLIC`, AK).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a nonce of the wrong size; TPM errors.
+    pub async fn certify_srk(&self, nonce: Vec<u8>) -> Result<(Vec<u8>, Vec<u8>, Vec<u8>, AkInfo), Error> {
+        if nonce.is_empty() || nonce.len() > MAX_NONCE {
+            return Err(Error::InvalidArgument(format!("nonce must be 1 to {MAX_NONCE} bytes, got {}", nonce.len())));
+        }
+        let loaded = self.ak().await?;
+        let ak = loaded.clone();
+        let (attest, signature) = self.tpm().call("certify_srk", move |tpm| tpm.certify_srk(&ak.blob, &nonce)).await?;
+        let srk = self.tpm().call("srk_public", |tpm| tpm.srk_public()).await?;
+        let info = AkInfo { spki: loaded.spki.clone(), name: loaded.record.object.tpm_name.clone() };
+        Ok((attest, signature, srk, info))
     }
 
     /// The EK's DER SubjectPublicKeyInfo and its certificate, if the TPM has one.

@@ -7,6 +7,8 @@
 //! Create and unseal run in encrypted sessions: the key never crosses the TPM bus in clear.
 
 use p256::pkcs8::DecodePublicKey;
+use tpm_vault_proto::policy_digest;
+use tpm_vault_proto::sealed_blob::{BlobError, BlobPolicy, SealedBlob};
 use tpm_vault_proto::signed_policy;
 use zeroize::Zeroizing;
 
@@ -198,6 +200,7 @@ impl Vault {
             object: envelope.object,
             nonce: envelope.nonce.to_vec(),
             ciphertext: envelope.ciphertext,
+            direct: false,
         };
         let store = self.store().clone();
         blocking(move || match overwrite {
@@ -251,6 +254,15 @@ impl Vault {
             }
             Err(e) => return Err(e.into()),
         };
+        if record.direct {
+            // An imported small secret: the object held the secret itself.
+            if let Some(v) = raise_to {
+                let store = self.store().clone();
+                let n = name.clone();
+                blocking(move || store.raise_min_policy_version(&n, &record.object.tpm_name, v)).await?;
+            }
+            return Ok(data_key);
+        }
         let data_key = key256(&data_key, "sealed secret")?;
         let plain =
             aead::open(&data_key, &record.nonce, name.as_str().as_bytes(), &record.ciphertext, "sealed ciphertext")?;
@@ -261,6 +273,73 @@ impl Vault {
             blocking(move || store.raise_min_policy_version(&n, &record.object.tpm_name, v)).await?;
         }
         Ok(plain)
+    }
+
+    /// Imports a secret sealed for this device elsewhere (a [`SealedBlob`]): checks that the
+    /// blob's policy description is its object's policy, TPM2_Import under the SRK, and stores
+    /// it as a sealed secret that [`Vault::unseal`] opens like any other. Nothing is stored
+    /// when any step fails.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a malformed blob, a policy that does not match the
+    /// object, a payload sealed under another name; [`Error::KeyExists`]; a TPM refusal
+    /// ([`TpmError::ImportRejected`]: another TPM's blob, or altered); store errors.
+    pub async fn import_sealed(&self, name: KeyName, blob: &[u8], owner: Owner) -> Result<SealInfo, Error> {
+        let bad = |e: BlobError| Error::InvalidArgument(format!("sealed blob: {e}"));
+        let blob = SealedBlob::parse(blob).map_err(bad)?;
+        if blob.payload.is_some() && blob.name != name.as_str() {
+            return Err(Error::InvalidArgument(format!(
+                "this blob was sealed as {:?}: import it under that name (its encrypted payload is bound to it)",
+                blob.name
+            )));
+        }
+        let policy_digest = blob.policy.digest().map_err(bad)?;
+        if blob.object_auth_policy().map_err(bad)? != policy_digest {
+            return Err(Error::InvalidArgument(
+                "sealed blob: its policy description does not match the sealed object's policy".into(),
+            ));
+        }
+        let (policy, selection) = match blob.policy.clone() {
+            BlobPolicy::Pcr { bank, pcrs, values } => {
+                let selection = blob_selection(bank, &pcrs)?;
+                (SealPolicy::Pcr { pcr: PcrPolicy { selection: selection.clone(), values } }, selection)
+            }
+            BlobPolicy::Authorized { bank, pcrs, authority_spki } => {
+                let selection = blob_selection(bank, &pcrs)?;
+                let authority_spki = authority_der(&authority_spki)?;
+                (
+                    SealPolicy::Authorized { selection: selection.clone(), authority_spki, min_policy_version: 0 },
+                    selection,
+                )
+            }
+        };
+        // A name in use is refused before the TPM works (and again by the insert, atomically).
+        let store = self.store().clone();
+        let n = name.clone();
+        if blocking(move || store.sealed().get(&n)).await?.is_some() {
+            return Err(Error::KeyExists(name));
+        }
+        let (public, duplicate, seed) = (blob.public.clone(), blob.duplicate.clone(), blob.encrypted_seed.clone());
+        let object = self.tpm().call("import", move |tpm| tpm.import(&public, &duplicate, &seed)).await?;
+        let (owner_uid, owner_certificate) = owner.to_fields();
+        let (nonce, ciphertext) = blob.payload.map(|(n, c)| (n.to_vec(), c)).unwrap_or_default();
+        let record = SealedRecord {
+            version: RECORD_VERSION,
+            name: name.clone(),
+            created_unix: unix_now(),
+            owner_uid,
+            owner_certificate,
+            policy,
+            policy_digest: policy_digest.clone(),
+            object,
+            direct: nonce.is_empty(),
+            nonce,
+            ciphertext,
+        };
+        let store = self.store().clone();
+        blocking(move || store.sealed().insert(&record)).await?;
+        tracing::info!(secret = %name, pcrs = %selection, "sealed secret imported");
+        Ok(SealInfo { policy_digest, selection })
     }
 
     /// Deletes a sealed secret.
@@ -416,6 +495,18 @@ impl Vault {
             Err(e) => e,
         }
     }
+}
+
+/// The PCR selection of a blob's policy (bank by `TPM_ALG_ID`).
+fn blob_selection(bank: u16, pcrs: &[u8]) -> Result<PcrSelection, Error> {
+    let bank = match bank {
+        policy_digest::ALG_SHA1 => PcrBank::Sha1,
+        policy_digest::ALG_SHA256 => PcrBank::Sha256,
+        policy_digest::ALG_SHA384 => PcrBank::Sha384,
+        other => return Err(Error::InvalidArgument(format!("sealed blob: unsupported PCR bank 0x{other:04x}"))),
+    };
+    let pcrs: Vec<u32> = pcrs.iter().map(|&p| u32::from(p)).collect();
+    Ok(PcrSelection::new(bank, &pcrs)?)
 }
 
 /// "sha256:9 is ab…, expected cd…" for each PCR whose value differs; None if all match.

@@ -1815,6 +1815,52 @@ pub mod key_service_server {
         const NAME: &'static str = SERVICE_NAME;
     }
 }
+/// GetSrkPublic input.
+#[allow(clippy::all)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct GetSrkPublicRequest {}
+/// The SRK's public area.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct SrkPublic {
+    /// TPM2B_PUBLIC, as `tpm2_readpublic -o` writes it.
+    #[prost(bytes = "vec", tag = "1")]
+    pub tpm2b_public: ::prost::alloc::vec::Vec<u8>,
+    /// The public key, DER SubjectPublicKeyInfo (ECC P-256).
+    #[prost(bytes = "vec", tag = "2")]
+    pub public_der: ::prost::alloc::vec::Vec<u8>,
+    /// The public key, PEM.
+    #[prost(string, tag = "3")]
+    pub public_pem: ::prost::alloc::string::String,
+    /// The SRK's TPM name (nameAlg || H(TPMT_PUBLIC)).
+    #[prost(bytes = "vec", tag = "4")]
+    pub name: ::prost::alloc::vec::Vec<u8>,
+}
+/// CertifySrk input.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct CertifySrkRequest {
+    /// Caller nonce (qualifying data), 1 to 64 bytes.
+    #[prost(bytes = "vec", tag = "1")]
+    pub nonce: ::prost::alloc::vec::Vec<u8>,
+}
+/// A certification of the SRK by the AK.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct CertifySrkResponse {
+    /// TPMS_ATTEST (type TPM_ST_ATTEST_CERTIFY) as signed by the TPM.
+    #[prost(bytes = "vec", tag = "1")]
+    pub attest: ::prost::alloc::vec::Vec<u8>,
+    /// TPMT_SIGNATURE by the AK.
+    #[prost(bytes = "vec", tag = "2")]
+    pub signature: ::prost::alloc::vec::Vec<u8>,
+    /// The SRK's TPM2B_PUBLIC (its name is what the attest certifies).
+    #[prost(bytes = "vec", tag = "3")]
+    pub srk_tpm2b_public: ::prost::alloc::vec::Vec<u8>,
+    /// AK public key, DER SubjectPublicKeyInfo.
+    #[prost(bytes = "vec", tag = "4")]
+    pub ak_public_der: ::prost::alloc::vec::Vec<u8>,
+}
 /// GetAttestationKey input.
 #[allow(clippy::all)]
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
@@ -2152,6 +2198,58 @@ pub mod attestation_service_client {
                 );
             self.inner.unary(req, path, codec).await
         }
+        /// Returns the storage root key's public area (the TCG-template ECC P-256 SRK the daemon
+        /// derives, or the persistent one), what `seal-for` wraps secrets for. Allowed by the
+        /// `public` operation.
+        pub async fn get_srk_public(
+            &mut self,
+            request: impl tonic::IntoRequest<super::GetSrkPublicRequest>,
+        ) -> std::result::Result<tonic::Response<super::SrkPublic>, tonic::Status> {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/tpmvault.v1.AttestationService/GetSrkPublic",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(
+                    GrpcMethod::new("tpmvault.v1.AttestationService", "GetSrkPublic"),
+                );
+            self.inner.unary(req, path, codec).await
+        }
+        /// TPM2_Certify: the attestation key certifies the SRK over the caller's nonce, so a verifier
+        /// who trusts the AK knows the SRK lives in the same TPM. Allowed by the `quote` operation.
+        pub async fn certify_srk(
+            &mut self,
+            request: impl tonic::IntoRequest<super::CertifySrkRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::CertifySrkResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/tpmvault.v1.AttestationService/CertifySrk",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("tpmvault.v1.AttestationService", "CertifySrk"));
+            self.inner.unary(req, path, codec).await
+        }
     }
 }
 /// Generated server implementations.
@@ -2203,6 +2301,22 @@ pub mod attestation_service_server {
             &self,
             request: tonic::Request<super::GetEventLogRequest>,
         ) -> std::result::Result<tonic::Response<super::EventLog>, tonic::Status>;
+        /// Returns the storage root key's public area (the TCG-template ECC P-256 SRK the daemon
+        /// derives, or the persistent one), what `seal-for` wraps secrets for. Allowed by the
+        /// `public` operation.
+        async fn get_srk_public(
+            &self,
+            request: tonic::Request<super::GetSrkPublicRequest>,
+        ) -> std::result::Result<tonic::Response<super::SrkPublic>, tonic::Status>;
+        /// TPM2_Certify: the attestation key certifies the SRK over the caller's nonce, so a verifier
+        /// who trusts the AK knows the SRK lives in the same TPM. Allowed by the `quote` operation.
+        async fn certify_srk(
+            &self,
+            request: tonic::Request<super::CertifySrkRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::CertifySrkResponse>,
+            tonic::Status,
+        >;
     }
     /// Quotes PCRs with the device's attestation key.
     #[derive(Debug)]
@@ -2499,6 +2613,98 @@ pub mod attestation_service_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = GetEventLogSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/tpmvault.v1.AttestationService/GetSrkPublic" => {
+                    #[allow(non_camel_case_types)]
+                    struct GetSrkPublicSvc<T: AttestationService>(pub Arc<T>);
+                    impl<
+                        T: AttestationService,
+                    > tonic::server::UnaryService<super::GetSrkPublicRequest>
+                    for GetSrkPublicSvc<T> {
+                        type Response = super::SrkPublic;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::GetSrkPublicRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as AttestationService>::get_srk_public(&inner, request)
+                                    .await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = GetSrkPublicSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/tpmvault.v1.AttestationService/CertifySrk" => {
+                    #[allow(non_camel_case_types)]
+                    struct CertifySrkSvc<T: AttestationService>(pub Arc<T>);
+                    impl<
+                        T: AttestationService,
+                    > tonic::server::UnaryService<super::CertifySrkRequest>
+                    for CertifySrkSvc<T> {
+                        type Response = super::CertifySrkResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::CertifySrkRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as AttestationService>::certify_srk(&inner, request)
+                                    .await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = CertifySrkSvc(inner);
                         let codec = tonic_prost::ProstCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(
@@ -3472,6 +3678,18 @@ pub mod crypto_service_server {
         const NAME: &'static str = SERVICE_NAME;
     }
 }
+/// ImportSealed input.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ImportSealedRequest {
+    /// Secret name, \[a-z0-9\]\[a-z0-9.\_-\]{0,63}; must equal the name inside a blob that carries an
+    /// encrypted payload (the payload's associated data).
+    #[prost(string, tag = "1")]
+    pub name: ::prost::alloc::string::String,
+    /// The blob (format in README "Secrets for a fleet").
+    #[prost(bytes = "vec", tag = "2")]
+    pub blob: ::prost::alloc::vec::Vec<u8>,
+}
 /// Seal input.
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
@@ -3783,6 +4001,33 @@ pub mod seal_service_client {
                 .insert(GrpcMethod::new("tpmvault.v1.SealService", "DeleteSealed"));
             self.inner.unary(req, path, codec).await
         }
+        /// Imports a secret sealed for this device elsewhere (`tpm-vault seal-for`, or a raw import
+        /// triple from other tools wrapped in the same blob format): TPM2_Import under the SRK, then
+        /// stored as a sealed secret that Unseal opens like any other. Allowed by the `seal`
+        /// operation. ALREADY_EXISTS for a name in use; INVALID_ARGUMENT for a malformed blob, one
+        /// whose policy does not match its object, or one made for another TPM (its integrity check
+        /// fails).
+        pub async fn import_sealed(
+            &mut self,
+            request: impl tonic::IntoRequest<super::ImportSealedRequest>,
+        ) -> std::result::Result<tonic::Response<super::SealResponse>, tonic::Status> {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/tpmvault.v1.SealService/ImportSealed",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("tpmvault.v1.SealService", "ImportSealed"));
+            self.inner.unary(req, path, codec).await
+        }
     }
 }
 /// Generated server implementations.
@@ -3830,6 +4075,16 @@ pub mod seal_service_server {
             tonic::Response<super::DeleteSealedResponse>,
             tonic::Status,
         >;
+        /// Imports a secret sealed for this device elsewhere (`tpm-vault seal-for`, or a raw import
+        /// triple from other tools wrapped in the same blob format): TPM2_Import under the SRK, then
+        /// stored as a sealed secret that Unseal opens like any other. Allowed by the `seal`
+        /// operation. ALREADY_EXISTS for a name in use; INVALID_ARGUMENT for a malformed blob, one
+        /// whose policy does not match its object, or one made for another TPM (its integrity check
+        /// fails).
+        async fn import_sealed(
+            &self,
+            request: tonic::Request<super::ImportSealedRequest>,
+        ) -> std::result::Result<tonic::Response<super::SealResponse>, tonic::Status>;
     }
     /// Seals secrets to PCR values, directly or through signed (authorized) policies.
     #[derive(Debug)]
@@ -4071,6 +4326,51 @@ pub mod seal_service_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = DeleteSealedSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/tpmvault.v1.SealService/ImportSealed" => {
+                    #[allow(non_camel_case_types)]
+                    struct ImportSealedSvc<T: SealService>(pub Arc<T>);
+                    impl<
+                        T: SealService,
+                    > tonic::server::UnaryService<super::ImportSealedRequest>
+                    for ImportSealedSvc<T> {
+                        type Response = super::SealResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::ImportSealedRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as SealService>::import_sealed(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = ImportSealedSvc(inner);
                         let codec = tonic_prost::ProstCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(
