@@ -81,6 +81,10 @@ async fn round_robin(max_loaded_objects: usize) {
         space.out_of_slots,
         space.tpm.describe(1)
     );
+    // Never taken for a lost TPM: no command failed in the resource manager (an I/O error to
+    // the vault), and the vault never reconnected (which makes the SRK again).
+    assert_eq!(space.failed, 0, "resource-manager failures");
+    assert_eq!(space.tpm.count(cc::CREATE_PRIMARY), 1, "the vault reconnected: {}", space.tpm.describe(1));
     vault.shutdown(std::time::Duration::from_secs(5)).await;
 }
 
