@@ -169,6 +169,54 @@ async fn sealing_quotes_credentials_and_pcr_bound_keys_work() {
     vault.shutdown(std::time::Duration::from_secs(5)).await;
 }
 
+/// Signs an approval of `value` for PCR 9 with an offline authority key, as `tpm-vault policy
+/// sign` does (the same as tests/sealing.rs).
+fn approve(authority: &p256::ecdsa::SigningKey, value: &[u8]) -> tpm_vault_daemon::daemon::SignedPolicy {
+    use p256::ecdsa::signature::Signer;
+    use p256::pkcs8::EncodePublicKey;
+    use tpm_vault_proto::signed_policy;
+    let approved = tpm_vault_daemon::formats::pcr::policy_pcr_digest(&pcr9(), &[value.to_vec()]).expect("digest");
+    let sig: p256::ecdsa::Signature = authority.sign(&signed_policy::approval_message(&approved, &[]));
+    let env: p256::ecdsa::Signature = authority.sign(&signed_policy::envelope_message(&approved, &[], 1, 0));
+    tpm_vault_daemon::daemon::SignedPolicy {
+        format_version: 1,
+        pcr_bank: "sha256".into(),
+        pcrs: vec![9],
+        pcr_values: vec![value.to_vec()],
+        approved_policy: approved,
+        policy_ref: vec![],
+        signature: sig.to_der().as_bytes().to_vec(),
+        policy_version: 1,
+        expires_unix: 0,
+        envelope_signature: env.to_der().as_bytes().to_vec(),
+        authority_spki: authority.verifying_key().to_public_key_der().expect("spki").as_bytes().to_vec(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signed_policy_unseal_works_with_signing_keys_loaded() {
+    use p256::pkcs8::EncodePublicKey;
+    let env = modeled();
+    let vault = vault_with(&env, 16).await;
+    let uid = nix::unistd::getuid().as_raw();
+    // Fill the vault's budget first: two signing keys in use.
+    for k in ["a", "b"] {
+        vault.create_key(key(k), KeyAlg::EccP256, uid, None, None).await.expect("create");
+        vault.sign(&key(k), message(0), None).await.expect("sign");
+    }
+    let authority = p256::ecdsa::SigningKey::random(&mut p256::elliptic_curve::rand_core::OsRng);
+    let spki = authority.verifying_key().to_public_key_der().expect("spki").as_bytes().to_vec();
+    vault.pcr_extend(PcrBank::Sha256, 9, vec![3; 32]).await.expect("extend");
+    let value = vault.pcr_read(&pcr9()).await.expect("read")[0].clone();
+    let target = SealTarget::Authorized { selection: pcr9(), authority_spki: spki };
+    vault.seal(key("fleet"), Zeroizing::new(b"fleet secret".to_vec()), target, uid, false).await.expect("seal");
+    let approval = approve(&authority, &value);
+    assert_eq!(vault.unseal(&key("fleet"), Some(&approval)).await.expect("unseal").as_slice(), b"fleet secret");
+    vault.sign(&key("a"), message(1), None).await.expect("sign after");
+    assert_eq!(env.space().stats().failed, 0);
+    vault.shutdown(std::time::Duration::from_secs(5)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_daemon_finds_its_keys_in_a_fresh_space() {
     let env = modeled();
