@@ -380,14 +380,27 @@ fn ssh_add_lists_the_vault_keys_and_ssh_keygen_signs_through_the_agent() {
 #[test]
 fn ssh_logs_into_sshd_with_p256_and_rsa_vault_keys() {
     require_root();
-    let daemon = Daemon::start();
+    ssh_login_with_vault_keys(&Daemon::start());
+}
+
+/// The same through the TPM device model (issue #36: the kernel's resource manager, the Orin
+/// fTPM's times at 1/50).
+#[test]
+fn ssh_logs_into_sshd_through_the_device_model() {
+    require_root();
+    let daemon = Daemon::start_modeled(0.02);
+    ssh_login_with_vault_keys(&daemon);
+    assert_eq!(daemon.space().stats().failed, 0, "resource-manager failures");
+}
+
+fn ssh_login_with_vault_keys(daemon: &Daemon) {
     let dir = temp_dir();
     let d = dir.path();
-    let p256 = vault_key(&daemon, d, "user-p256", "ecc-p256");
-    let rsa = vault_key(&daemon, d, "user-rsa", "rsa-2048");
+    let p256 = vault_key(daemon, d, "user-p256", "ecc-p256");
+    let rsa = vault_key(daemon, d, "user-rsa", "rsa-2048");
     let host = file_key(d, "host_ed25519");
     std::fs::write(d.join("authorized_keys"), format!("{p256}{rsa}")).expect("authorized_keys");
-    let agent = Agent::start(&daemon, d, &[], None);
+    let agent = Agent::start(daemon, d, &[], None);
     let sshd = Sshd::start(
         d,
         &format!("HostKey {}\nAuthorizedKeysFile {}\n", host.display(), d.join("authorized_keys").display()),

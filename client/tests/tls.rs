@@ -249,6 +249,19 @@ fn two_hundred_concurrent_handshakes_on_a_current_thread_runtime() {
     hammer(&mut server, &ca.pem, 200);
 }
 
+/// Through the TPM device model (issue #36: the kernel's resource manager, the Orin fTPM's
+/// times at 1/50): concurrent handshakes all succeed.
+#[test]
+fn concurrent_handshakes_through_the_device_model() {
+    let daemon = Daemon::start_modeled(0.02);
+    let ca = TestCa::new("Test CA");
+    key_with_ca_cert(&daemon, &ca, "web", "ecc-p256");
+    let mut server = ExampleServer::start(&daemon, "web", false);
+    hammer(&mut server, &ca.pem, 40);
+    let space = daemon.space().stats();
+    assert_eq!(space.failed, 0, "resource-manager failures: {}", space.tpm.describe(1));
+}
+
 #[test]
 fn two_hundred_concurrent_handshakes_on_a_multi_thread_runtime() {
     let daemon = Daemon::start();

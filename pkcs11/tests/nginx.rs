@@ -215,7 +215,17 @@ impl Nginx {
 
 #[test]
 fn nginx_workers_serve_tls13_with_the_vault_key_across_a_daemon_restart() {
-    let mut d = Daemon::start_with(&policy("web"), true);
+    nginx_across_a_restart(Daemon::start_with(&policy("web"), true));
+}
+
+/// The same through the TPM device model (issue #36: the kernel's resource manager, the Orin
+/// fTPM's times at 1/50).
+#[test]
+fn nginx_workers_serve_tls13_through_the_device_model() {
+    nginx_across_a_restart(Daemon::start_modeled_with(&policy("web"), true, 0.02));
+}
+
+fn nginx_across_a_restart(mut d: Daemon) {
     d.create_key("web", "ecc-p256");
     d.open_to_nobody();
     let mut nginx = Nginx::start(&d, "web", true);

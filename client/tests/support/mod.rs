@@ -37,6 +37,8 @@ pub struct Daemon {
     thread: Option<std::thread::JoinHandle<()>>,
     /// Dropped after the daemon has stopped.
     swtpm: Option<Swtpm>,
+    /// The TPM device model between the daemon and swtpm, when started through it.
+    model: Option<(tpm_vault_tpm_model::Endpoint, tpm_vault_tpm_model::Model)>,
     /// The daemon's vault and runtime, for what only the TPM's owner can do (extend a PCR).
     vault: Option<(Vault, tokio::runtime::Handle)>,
 }
@@ -71,13 +73,45 @@ impl Daemon {
         Daemon::start_in_with_access(dir, policy(rules), swtpm_dir, state_dir)
     }
 
+    /// A daemon whose policy grants the test's uid everything, reaching swtpm through the TPM
+    /// device model: the kernel's `/dev/tpmrm0` resource manager and the Jetson Orin fTPM's
+    /// command times multiplied by `speed`.
+    pub fn start_modeled(speed: f64) -> Daemon {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let rules = format!(
+            "[[rule]]\nname = \"test-self\"\nclients = [\"uid:{}\"]\nkeys = [\"*\"]\noperations = [\"*\"]\n",
+            nix::unistd::getuid().as_raw()
+        );
+        Daemon::start_in_on(dir, policy(&rules), "swtpm", "state", Some(speed))
+    }
+
+    /// The daemon's space in the device model (daemons from [`Daemon::start_modeled`]).
+    pub fn space(&self) -> &tpm_vault_tpm_model::Endpoint {
+        &self.model.as_ref().expect("a modeled TPM").0
+    }
+
     /// A daemon in `dir` with the access policy and audit log `access`.
     fn start_in_with_access(dir: TempDir, access: Access, swtpm_dir: &str, state_dir: &str) -> Daemon {
+        Daemon::start_in_on(dir, access, swtpm_dir, state_dir, None)
+    }
+
+    /// A daemon in `dir` with `access`, on swtpm directly or, with `model_speed`, through the
+    /// device model.
+    fn start_in_on(dir: TempDir, access: Access, swtpm_dir: &str, state_dir: &str, model_speed: Option<f64>) -> Daemon {
         let swtpm = Swtpm::start(&dir.path().join(swtpm_dir)).expect("start swtpm");
+        let model = model_speed.map(|speed| {
+            let model = tpm_vault_tpm_model::ModelBuilder::new(swtpm.port())
+                .with_profile(tpm_vault_tpm_model::Profile::orin_ftpm())
+                .with_speed(speed)
+                .build()
+                .expect("device model");
+            (model.open().expect("model endpoint"), model)
+        });
+        let tcti = model.as_ref().map_or_else(|| swtpm.tcti(), |(endpoint, _)| endpoint.tcti());
         let config = VaultConfig {
             queue: QueueConfig { capacity: 1024, timeout: Duration::from_secs(30) },
             simulator: true,
-            ..VaultConfig::new(dir.path().join(state_dir), swtpm.tcti())
+            ..VaultConfig::new(dir.path().join(state_dir), tcti)
         };
         let socket = dir.path().join("vault.sock");
         let event_log = dir.path().join(EVENT_LOG);
@@ -110,7 +144,7 @@ impl Daemon {
             })
             .expect("daemon thread");
         let mut daemon =
-            Daemon { dir, socket, stop: Some(stop), thread: Some(thread), swtpm: Some(swtpm), vault: None };
+            Daemon { dir, socket, stop: Some(stop), thread: Some(thread), swtpm: Some(swtpm), model, vault: None };
         match ready_rx.recv_timeout(Duration::from_secs(120)) {
             Ok(vault) => daemon.vault = Some(vault),
             Err(_) => {
@@ -207,6 +241,7 @@ impl Daemon {
                 }
             }
         }
+        self.model.take();
         self.swtpm.take();
     }
 }

@@ -14,17 +14,48 @@ use tpm_vault_daemon::model::KeyName;
 use tpm_vault_daemon::QueueConfig;
 use tpm_vault_daemon::{Vault, VaultConfig};
 
-/// A temp dir with a running swtpm; both go away on drop.
+/// A temp dir with a running swtpm; both go away on drop. With [`TpmEnv::start_modeled`] the
+/// vault reaches swtpm through the TPM device model (the kernel's resource manager and a
+/// device profile, crate `tpm-vault-tpm-model`).
 pub struct TpmEnv {
     pub swtpm: Swtpm,
     pub dir: TempDir,
+    /// The device model and the vault's space in it (declared first: dropped before swtpm).
+    pub model: Option<(tpm_vault_tpm_model::Endpoint, tpm_vault_tpm_model::Model)>,
 }
 
 impl TpmEnv {
     pub fn start() -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let swtpm = Swtpm::start(&dir.path().join("swtpm")).expect("swtpm");
-        Self { swtpm, dir }
+        Self { swtpm, dir, model: None }
+    }
+
+    /// swtpm behind the device model: `/dev/tpmrm0`'s resource manager and `profile`'s
+    /// command times multiplied by `speed`.
+    pub fn start_modeled(profile: tpm_vault_tpm_model::Profile, speed: f64) -> Self {
+        let mut env = Self::start();
+        let model = tpm_vault_tpm_model::ModelBuilder::new(env.swtpm.port())
+            .with_profile(profile)
+            .with_speed(speed)
+            .build()
+            .expect("device model");
+        let endpoint = model.open().expect("model endpoint");
+        env.model = Some((endpoint, model));
+        env
+    }
+
+    /// The vault's TCTI: the model's endpoint when there is one, else swtpm.
+    pub fn tcti(&self) -> String {
+        match &self.model {
+            Some((endpoint, _)) => endpoint.tcti(),
+            None => self.swtpm.tcti(),
+        }
+    }
+
+    /// The vault's space in the device model.
+    pub fn space(&self) -> &tpm_vault_tpm_model::Endpoint {
+        &self.model.as_ref().expect("a modeled TPM").0
     }
 
     pub fn state_dir(&self) -> PathBuf {
@@ -35,7 +66,7 @@ impl TpmEnv {
         VaultConfig {
             queue: QueueConfig { capacity: 1024, timeout: Duration::from_secs(30) },
             simulator: true,
-            ..VaultConfig::new(self.state_dir(), self.swtpm.tcti())
+            ..VaultConfig::new(self.state_dir(), self.tcti())
         }
     }
 

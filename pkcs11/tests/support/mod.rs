@@ -308,6 +308,8 @@ pub fn serve_on_free_port(
 /// `vault.sock`, `policies/`, `config.toml`, `daemon.stderr`, `audit.log`.
 pub struct Daemon {
     pub proc: Option<Proc>,
+    /// The TPM device model between the daemon and swtpm, when started through it.
+    pub model: Option<(tpm_vault_tpm_model::Endpoint, tpm_vault_tpm_model::Model)>,
     pub swtpm: Swtpm,
     pub socket: PathBuf,
     /// Passed with `--audit-log` when set.
@@ -323,6 +325,17 @@ impl Daemon {
 
     /// Starts a daemon with `policy` as its only policy file (and an audit log file if `audit`).
     pub fn start_with(policy: &str, audit: bool) -> Self {
+        Self::start_on(policy, audit, None)
+    }
+
+    /// [`Daemon::start_with`], reaching swtpm through the TPM device model: the kernel's
+    /// `/dev/tpmrm0` resource manager and the Jetson Orin fTPM's command times multiplied by
+    /// `speed`.
+    pub fn start_modeled_with(policy: &str, audit: bool, speed: f64) -> Self {
+        Self::start_on(policy, audit, Some(speed))
+    }
+
+    fn start_on(policy: &str, audit: bool, model_speed: Option<f64>) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let swtpm = Swtpm::start(&dir.path().join("swtpm")).expect("swtpm");
         std::fs::create_dir_all(dir.path().join("policies")).expect("policies dir");
@@ -330,7 +343,15 @@ impl Daemon {
         std::fs::write(dir.path().join("config.toml"), "log_format = \"plain\"\n").expect("config");
         let audit_log = audit.then(|| dir.path().join("audit.log"));
         let socket = dir.path().join("vault.sock");
-        let mut d = Self { proc: None, swtpm, socket, audit_log, dir };
+        let model = model_speed.map(|speed| {
+            let model = tpm_vault_tpm_model::ModelBuilder::new(swtpm.port())
+                .with_profile(tpm_vault_tpm_model::Profile::orin_ftpm())
+                .with_speed(speed)
+                .build()
+                .expect("device model");
+            (model.open().expect("model endpoint"), model)
+        });
+        let mut d = Self { proc: None, model, swtpm, socket, audit_log, dir };
         d.spawn();
         d
     }
@@ -355,7 +376,7 @@ impl Daemon {
             .arg("--config")
             .arg(p("config.toml"))
             .arg("--tcti")
-            .arg(self.swtpm.tcti())
+            .arg(self.model.as_ref().map_or_else(|| self.swtpm.tcti(), |(endpoint, _)| endpoint.tcti()))
             .arg("--state-dir")
             .arg(p("state"))
             .arg("--socket")
@@ -384,6 +405,10 @@ impl Daemon {
     pub fn restart(&mut self) {
         if let Some(mut p) = self.proc.take() {
             p.kill();
+        }
+        // The killed process's file of /dev/tpmrm0 closed with it.
+        if let Some((endpoint, _)) = &self.model {
+            endpoint.reopen();
         }
         self.spawn();
     }
