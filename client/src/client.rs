@@ -27,8 +27,8 @@ use crate::access::{AccessCheck, Operation};
 use crate::names::{natural_hash, signs_whole_messages, Named};
 use crate::sign::{Hasher, INLINE_MESSAGE_LIMIT};
 use crate::{
-    BlockingClient, DaemonStatus, Error, HashAlgorithm, KeyAlgorithm, KeyAuth, KeyInfo, PcrBinding, PublicKey,
-    SignInput, SignOptions, Signature, SignatureScheme,
+    BlockingClient, DaemonStatus, Error, HashAlgorithm, KeyAlgorithm, KeyAuth, KeyInfo, KeyUsage, PcrBinding,
+    PublicKey, SignInput, SignOptions, SignPurpose, Signature, SignatureScheme,
 };
 
 /// Where `tpm-vaultd` listens by default.
@@ -45,6 +45,14 @@ const DEFAULT_CREATE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Keys per `ListKeys` page (the API's maximum).
 const LIST_PAGE_SIZE: u32 = 1000;
+
+/// The most `ListKeys` pages [`Client::list_keys`] reads (a million keys): a daemon, or a
+/// process posing as one on a planted socket, that pages forever gets an error, not the
+/// caller's memory.
+pub const MAX_LIST_PAGES: usize = 1024;
+
+/// The most bytes of `ListKeys` pages (as encoded) [`Client::list_keys`] reads.
+pub const MAX_LIST_BYTES: usize = 64 << 20;
 
 /// The authority sent to the daemon; a Unix socket has no host name, so any valid one will do.
 const SOCKET_AUTHORITY: &str = "http://tpm-vaultd";
@@ -160,7 +168,50 @@ impl Client {
         algorithm: KeyAlgorithm,
         pcr_binding: Option<PcrBinding>,
     ) -> Result<KeyInfo, Error> {
-        self.create_key_request(name, algorithm, pcr_binding, Vec::new()).await
+        self.create_key_request(name, algorithm, pcr_binding, Vec::new(), &[]).await
+    }
+
+    /// Creates a key that may be used only for `usages` (`sign`: raw signatures, the default
+    /// when empty; `ssh`: SSH user authentication and SSHSIG only; `policy`: PCR-policy
+    /// approvals only), optionally PCR-bound or password-protected (not both). Usages can be
+    /// narrowed later ([`Client::set_key_usage`]), never widened.
+    ///
+    /// # Errors
+    /// As [`Client::create_key`]; `InvalidArgument` for a usage the algorithm cannot serve
+    /// (`ssh`: ECC and RSA keys; `policy`: ecc-p256).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use tpm_vault_client::{Client, KeyAlgorithm, KeyUsage};
+    ///
+    /// # async fn demo(client: Client) -> Result<(), tpm_vault_client::Error> {
+    /// let key = client.create_key_with_usages("me", KeyAlgorithm::EccP256, None, None, &[KeyUsage::Ssh]).await?;
+    /// assert_eq!(key.usages, [KeyUsage::Ssh]);
+    /// # Ok(()) }
+    /// ```
+    pub async fn create_key_with_usages(
+        &self,
+        name: &str,
+        algorithm: KeyAlgorithm,
+        pcr_binding: Option<PcrBinding>,
+        auth: Option<&KeyAuth>,
+        usages: &[KeyUsage],
+    ) -> Result<KeyInfo, Error> {
+        let auth = auth.map(|a| a.bytes().to_vec()).unwrap_or_default();
+        self.create_key_request(name, algorithm, pcr_binding, auth, usages).await
+    }
+
+    /// Narrows a key's usages to `usages` (each one the key has; widening is refused).
+    ///
+    /// # Errors
+    /// `NotFound`; `InvalidArgument` for an empty list or a usage the key does not have;
+    /// `PermissionDenied` (needs the `create` operation on the key), `Unavailable`.
+    pub async fn set_key_usage(&self, name: &str, usages: &[KeyUsage]) -> Result<KeyInfo, Error> {
+        let request = self.request(proto::SetKeyUsageRequest {
+            name: name.to_owned(),
+            usages: usages.iter().map(|&u| u as i32).collect(),
+        });
+        Ok(self.keys.clone().set_key_usage(request).await?.into_inner().into())
     }
 
     /// Creates a key that needs a password to be used (pass it with
@@ -186,7 +237,7 @@ impl Client {
         algorithm: KeyAlgorithm,
         auth: &KeyAuth,
     ) -> Result<KeyInfo, Error> {
-        self.create_key_request(name, algorithm, None, auth.bytes().to_vec()).await
+        self.create_key_request(name, algorithm, None, auth.bytes().to_vec(), &[]).await
     }
 
     async fn create_key_request(
@@ -195,12 +246,14 @@ impl Client {
         algorithm: KeyAlgorithm,
         pcr_binding: Option<PcrBinding>,
         auth: Vec<u8>,
+        usages: &[KeyUsage],
     ) -> Result<KeyInfo, Error> {
         let mut request = Request::new(proto::CreateKeyRequest {
             name: name.to_owned(),
             algorithm: algorithm.into(),
             pcr_binding: pcr_binding.as_ref().map(PcrBinding::to_proto),
             auth,
+            usages: usages.iter().map(|&u| u as i32).collect(),
         });
         request.set_timeout(self.create_timeout);
         let key = self.keys.clone().create_key(request).await?;
@@ -220,14 +273,23 @@ impl Client {
     /// All keys the caller may see, in name order (every page is fetched).
     ///
     /// # Errors
-    /// `PermissionDenied`, `Unavailable`; `Internal` if the daemon keeps returning the same page.
+    /// `PermissionDenied`, `Unavailable`; `Internal` if the daemon keeps returning the same page;
+    /// `OutOfRange` past [`MAX_LIST_PAGES`] pages or [`MAX_LIST_BYTES`] bytes (a daemon, or an
+    /// impostor on a planted socket, that pages forever).
     pub async fn list_keys(&self) -> Result<Vec<KeyInfo>, Error> {
         let mut keys = Vec::new();
         let mut page_token = String::new();
-        loop {
+        let mut bytes = 0usize;
+        for _ in 0..MAX_LIST_PAGES {
             let request =
                 self.request(proto::ListKeysRequest { page_size: LIST_PAGE_SIZE, page_token: page_token.clone() });
             let page = self.keys.clone().list_keys(request).await?.into_inner();
+            bytes = bytes.saturating_add(prost::Message::encoded_len(&page));
+            if bytes > MAX_LIST_BYTES {
+                return Err(Error::Status(tonic::Status::out_of_range(format!(
+                    "the daemon's key list is larger than {MAX_LIST_BYTES} bytes"
+                ))));
+            }
             keys.extend(page.keys.into_iter().map(KeyInfo::from));
             if page.next_page_token.is_empty() {
                 return Ok(keys);
@@ -237,6 +299,9 @@ impl Client {
             }
             page_token = page.next_page_token;
         }
+        Err(Error::Status(tonic::Status::out_of_range(format!(
+            "the daemon's key list has more than {MAX_LIST_PAGES} pages"
+        ))))
     }
 
     /// Deletes a key. The TPM holds no copy, so it is gone for good.
@@ -285,13 +350,18 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn sign(&self, name: &str, input: SignInput, options: &SignOptions) -> Result<Signature, Error> {
-        let (input, hash) = self.shrink(name, input, options.hash(), options.scheme()).await?;
+        // The daemon parses and hashes an SSH signature's data itself: never shrink it.
+        let (input, hash) = match options.purpose() {
+            SignPurpose::Ssh => (input, options.hash()),
+            SignPurpose::Unspecified => self.shrink(name, input, options.hash(), options.scheme()).await?,
+        };
         let request = self.request(proto::SignRequest {
             name: name.to_owned(),
             input: Some(input.into_sign_proto()),
             hash: hash.into(),
             scheme: options.scheme().into(),
             auth: options.auth().map(|auth| auth.bytes().to_vec()).unwrap_or_default(),
+            purpose: options.purpose().into(),
         });
         let response = self.keys.clone().sign(request).await?;
         Ok(response.into_inner().into())

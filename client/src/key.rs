@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tpm_vault_proto::v1 as proto;
 
-use crate::{KeyAlgorithm, PcrBinding};
+use crate::{KeyAlgorithm, KeyUsage, PcrBinding};
 
 /// A key's metadata. The private part never leaves the TPM, so there is none here.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,9 +26,19 @@ pub struct KeyInfo {
     pub owner_uid: u32,
     /// Whether using the key needs a password.
     pub has_auth: bool,
+    /// What the key may be used for (`sign`, `ssh`, `policy`), enforced by the daemon. Keys
+    /// created before usages existed have all three; empty only from a daemon older than
+    /// usages (whose keys can do everything).
+    pub usages: Vec<KeyUsage>,
 }
 
 impl KeyInfo {
+    /// Whether the key may be used for `usage` (always true against a daemon older than
+    /// usages, which reports none and enforces none).
+    pub fn allows(&self, usage: KeyUsage) -> bool {
+        self.usages.is_empty() || self.usages.contains(&usage)
+    }
+
     /// The creation time; `None` if the daemon reported a time before the epoch.
     pub fn created(&self) -> Option<SystemTime> {
         let secs = u64::try_from(self.created_unix).ok()?;
@@ -40,6 +50,7 @@ impl From<proto::Key> for KeyInfo {
     fn from(key: proto::Key) -> KeyInfo {
         KeyInfo {
             algorithm: key.algorithm(),
+            usages: key.usages().collect(),
             name: key.name,
             tpm_name: key.tpm_name,
             created_unix: key.created_unix,
@@ -85,7 +96,10 @@ mod tests {
             pcr_binding: Some(proto::PcrBinding { bank: "sha256".into(), pcrs: vec![9], values: vec![] }),
             owner_uid: 1000,
             has_auth: true,
+            usages: vec![KeyUsage::Ssh as i32, 99],
         });
+        assert_eq!(key.usages, [KeyUsage::Ssh], "unknown usages are dropped");
+        assert!(key.allows(KeyUsage::Ssh) && !key.allows(KeyUsage::Sign));
         assert_eq!(key.algorithm, KeyAlgorithm::EccP384);
         assert_eq!(key.created(), UNIX_EPOCH.checked_add(Duration::from_secs(10)));
         assert_eq!(key.pcr_binding.map(|b| b.to_string()).as_deref(), Some("sha256:9"));
@@ -96,5 +110,6 @@ mod tests {
         let key = KeyInfo::from(proto::Key { algorithm: 99, ..Default::default() });
         assert_eq!(key.algorithm, KeyAlgorithm::Unspecified);
         assert_eq!(key.created(), Some(UNIX_EPOCH));
+        assert!(key.allows(KeyUsage::Policy), "a daemon without usages enforces none");
     }
 }

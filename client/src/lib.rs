@@ -83,7 +83,7 @@ pub use access::{AccessCheck, AccessDecision, Operation};
 pub use attest::{AttestationKey, PcrValues, Quote, QuoteError};
 pub use blocking::BlockingClient;
 pub use cert::{CertSubject, CertificateChain, San};
-pub use client::{Client, ClientBuilder, DEFAULT_SOCKET};
+pub use client::{Client, ClientBuilder, DEFAULT_SOCKET, MAX_LIST_BYTES, MAX_LIST_PAGES};
 pub use crypto::{
     stream_key_name, CryptoReader, DataKey, IN_FLIGHT, MAX_RANDOM_REQUEST, MAX_STREAM_HEADER, MESSAGE_SIZE,
 };
@@ -100,7 +100,7 @@ pub use status::{DaemonStatus, Metric};
 pub use tonic::Code;
 /// The hybrid ECDSA P-256 + ML-DSA-65 signature format (`--scheme hybrid`), shared with the daemon.
 pub use tpm_vault_proto::hybrid;
-pub use tpm_vault_proto::v1::{HashAlgorithm, KeyAlgorithm, SignatureScheme, TpmState};
+pub use tpm_vault_proto::v1::{HashAlgorithm, KeyAlgorithm, KeyUsage, SignPurpose, SignatureScheme, TpmState};
 
 /// The generated gRPC types and service clients, for calls this crate does not wrap.
 pub use tpm_vault_proto::v1 as proto;

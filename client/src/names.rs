@@ -4,11 +4,12 @@
 //! from the short lowercase names used by the CLI, the SPEC and JSON output. It does not decide
 //! defaults (an `Unspecified` value means "let the daemon choose").
 
-use crate::{Error, HashAlgorithm, KeyAlgorithm, SignatureScheme, TpmState};
+use crate::{Error, HashAlgorithm, KeyAlgorithm, KeyUsage, SignatureScheme, TpmState};
 
 /// Short names for the API enums.
 ///
-/// Implemented for [`KeyAlgorithm`], [`HashAlgorithm`], [`SignatureScheme`] and [`TpmState`].
+/// Implemented for [`KeyAlgorithm`], [`HashAlgorithm`], [`SignatureScheme`], [`KeyUsage`] and
+/// [`TpmState`].
 /// The `Unspecified` value is named `"unspecified"` but is not accepted by
 /// [`from_name`](Named::from_name): leave the field unset instead.
 ///
@@ -73,6 +74,21 @@ impl Named for KeyAlgorithm {
             KeyAlgorithm::MlKem768 => "ml-kem-768",
             KeyAlgorithm::MlKem1024 => "ml-kem-1024",
             KeyAlgorithm::HybridP256MlDsa65 => "hybrid-p256-mldsa65",
+        }
+    }
+}
+
+impl Named for KeyUsage {
+    const KIND: &'static str = "key usage";
+    const VALUES: &'static [(&'static str, Self)] =
+        &[("sign", KeyUsage::Sign), ("ssh", KeyUsage::Ssh), ("policy", KeyUsage::Policy)];
+
+    fn name(self) -> &'static str {
+        match self {
+            KeyUsage::Unspecified => "unspecified",
+            KeyUsage::Sign => "sign",
+            KeyUsage::Ssh => "ssh",
+            KeyUsage::Policy => "policy",
         }
     }
 }

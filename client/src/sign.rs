@@ -11,7 +11,7 @@ use sha2::Digest as _;
 use tpm_vault_proto::v1 as proto;
 
 use crate::names::Named;
-use crate::{HashAlgorithm, KeyAuth, SignatureScheme};
+use crate::{HashAlgorithm, KeyAuth, SignPurpose, SignatureScheme};
 
 /// Messages up to this size are sent whole; larger ones are hashed on the client.
 ///
@@ -89,6 +89,8 @@ pub struct SignOptions {
     scheme: SignatureScheme,
     /// The key's password, for keys created with one; ignored by verification.
     auth: Option<KeyAuth>,
+    /// What the message is (`Unspecified`: a raw signature); ignored by verification.
+    purpose: SignPurpose,
 }
 
 impl SignOptions {
@@ -114,6 +116,19 @@ impl SignOptions {
     pub fn with_auth(mut self, auth: KeyAuth) -> SignOptions {
         self.auth = Some(auth);
         self
+    }
+
+    /// Says what the message is: [`SignPurpose::Ssh`] for an SSH user-authentication request
+    /// or SSHSIG blob, which a key with the `ssh` usage signs (the daemon parses it; the input
+    /// must be the whole message). The default, `Unspecified`, is a raw signature (usage `sign`).
+    pub fn with_purpose(mut self, purpose: SignPurpose) -> SignOptions {
+        self.purpose = purpose;
+        self
+    }
+
+    /// What the message is (see [`SignOptions::with_purpose`]).
+    pub fn purpose(&self) -> SignPurpose {
+        self.purpose
     }
 
     /// The hash algorithm (`Unspecified` = the key's natural hash).

@@ -44,6 +44,12 @@ pub struct DaemonStatus {
     pub software_tpm: Option<String>,
     /// Reconnections to the TPM after it went away or was reset.
     pub tpm_reconnects: u64,
+    /// The resource manager in front of the TPM: `kernel` (`/dev/tpmrm0`), `tabrmd` or `none`;
+    /// empty from a daemon older than this field.
+    pub resource_manager: String,
+    /// True when the SRK is the persistent object at 0x81000001, false when the daemon derives
+    /// it as a transient object.
+    pub srk_persistent: bool,
     /// Access rules in force: 0 means every request is denied.
     pub policy_rules: u32,
     /// Where the rules came from (the policy directory, or the built-in default policy).
@@ -90,6 +96,8 @@ impl From<proto::Status> for DaemonStatus {
                 }
             }),
             tpm_reconnects: status.tpm_reconnects,
+            resource_manager: status.resource_manager,
+            srk_persistent: status.srk_persistent,
             policy_rules: status.policy_rules,
             policy_source: status.policy_source,
         }

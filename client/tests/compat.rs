@@ -94,4 +94,31 @@ fn state_written_by_0_1_0_still_works() {
     assert!(plain == expected("plain.bin"), "the v1 stream decrypts to the old plaintext");
     let plain = ok(daemon.cli_in(&["decrypt", "d-backup", "--context", "compat-v1"], &expected("stream-v1.sealed")));
     assert!(plain == expected("plain.bin"), "and with the key named");
+
+    // Key usages came later: an old key keeps everything it could do (raw signatures above, PCR
+    // policy approvals here) until `key set-usage` narrows it; usages are never widened.
+    let show: serde_json::Value =
+        serde_json::from_slice(&ok(daemon.cli(&["--output", "json", "key", "show", "k-ecc-p256"]))).expect("json");
+    assert_eq!(show["usages"], serde_json::json!(["sign", "ssh", "policy"]), "{show}");
+    let approve = |out: &str| {
+        let pcr = format!("sha256:9={}", "00".repeat(32));
+        daemon.cli(&["policy", "sign", "--vault-key", "k-ecc-p256", "--pcr", &pcr, "--out", out])
+    };
+    ok(approve(dir.join("old.policy").to_str().expect("path")));
+    let narrowed =
+        String::from_utf8(ok(daemon.cli(&["key", "set-usage", "k-ecc-p256", "--usage", "sign"]))).expect("utf-8");
+    assert!(narrowed.contains("usages:      sign\n"), "{narrowed}");
+    let refused = approve(dir.join("new.policy").to_str().expect("path"));
+    assert!(!refused.status.success(), "a narrowed key still approved policies");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("needs usage policy"), "{refused:?}");
+    let widen = daemon.cli(&["key", "set-usage", "k-ecc-p256", "--usage", "sign", "--usage", "policy"]);
+    assert!(!widen.status.success(), "usages were widened");
+    assert!(String::from_utf8_lossy(&widen.stderr).contains("only be narrowed"), "{widen:?}");
+    let sig = dir.join("narrowed.sig");
+    ok(daemon.cli(&["sign", "k-ecc-p256", "--in", msg, "--out", sig.to_str().expect("path")]));
+    // The narrowed record is written with its usages; the others are left as 0.1.0 wrote them.
+    let record = std::fs::read_to_string(daemon.dir.path().join("state/keys/k-ecc-p256.key")).expect("record");
+    assert!(record.contains("\"usages\""), "{record}");
+    let untouched = std::fs::read(daemon.dir.path().join("state/keys/k-ecc-p384.key")).expect("record");
+    assert_eq!(untouched, std::fs::read(fixture().join("state/keys/k-ecc-p384.key")).expect("fixture"));
 }

@@ -37,8 +37,10 @@ struct Seen {
 #[derive(Debug, Default)]
 struct Mock {
     seen: Mutex<Seen>,
-    /// How many keys `ListKeys` reports.
+    /// How many keys `ListKeys` reports (`usize::MAX`: it pages forever).
     key_count: usize,
+    /// `ListKeys` answers pages without keys (but with a next page).
+    empty_pages: bool,
 }
 
 fn key(name: &str, algorithm: KeyAlgorithm) -> proto::Key {
@@ -50,6 +52,7 @@ fn key(name: &str, algorithm: KeyAlgorithm) -> proto::Key {
         pcr_binding: None,
         owner_uid: 1000,
         has_auth: false,
+        usages: vec![],
     }
 }
 
@@ -107,6 +110,13 @@ impl KeyService for Mock {
         lookup(&request.into_inner().name).map(Response::new)
     }
 
+    async fn set_key_usage(&self, request: Request<proto::SetKeyUsageRequest>) -> Result<Response<proto::Key>, Status> {
+        let request = request.into_inner();
+        let mut key = lookup(&request.name)?;
+        key.usages = request.usages;
+        Ok(Response::new(key))
+    }
+
     async fn list_keys(
         &self,
         request: Request<proto::ListKeysRequest>,
@@ -116,7 +126,11 @@ impl KeyService for Mock {
         let start: usize =
             if request.page_token.is_empty() { 0 } else { request.page_token.trim_start_matches("k").parse().unwrap() };
         let end = (start + request.page_size as usize).min(self.key_count);
-        let keys = (start..end).map(|i| key(&format!("k{i:05}"), KeyAlgorithm::EccP256)).collect();
+        let keys = if self.empty_pages {
+            Vec::new()
+        } else {
+            (start..end).map(|i| key(&format!("k{i:05}"), KeyAlgorithm::EccP256)).collect()
+        };
         let next_page_token = if end < self.key_count { format!("k{end:05}") } else { String::new() };
         Ok(Response::new(proto::ListKeysResponse { keys, next_page_token }))
     }
@@ -259,9 +273,13 @@ struct MockDaemon {
 
 impl MockDaemon {
     fn start(key_count: usize) -> MockDaemon {
+        MockDaemon::start_with(Mock { key_count, ..Mock::default() })
+    }
+
+    fn start_with(mock: Mock) -> MockDaemon {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("vault.sock");
-        let mock = Arc::new(Mock { key_count, ..Mock::default() });
+        let mock = Arc::new(mock);
         let (stop, stopped) = oneshot::channel::<()>();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let thread = {
@@ -380,6 +398,27 @@ async fn list_keys_follows_pages() {
     assert_eq!(keys[LISTED_KEYS - 1].name, format!("k{:05}", LISTED_KEYS - 1));
     let pages = &daemon.seen().list_pages;
     assert_eq!(pages, &[(1000, String::new()), (1000, "k01000".to_owned()), (1000, "k02000".to_owned())]);
+}
+
+/// A daemon (or a process posing as one on a planted socket, issue #31) that pages forever
+/// gets an error once the pages or their bytes pass the client's bounds, not the caller's memory.
+#[tokio::test]
+async fn list_keys_stops_a_daemon_that_pages_forever() {
+    let daemon = MockDaemon::start(usize::MAX);
+    let client = Client::connect(&daemon.socket).await.unwrap();
+    let err = client.list_keys().await.unwrap_err();
+    assert_eq!(err.code(), Code::OutOfRange, "{err}");
+    assert!(err.to_string().contains("bytes"), "{err}");
+    let pages = daemon.seen().list_pages.len();
+    assert!(pages < tpm_vault_client::MAX_LIST_PAGES, "{pages} pages read");
+    drop(daemon);
+
+    let daemon = MockDaemon::start_with(Mock { key_count: usize::MAX, empty_pages: true, ..Mock::default() });
+    let client = Client::connect(&daemon.socket).await.unwrap();
+    let err = client.list_keys().await.unwrap_err();
+    assert_eq!(err.code(), Code::OutOfRange, "{err}");
+    assert!(err.to_string().contains("pages"), "{err}");
+    assert_eq!(daemon.seen().list_pages.len(), tpm_vault_client::MAX_LIST_PAGES);
 }
 
 #[tokio::test]

@@ -219,8 +219,16 @@ fn signed_policies_carry_a_secret_across_a_kernel_update() {
 #[test]
 fn a_vault_key_signs_policies_through_the_daemon() {
     let d = Daemon::start();
-    ok(d.cli(&["key", "create", "authority"]));
+    ok(d.cli(&["key", "create", "authority", "--usage", "policy"]));
     std::fs::write(d.dir.path().join("authority.pem"), ok(d.cli(&["key", "public", "authority"]))).unwrap();
+    // Key usages: a `sign` key approves no policy, the `policy` key signs nothing raw.
+    ok(d.cli(&["key", "create", "web"]));
+    let zero = format!("sha256:9={}", "00".repeat(32));
+    let refused = d.cli(&["policy", "sign", "--vault-key", "web", "--pcr", &zero, "--out", "web.policy"]);
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("needs usage policy"), "{refused:?}");
+    std::fs::write(d.dir.path().join("m"), b"m").unwrap();
+    let refused = d.cli(&["sign", "authority", "--in", "m", "--out", "m.sig"]);
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("needs usage sign"), "{refused:?}");
     d.extend_pcr(9, b"kernel-A");
     ok(d.cli_in(&["seal", "device", "--authorized-by", "authority.pem"], b"device secret"));
     d.extend_pcr(9, b"kernel-B");

@@ -1,7 +1,10 @@
 //! `tpm-vault ssh-agent` against the real OpenSSH programs: `ssh-add -L`, `ssh-keygen -Y
 //! sign/verify`, `ssh` logging into an `sshd` that the test starts on loopback (user keys, a
 //! host key served with `HostKeyAgent`, CA-signed host and user certificates), a uid without
-//! `sign` (listed, refused, audited), and garbage sent straight to the agent socket.
+//! `sign` (listed, refused, audited), garbage sent straight to the agent socket, and key
+//! usages: only `ssh` keys are served (a `sign` key only when named), they sign only SSH data,
+//! and a forwarded connection (`ssh -A`, or a session-bind saying so) gets no signature unless
+//! `--allow-forwarding`.
 //!
 //! Needs `openssh-client` and `openssh-server`, and root (sshd; running the agent as uid 65534).
 
@@ -131,10 +134,19 @@ fn key_fields(line: &str) -> String {
     line.split_whitespace().take(2).collect::<Vec<_>>().join(" ")
 }
 
-/// Creates vault key `name` (`alg`) and writes its OpenSSH public key to `dir/name.pub` (made
-/// by `ssh-keygen -i -m PKCS8` from `tpm-vault key public`); returns that line.
+/// Creates vault key `name` (`alg`) with the `ssh` usage and writes its OpenSSH public key to
+/// `dir/name.pub` (made by `ssh-keygen -i -m PKCS8` from `tpm-vault key public`); returns that
+/// line.
 fn vault_key(daemon: &Daemon, dir: &Path, name: &str, alg: &str) -> String {
-    ok(daemon.cli(&["key", "create", name, "--alg", alg]));
+    ok(daemon.cli(&["key", "create", name, "--alg", alg, "--usage", "ssh"]));
+    openssh_public(daemon, dir, name)
+}
+
+/// [`vault_key`] for a host key that sshd reads through `HostKeyAgent`: it signs key-exchange
+/// hashes, which are no SSH signing data, so it has the `sign` usage (raw signatures) and the
+/// agent serves it only when `--keys` names it.
+fn host_key(daemon: &Daemon, dir: &Path, name: &str, alg: &str) -> String {
+    ok(daemon.cli(&["key", "create", name, "--alg", alg, "--usage", "sign"]));
     openssh_public(daemon, dir, name)
 }
 
@@ -215,6 +227,19 @@ impl Sshd {
 
     /// `ssh root@127.0.0.1 -p PORT echo logged-in` with the agent, `known_hosts` and `options`.
     fn ssh(&self, agent: &Agent, dir: &Path, known_hosts: &str, options: &[&str]) -> Output {
+        self.ssh_run(agent, dir, known_hosts, options, &[], "echo logged-in")
+    }
+
+    /// `ssh FLAGS root@127.0.0.1 -p PORT COMMAND` with the agent, `known_hosts` and `options`.
+    fn ssh_run(
+        &self,
+        agent: &Agent,
+        dir: &Path,
+        known_hosts: &str,
+        options: &[&str],
+        flags: &[&str],
+        command: &str,
+    ) -> Output {
         let known = dir.join("known_hosts");
         std::fs::write(&known, known_hosts).expect("known_hosts");
         let mut args = vec![
@@ -237,7 +262,8 @@ impl Sshd {
             args.push("-o".to_owned());
             args.push((*o).to_owned());
         }
-        args.extend(["root@127.0.0.1".to_owned(), "echo".to_owned(), "logged-in".to_owned()]);
+        args.extend(flags.iter().map(|f| (*f).to_owned()));
+        args.extend(["root@127.0.0.1".to_owned(), command.to_owned()]);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         agent.run("ssh", &args, dir)
     }
@@ -289,8 +315,10 @@ fn ssh_add_lists_the_vault_keys_and_ssh_keygen_signs_through_the_agent() {
         ("rsa", "rsa-2048", "ssh-rsa"),
     ];
     let lines: Vec<String> = keys.iter().map(|(name, alg, _)| vault_key(&daemon, d, name, alg)).collect();
-    // A post-quantum key has no OpenSSH form: not listed.
+    // A post-quantum key has no OpenSSH form, a key without the `ssh` usage is not served:
+    // neither is listed.
     ok(daemon.cli(&["key", "create", "pq", "--alg", "ml-dsa-44"]));
+    ok(daemon.cli(&["key", "create", "tls", "--alg", "ecc-p256"]));
     let agent = Agent::start(&daemon, d, &[], None);
 
     let listed = agent.run("ssh-add", &["-L"], d);
@@ -383,10 +411,11 @@ fn sshd_serves_a_vault_host_key_through_host_key_agent() {
     let daemon = Daemon::start();
     let dir = temp_dir();
     let d = dir.path();
-    let host = vault_key(&daemon, d, "host-key", "ecc-p256");
+    let host = host_key(&daemon, d, "host-key", "ecc-p256");
     let user = vault_key(&daemon, d, "user", "ecc-p384");
     std::fs::write(d.join("authorized_keys"), &user).expect("authorized_keys");
-    let agent = Agent::start(&daemon, d, &[], None);
+    // The host key is named (raw signatures of key-exchange hashes), `*` serves the ssh keys.
+    let agent = Agent::start(&daemon, d, &["--keys", "host-key", "--keys", "*"], None);
     let sshd = Sshd::start(
         d,
         &format!(
@@ -425,7 +454,7 @@ fn ca_signed_host_and_user_certificates_of_vault_keys() {
     let daemon = Daemon::start();
     let dir = temp_dir();
     let d = dir.path();
-    vault_key(&daemon, d, "host-key", "ecc-p256");
+    host_key(&daemon, d, "host-key", "ecc-p256");
     vault_key(&daemon, d, "user", "rsa-2048");
     let ca = file_key(d, "ca");
     let ca_path = ca.to_str().expect("path");
@@ -435,8 +464,21 @@ fn ca_signed_host_and_user_certificates_of_vault_keys() {
         d,
     );
     must("ssh-keygen", &["-q", "-s", ca_path, "-I", "vault-user", "-n", "root", "-V", "-5m:+1h", "user.pub"], d);
-    let agent =
-        Agent::start(&daemon, d, &["--cert", "user=user-cert.pub", "--cert", "host-key=host-key-cert.pub"], None);
+    let agent = Agent::start(
+        &daemon,
+        d,
+        &[
+            "--keys",
+            "host-key",
+            "--keys",
+            "user",
+            "--cert",
+            "user=user-cert.pub",
+            "--cert",
+            "host-key=host-key-cert.pub",
+        ],
+        None,
+    );
     let listed = String::from_utf8_lossy(&agent.run("ssh-add", &["-L"], d).stdout).into_owned();
     let user_cert = std::fs::read_to_string(d.join("user-cert.pub")).expect("user cert");
     assert!(listed.lines().any(|l| key_fields(l) == key_fields(&user_cert)), "cert listed: {listed}");
@@ -566,13 +608,7 @@ fn garbage_gets_agent_failure_and_the_agent_keeps_serving() {
         blob.extend(string(&[9u8; 32]));
         blob
     };
-    let sign_with = |blob: &[u8], flags: u32| {
-        let mut body = vec![13];
-        body.extend(string(blob));
-        body.extend(string(b"data"));
-        body.extend(flags.to_be_bytes());
-        frame(&body)
-    };
+    let sign_with = |blob: &[u8], flags: u32| sign_frame(blob, &sshsig_data(), flags);
     let garbage: Vec<(&str, Vec<u8>)> = vec![
         ("empty message", frame(&[])),
         ("unknown type", frame(&[200, 1, 2, 3])),
@@ -620,13 +656,12 @@ fn garbage_gets_agent_failure_and_the_agent_keeps_serving() {
         assert_eq!(exchange(&mut s, message).as_deref(), Some(FAILURE), "{what}");
     }
 
-    // SHA-1 ssh-rsa (no SHA-2 flag) is refused; rsa-sha2-256 works on the same connection.
+    // The malformed session-bind marked that connection as possibly forwarded: no signatures
+    // there. SHA-1 ssh-rsa (no SHA-2 flag) is refused; rsa-sha2-256 works on a fresh connection.
+    let rsa_blob = openssh_blob(d, "rsa");
+    assert_eq!(exchange(&mut s, &sign_with(&rsa_blob, 2)).as_deref(), Some(FAILURE), "after a bad bind");
+    let mut s = connect(&agent);
     let answer = exchange(&mut s, &frame(&[11])).expect("identities");
-    let rsa_blob = {
-        let line = std::fs::read_to_string(d.join("rsa.pub")).expect("rsa pub");
-        let b64 = line.split_whitespace().nth(1).expect("b64").to_owned();
-        base64_decode(&b64)
-    };
     assert!(answer.windows(rsa_blob.len()).any(|w| w == rsa_blob.as_slice()));
     assert_eq!(exchange(&mut s, &sign_with(&rsa_blob, 0)).as_deref(), Some(FAILURE), "ssh-rsa SHA-1");
     let signed = exchange(&mut s, &sign_with(&rsa_blob, 2)).expect("rsa-sha2-256");
@@ -644,6 +679,137 @@ fn garbage_gets_agent_failure_and_the_agent_keeps_serving() {
     assert_eq!(exchange(&mut s3, &frame(&[11])).map(|a| a[0]), Some(12));
     drop(s4);
     assert!(agent.run("ssh-add", &["-L"], d).status.success(), "agent: {}", agent.log());
+}
+
+/// The OpenSSH key blob of `dir/name.pub`.
+fn openssh_blob(dir: &Path, name: &str) -> Vec<u8> {
+    let line = std::fs::read_to_string(dir.join(format!("{name}.pub"))).expect("pub");
+    base64_decode(line.split_whitespace().nth(1).expect("b64"))
+}
+
+/// An `SSH_AGENTC_SIGN_REQUEST` frame for key `blob` over `data` with `flags`.
+fn sign_frame(blob: &[u8], data: &[u8], flags: u32) -> Vec<u8> {
+    let mut body = vec![13];
+    body.extend(string(blob));
+    body.extend(string(data));
+    body.extend(flags.to_be_bytes());
+    frame(&body)
+}
+
+/// An SSHSIG signed-data blob (namespace `file`, a SHA-512 message hash).
+fn sshsig_data() -> Vec<u8> {
+    let mut d = b"SSHSIG".to_vec();
+    d.extend(string(b"file"));
+    d.extend(string(b""));
+    d.extend(string(b"sha512"));
+    d.extend(string(&[0x42; 64]));
+    d
+}
+
+/// A `session-bind@openssh.com` extension frame with `is_forwarding`, whose host key and
+/// signature are junk (the forwarding mark counts whether or not the signature checks).
+fn session_bind(is_forwarding: bool) -> Vec<u8> {
+    let mut body = vec![27];
+    body.extend(string(b"session-bind@openssh.com"));
+    body.extend(string(&[string(b"ssh-ed25519"), string(&[7; 32])].concat()));
+    body.extend(string(&[0x33; 32]));
+    body.extend(string(&[string(b"ssh-ed25519"), string(&[8; 64])].concat()));
+    body.push(u8::from(is_forwarding));
+    frame(&body)
+}
+
+/// The agent is no signing oracle: it serves `ssh` keys for SSH data only (a TLS 1.3
+/// CertificateVerify content is refused by the daemon), and a connection a session-bind marks
+/// as forwarded gets no signature unless `--allow-forwarding`. The review got both signatures
+/// over `ssh -A` from the code before usages.
+#[test]
+fn the_agent_signs_only_ssh_data_and_not_for_forwarded_connections() {
+    const FAILURE: &[u8] = &[5];
+    let daemon = Daemon::start();
+    let dir = temp_dir();
+    let d = dir.path();
+    vault_key(&daemon, d, "me", "ecc-p256");
+    let agent = Agent::start(&daemon, d, &[], None);
+    let blob = openssh_blob(d, "me");
+
+    let mut plain = connect(&agent);
+    let signed = exchange(&mut plain, &sign_frame(&blob, &sshsig_data(), 0)).expect("sshsig");
+    assert_eq!(signed[0], 14, "SSHSIG signed: {}", agent.log());
+    let mut tls13 = vec![0x20; 64];
+    tls13.extend(b"TLS 1.3, server CertificateVerify\0");
+    tls13.extend([0xab; 32]);
+    assert_eq!(exchange(&mut plain, &sign_frame(&blob, &tls13, 0)).as_deref(), Some(FAILURE), "TLS content");
+    assert!(agent.log().contains("not SSH signing data"), "{}", agent.log());
+
+    // A session-bind for authentication leaves the connection usable; one for forwarding does
+    // not, and a later bind cannot undo it.
+    let mut auth = connect(&agent);
+    assert_eq!(exchange(&mut auth, &session_bind(false)).as_deref(), Some(FAILURE), "junk signature");
+    assert_eq!(exchange(&mut auth, &sign_frame(&blob, &sshsig_data(), 0)).map(|a| a[0]), Some(14));
+    let mut forwarded = connect(&agent);
+    exchange(&mut forwarded, &session_bind(true)).expect("bind answer");
+    exchange(&mut forwarded, &session_bind(false)).expect("bind answer");
+    assert_eq!(exchange(&mut forwarded, &sign_frame(&blob, &sshsig_data(), 0)).as_deref(), Some(FAILURE));
+    assert_eq!(exchange(&mut forwarded, &frame(&[11])).map(|a| a[0]), Some(12), "still lists");
+    let log = agent.log();
+    assert!(log.contains("forwarded connection"), "{log}");
+    let me = format!("pid {} uid {}", std::process::id(), nix::unistd::getuid().as_raw());
+    assert!(log.contains(&format!("connection from {me}")), "peer logged: {log}");
+
+    let allowing = temp_dir();
+    let agent = Agent::start(&daemon, allowing.path(), &["--allow-forwarding"], None);
+    let mut forwarded = connect(&agent);
+    exchange(&mut forwarded, &session_bind(true)).expect("bind answer");
+    assert_eq!(exchange(&mut forwarded, &sign_frame(&blob, &sshsig_data(), 0)).map(|a| a[0]), Some(14));
+}
+
+/// `ssh -A` to a real sshd, then `ssh-keygen -Y sign` on the "remote" side through the
+/// forwarded agent: refused (OpenSSH's client binds the forwarded connection with
+/// is-forwarding), and allowed with `--allow-forwarding`.
+#[test]
+fn ssh_minus_a_gives_the_remote_host_no_signatures() {
+    require_root();
+    let daemon = Daemon::start();
+    let dir = temp_dir();
+    let d = dir.path();
+    let me = vault_key(&daemon, d, "me", "ecc-p256");
+    let host = file_key(d, "host_ed25519");
+    std::fs::write(d.join("authorized_keys"), &me).expect("authorized_keys");
+    std::fs::write(d.join("file"), b"signed on the remote host\n").expect("file");
+    let sshd = Sshd::start(
+        d,
+        &format!(
+            "HostKey {}\nAuthorizedKeysFile {}\nAllowAgentForwarding yes\n",
+            host.display(),
+            d.join("authorized_keys").display()
+        ),
+    );
+    let host_pub = std::fs::read_to_string(host.with_extension("pub")).expect("host pub");
+    let known = format!("[127.0.0.1]:{} {}\n", sshd.port, key_fields(&host_pub));
+    let identity = format!("IdentityFile={}", d.join("me.pub").display());
+    let options = ["StrictHostKeyChecking=yes", "IdentitiesOnly=yes", identity.as_str()];
+    let remote = format!("cd {} && ssh-keygen -Y sign -f me.pub -n file file && echo signed-remotely", d.display());
+    for (allow, expect_signed) in [(false, false), (true, true)] {
+        let _ = std::fs::remove_file(d.join("file.sig"));
+        let agent_dir = temp_dir();
+        let args: &[&str] = if allow { &["--allow-forwarding"] } else { &[] };
+        let agent = Agent::start(&daemon, agent_dir.path(), args, None);
+        let out = sshd.ssh_run(&agent, d, &known, &options, &["-A"], &remote);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let context = format!(
+            "allow {allow}: {}\n{stdout}\n{}\nagent: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr),
+            agent.log()
+        );
+        // The login itself (a local, bound-for-authentication connection) always works.
+        assert!(sshd.log().contains("Accepted publickey"), "{context}");
+        assert_eq!(stdout.contains("signed-remotely"), expect_signed, "{context}");
+        assert_eq!(d.join("file.sig").exists(), expect_signed, "{context}");
+        if !expect_signed {
+            assert!(agent.log().contains("forwarded connection"), "{context}");
+        }
+    }
 }
 
 /// Standard base64 (OpenSSH public key lines).

@@ -13,6 +13,7 @@ use std::time::Duration;
 use clap::Parser;
 use serde::Deserialize;
 
+use crate::tpm::ResourceManager;
 use crate::vault::LockoutConfig;
 
 /// Default config file.
@@ -59,8 +60,13 @@ pub struct Args {
     #[arg(long, env = "TPM_VAULT_LISTEN_CLIENT_CA")]
     pub listen_client_ca: Option<PathBuf>,
     /// Most TPM transient objects kept loaded, the SRK included (firmware TPMs may have 3).
+    /// Without a resource manager only: behind /dev/tpmrm0 the daemon keeps one key loaded.
     #[arg(long)]
     pub max_loaded_objects: Option<usize>,
+    /// The resource manager in front of the TPM: `auto` (from the TCTI: device:/dev/tpmrm* is
+    /// the kernel's, tabrmd: tpm2-abrmd), `kernel`, `tabrmd` or `none`.
+    #[arg(long, env = "TPM_VAULT_RESOURCE_MANAGER")]
+    pub resource_manager: Option<ResourceManagerSetting>,
     /// Deadline of one TPM operation, queueing included, in milliseconds.
     #[arg(long)]
     pub tpm_timeout_ms: Option<u64>,
@@ -124,6 +130,32 @@ pub struct Args {
     pub user: Option<String>,
 }
 
+/// The `resource_manager` setting: what stands between the daemon and the TPM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum ResourceManagerSetting {
+    /// From the TCTI string: device:/dev/tpmrm* is the kernel's, tabrmd: is tpm2-abrmd.
+    Auto,
+    /// The kernel's (`/dev/tpmrm0`, or a device model of it behind another TCTI).
+    Kernel,
+    /// tpm2-abrmd.
+    Tabrmd,
+    /// None: the daemon is the TPM's only user.
+    None,
+}
+
+impl ResourceManagerSetting {
+    /// The resource manager this setting means for `tcti`.
+    pub fn resolve(self, tcti: &str) -> ResourceManager {
+        match self {
+            Self::Auto => ResourceManager::detect(tcti),
+            Self::Kernel => ResourceManager::Kernel,
+            Self::Tabrmd => ResourceManager::UserSpace,
+            Self::None => ResourceManager::None,
+        }
+    }
+}
+
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -156,6 +188,8 @@ pub struct FileConfig {
     pub listen_client_ca: Option<PathBuf>,
     /// See [`Args::max_loaded_objects`].
     pub max_loaded_objects: Option<usize>,
+    /// See [`Args::resource_manager`].
+    pub resource_manager: Option<ResourceManagerSetting>,
     /// See [`Args::tpm_timeout_ms`].
     pub tpm_timeout_ms: Option<u64>,
     /// See [`Args::shutdown_grace_ms`].
@@ -210,6 +244,8 @@ pub struct Config {
     pub listen: Option<TlsListen>,
     /// Transient object budget.
     pub max_loaded_objects: usize,
+    /// The resource manager setting (resolved against the final TCTI when the TPM is opened).
+    pub resource_manager: ResourceManagerSetting,
     /// TPM operation deadline.
     pub tpm_timeout: Duration,
     /// Shutdown drain bound.
@@ -371,6 +407,7 @@ impl Config {
             policies: args.policies.clone().or(file.policies).unwrap_or_else(|| "/etc/tpm-vault/policies".into()),
             listen,
             max_loaded_objects,
+            resource_manager: args.resource_manager.or(file.resource_manager).unwrap_or(ResourceManagerSetting::Auto),
             tpm_timeout: Duration::from_millis(tpm_timeout_ms),
             shutdown_grace: Duration::from_millis(args.shutdown_grace_ms.or(file.shutdown_grace_ms).unwrap_or(10_000)),
             worker_threads,
@@ -596,6 +633,16 @@ mod tests {
         assert_eq!(c.max_loaded_objects, 4);
         assert_eq!(c.tcti, "swtpm:host=127.0.0.1,port=1");
         assert!(!c.simulator);
+        // The resource manager: detected from the TCTI unless set.
+        assert_eq!(c.resource_manager.resolve(&c.tcti), ResourceManager::None);
+        assert_eq!(ResourceManagerSetting::Auto.resolve("device:/dev/tpmrm0"), ResourceManager::Kernel);
+        assert_eq!(ResourceManagerSetting::Auto.resolve("device:/dev/tpm0"), ResourceManager::None);
+        assert_eq!(ResourceManagerSetting::Auto.resolve("tabrmd:bus_type=session"), ResourceManager::UserSpace);
+        std::fs::write(&path, "tcti = \"swtpm:host=127.0.0.1,port=1\"\nresource_manager = \"kernel\"\n").ok();
+        let c = Config::load(&args(&["--config", &p])).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.resource_manager.resolve(&c.tcti), ResourceManager::Kernel);
+        let c = Config::load(&args(&["--config", &p, "--resource-manager", "none"])).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.resource_manager.resolve(&c.tcti), ResourceManager::None);
         std::fs::write(&path, "tcti = \"x\"\nbogus = 1\n").ok();
         let err = Config::load(&args(&["--config", &p])).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains("bogus") && err.contains("line 2"), "{err}");

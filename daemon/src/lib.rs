@@ -85,7 +85,7 @@ pub mod daemon {
     pub use crate::auth::{Access, Decision, GroupsSource, Identity, Operation, Policy, UnixIdentity};
     pub use crate::config::{
         check_audit_log, check_policies, check_state_dir, default_worker_threads, Args, Config, FileConfig, LogFormat,
-        PolicyCheck, ServeLimits,
+        PolicyCheck, ResourceManagerSetting, ServeLimits,
     };
     pub use crate::fdlimit::{
         fit as fit_connections, planned as planned_nofile, raise as raise_nofile, Fitted, NoFile, FD_RESERVE,
@@ -100,7 +100,7 @@ pub mod daemon {
     pub use crate::store::OwnerCheck;
     pub use crate::telemetry::MetricsSource;
     pub use crate::tls::{client_identity, provider, TlsListener};
-    pub use crate::tpm::{DaState, PolicyAuth};
+    pub use crate::tpm::{DaState, PolicyAuth, ResourceManager};
     pub use crate::vault::seal::SignedPolicy;
     pub use crate::vault::{Client, LockoutConfig, Password};
 }
@@ -178,6 +178,16 @@ pub mod fuzzing {
     /// What the RPC would answer INVALID_ARGUMENT with.
     pub fn credential_inputs(blob: &[u8], secret: &[u8]) -> Result<(Vec<u8>, Vec<u8>), Error> {
         crate::vault::attest::credential_inputs(blob, secret)
+    }
+
+    /// The strict parser of what an `ssh`-usage key may sign (`crypto::ssh`): SSH
+    /// user-authentication requests and SSHSIG blobs, the check of a parsed request against a
+    /// key, and a key's OpenSSH public key blob.
+    pub mod ssh {
+        pub use crate::crypto::ssh::{
+            parse, parse_sshsig, parse_userauth, public_key_blob, signing_plan, SshDataError, SshSigned, Sshsig,
+            UserAuth,
+        };
     }
 
     /// The metrics endpoint's reading of the bytes received so far on a connection: `None`

@@ -403,6 +403,111 @@ impl Scheme {
     }
 }
 
+/// What a key may be used for (a key's usages are fixed at creation and only ever narrowed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Usage {
+    /// Raw signatures over any message or digest: TLS, PKCS#11, CSRs, certificates.
+    #[serde(rename = "sign")]
+    Sign,
+    /// SSH signatures only: over what parses as an SSH user-authentication request or an
+    /// SSHSIG blob ([`crate::crypto::ssh`]).
+    #[serde(rename = "ssh")]
+    Ssh,
+    /// PCR-policy approvals only (SignPolicy).
+    #[serde(rename = "policy")]
+    Policy,
+}
+
+impl Usage {
+    /// Every usage, in documentation order.
+    pub const ALL: [Usage; 3] = [Self::Sign, Self::Ssh, Self::Policy];
+
+    /// The CLI / record name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Sign => "sign",
+            Self::Ssh => "ssh",
+            Self::Policy => "policy",
+        }
+    }
+
+    fn bit(self) -> u8 {
+        match self {
+            Self::Sign => 1,
+            Self::Ssh => 2,
+            Self::Policy => 4,
+        }
+    }
+}
+
+impl fmt::Display for Usage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A non-empty set of [`Usage`]s. In a key record: a list of names (`["sign"]`); a record
+/// without the field predates usages and has all of them ([`Usages::LEGACY`]), which is what
+/// such a key could do.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "Vec<Usage>", into = "Vec<Usage>")]
+pub struct Usages(u8);
+
+impl Usages {
+    /// What a key created without `--usage` may do: raw signatures.
+    pub const DEFAULT: Usages = Usages(1);
+    /// What a key from before usages may do: everything it could then.
+    pub const LEGACY: Usages = Usages(7);
+
+    /// The set of `usages`; `None` when it is empty.
+    pub fn new(usages: impl IntoIterator<Item = Usage>) -> Option<Usages> {
+        let bits = usages.into_iter().fold(0, |acc, u| acc | u.bit());
+        (bits != 0).then_some(Usages(bits))
+    }
+
+    /// Whether `usage` is in the set.
+    pub fn contains(self, usage: Usage) -> bool {
+        self.0 & usage.bit() != 0
+    }
+
+    /// Whether every usage of `self` is in `other`.
+    pub fn is_subset_of(self, other: Usages) -> bool {
+        self.0 & !other.0 == 0
+    }
+
+    /// The usages in documentation order.
+    pub fn iter(self) -> impl Iterator<Item = Usage> {
+        Usage::ALL.into_iter().filter(move |u| self.contains(*u))
+    }
+}
+
+impl fmt::Debug for Usages {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl fmt::Display for Usages {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.iter().map(Usage::as_str).collect();
+        f.write_str(&names.join(","))
+    }
+}
+
+impl TryFrom<Vec<Usage>> for Usages {
+    type Error = String;
+
+    fn try_from(v: Vec<Usage>) -> Result<Usages, String> {
+        Usages::new(v).ok_or_else(|| "a key needs at least one usage".to_owned())
+    }
+}
+
+impl From<Usages> for Vec<Usage> {
+    fn from(u: Usages) -> Vec<Usage> {
+        u.iter().collect()
+    }
+}
+
 /// What a signature covers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SignInput {

@@ -230,6 +230,7 @@ pub async fn run(
         state_dir: config.state_dir.clone(),
         tcti: config.tcti.clone(),
         max_loaded_objects: config.max_loaded_objects,
+        resource_manager: Some(config.resource_manager.resolve(&config.tcti)),
         queue: QueueConfig { timeout: config.tpm_timeout, ..QueueConfig::default() },
         simulator: config.simulator,
         datakey_idle: config.datakey_idle,

@@ -25,7 +25,7 @@ use tpm_vault_proto::v1 as pb;
 const NOBODY: u32 = 65534;
 
 fn create(name: &str) -> pb::CreateKeyRequest {
-    pb::CreateKeyRequest { name: name.into(), algorithm: 0, pcr_binding: None, auth: vec![] }
+    pb::CreateKeyRequest { name: name.into(), algorithm: 0, pcr_binding: None, auth: vec![], usages: vec![] }
 }
 
 fn sign(name: &str) -> pb::SignRequest {
@@ -35,6 +35,7 @@ fn sign(name: &str) -> pb::SignRequest {
         hash: 0,
         scheme: 0,
         auth: vec![],
+        purpose: 0,
     }
 }
 

@@ -42,6 +42,7 @@ async fn sign_once(env: &DaemonEnv) {
         hash: 0,
         scheme: 0,
         auth: vec![],
+        purpose: 0,
     })
     .await
     .expect("sign");
@@ -54,9 +55,15 @@ async fn streams_per_connection_are_bounded_and_others_keep_signing() {
     let limits = ServeLimits { max_streams_per_connection: 100, ..ServeLimits::default() };
     let env = daemon(limits).await;
     let mut keys = env.keys().await;
-    keys.create_key(pb::CreateKeyRequest { name: "k".into(), algorithm: 0, pcr_binding: None, auth: vec![] })
-        .await
-        .expect("create");
+    keys.create_key(pb::CreateKeyRequest {
+        name: "k".into(),
+        algorithm: 0,
+        pcr_binding: None,
+        auth: vec![],
+        usages: vec![],
+    })
+    .await
+    .expect("create");
     let client = h2_client(&env).await;
     // The server's SETTINGS arrive with the handshake; give them a moment to be applied.
     tokio::time::sleep(Duration::from_millis(100)).await;

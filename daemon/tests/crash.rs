@@ -60,6 +60,7 @@ async fn sigkill_at_random_points_loses_nothing_acknowledged() {
                 hash: 0,
                 scheme: 0,
                 auth: vec![],
+                purpose: 0,
             };
             keys.sign(r).await.unwrap_or_else(|e| panic!("iteration {iteration}: listed key {k} does not sign: {e}"));
         }
@@ -84,6 +85,7 @@ async fn sigkill_at_random_points_loses_nothing_acknowledged() {
                         algorithm: 0,
                         pcr_binding: None,
                         auth: vec![],
+                        usages: vec![],
                     })
                     .await;
                 (name, r.is_ok())

@@ -47,7 +47,7 @@ impl Drop for Tmpfs {
 }
 
 fn create(name: &str) -> pb::CreateKeyRequest {
-    pb::CreateKeyRequest { name: name.into(), algorithm: 0, pcr_binding: None, auth: vec![] }
+    pb::CreateKeyRequest { name: name.into(), algorithm: 0, pcr_binding: None, auth: vec![], usages: vec![] }
 }
 
 fn sign(name: &str) -> pb::SignRequest {
@@ -57,6 +57,7 @@ fn sign(name: &str) -> pb::SignRequest {
         hash: 0,
         scheme: 0,
         auth: vec![],
+        purpose: 0,
     }
 }
 

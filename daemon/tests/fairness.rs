@@ -23,9 +23,15 @@ async fn a_greedy_client_cannot_starve_another() {
     let env = support::daemon_where_nobody_signs("fair-*").await;
     let mut keys = env.keys().await;
     for n in ["fair-flood", "fair-victim"] {
-        keys.create_key(pb::CreateKeyRequest { name: n.into(), algorithm: 0, pcr_binding: None, auth: vec![] })
-            .await
-            .expect("create");
+        keys.create_key(pb::CreateKeyRequest {
+            name: n.into(),
+            algorithm: 0,
+            pcr_binding: None,
+            auth: vec![],
+            usages: vec![],
+        })
+        .await
+        .expect("create");
     }
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut flooders = Vec::new();

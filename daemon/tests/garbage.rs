@@ -513,12 +513,21 @@ const PROTECTED: &[&str] =
 impl Fixtures {
     async fn make(c: &Clients) -> Self {
         let mut keys = c.keys.clone();
-        let create = |name: &str, alg: pb::KeyAlgorithm, pcr: Option<pb::PcrBinding>, auth: &[u8]| {
-            pb::CreateKeyRequest { name: name.into(), algorithm: alg as i32, pcr_binding: pcr, auth: auth.to_vec() }
-        };
+        let create =
+            |name: &str, alg: pb::KeyAlgorithm, pcr: Option<pb::PcrBinding>, auth: &[u8]| pb::CreateKeyRequest {
+                name: name.into(),
+                algorithm: alg as i32,
+                pcr_binding: pcr,
+                auth: auth.to_vec(),
+                usages: vec![],
+            };
         let pcr16 = pb::PcrBinding { bank: "sha256".into(), pcrs: vec![16], values: vec![] };
         for req in [
-            create("g-ecc", pb::KeyAlgorithm::EccP256, None, b""),
+            // Signs raw and approves PCR policies (SignPolicy needs the `policy` usage).
+            pb::CreateKeyRequest {
+                usages: vec![pb::KeyUsage::Sign as i32, pb::KeyUsage::Policy as i32],
+                ..create("g-ecc", pb::KeyAlgorithm::EccP256, None, b"")
+            },
             create("g-p384", pb::KeyAlgorithm::EccP384, None, b""),
             create("g-rsa", pb::KeyAlgorithm::Rsa2048, None, b""),
             create("g-pcr", pb::KeyAlgorithm::EccP256, Some(pcr16), b""),
@@ -821,7 +830,7 @@ impl Gen {
         // RSA keys take seconds to generate on swtpm: only garbage names with those numbers.
         let name = if (3..=4).contains(&algorithm) { format!("Invalid {}", self.string()) } else { self.new_name() };
         let auth = if self.rng.gen_bool(0.3) { self.bytes(40) } else { vec![] };
-        pb::CreateKeyRequest { name, algorithm, pcr_binding: self.pcr_binding(), auth }
+        pb::CreateKeyRequest { name, algorithm, pcr_binding: self.pcr_binding(), auth, usages: vec![] }
     }
 
     fn input_bytes(&mut self) -> Vec<u8> {
@@ -851,6 +860,7 @@ impl Gen {
             hash: self.enum_int(2),
             scheme: self.enum_int(5),
             auth: self.auth(),
+            purpose: self.enum_int(1),
         }
     }
 

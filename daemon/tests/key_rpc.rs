@@ -8,7 +8,7 @@ use tonic::Code;
 use tpm_vault_proto::v1 as pb;
 
 fn sign_req(name: &str, input: pb::sign_request::Input) -> pb::SignRequest {
-    pb::SignRequest { name: name.into(), input: Some(input), hash: 0, scheme: 0, auth: vec![] }
+    pb::SignRequest { name: name.into(), input: Some(input), hash: 0, scheme: 0, auth: vec![], purpose: 0 }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -16,7 +16,13 @@ async fn create_sign_verify_public_list_delete() {
     let env = DaemonEnv::start().await;
     let mut c = env.keys().await;
     let key = c
-        .create_key(pb::CreateKeyRequest { name: "web".into(), algorithm: 0, pcr_binding: None, auth: vec![] })
+        .create_key(pb::CreateKeyRequest {
+            name: "web".into(),
+            algorithm: 0,
+            pcr_binding: None,
+            auth: vec![],
+            usages: vec![],
+        })
         .await
         .expect("create")
         .into_inner();
@@ -63,6 +69,7 @@ async fn error_codes_are_exact() {
         algorithm: alg,
         pcr_binding: None,
         auth: vec![],
+        usages: vec![],
     };
     c.create_key(create("k", 0)).await.expect("create");
     // ALREADY_EXISTS
@@ -80,7 +87,7 @@ async fn error_codes_are_exact() {
     let mut r = sign_req("k", pb::sign_request::Input::Message(vec![1]));
     r.scheme = pb::SignatureScheme::RsaPss as i32;
     assert_eq!(c.sign(r).await.expect_err("scheme").code(), Code::InvalidArgument);
-    let r = pb::SignRequest { name: "k".into(), input: None, hash: 0, scheme: 0, auth: vec![] };
+    let r = pb::SignRequest { name: "k".into(), input: None, hash: 0, scheme: 0, auth: vec![], purpose: 0 };
     assert_eq!(c.sign(r).await.expect_err("no input").code(), Code::InvalidArgument);
     // NOT_FOUND on every key RPC.
     assert_eq!(c.get_key(pb::GetKeyRequest { name: "nope".into() }).await.expect_err("nf").code(), Code::NotFound);
@@ -123,9 +130,15 @@ async fn error_codes_are_exact() {
 async fn tpm_gone_is_unavailable_quickly_and_recovers() {
     let mut env = DaemonEnv::start().await;
     let mut c = env.keys().await;
-    c.create_key(pb::CreateKeyRequest { name: "k".into(), algorithm: 0, pcr_binding: None, auth: vec![] })
-        .await
-        .expect("create");
+    c.create_key(pb::CreateKeyRequest {
+        name: "k".into(),
+        algorithm: 0,
+        pcr_binding: None,
+        auth: vec![],
+        usages: vec![],
+    })
+    .await
+    .expect("create");
     env.tpm.swtpm.kill();
     let start = std::time::Instant::now();
     let e = c.sign(sign_req("k", pb::sign_request::Input::Message(vec![1]))).await.expect_err("down");

@@ -54,6 +54,7 @@ async fn drain_on(signal: Signal, grace_ms: Option<u64>) {
         algorithm: pb::KeyAlgorithm::Rsa2048 as i32,
         pcr_binding: None,
         auth: vec![],
+        usages: vec![],
     })
     .await
     .expect("create key");
@@ -74,6 +75,7 @@ async fn drain_on(signal: Signal, grace_ms: Option<u64>) {
                     hash: pb::HashAlgorithm::Sha256 as i32,
                     scheme: pb::SignatureScheme::RsaPkcs1 as i32,
                     auth: vec![],
+                    purpose: 0,
                 })
                 .await;
             done.fetch_add(1, Ordering::SeqCst);
@@ -220,15 +222,22 @@ async fn metrics_endpoint_serves_prometheus_text() {
         .unwrap_or_else(|| panic!("no metrics address in:\n{stderr}"))
         .to_owned();
     let mut keys = env.keys().await;
-    keys.create_key(pb::CreateKeyRequest { name: "m".into(), algorithm: 0, pcr_binding: None, auth: vec![] })
-        .await
-        .expect("create");
+    keys.create_key(pb::CreateKeyRequest {
+        name: "m".into(),
+        algorithm: 0,
+        pcr_binding: None,
+        auth: vec![],
+        usages: vec![],
+    })
+    .await
+    .expect("create");
     keys.sign(pb::SignRequest {
         name: "m".into(),
         input: Some(pb::sign_request::Input::Message(b"hi".to_vec())),
         hash: 0,
         scheme: 0,
         auth: vec![],
+        purpose: 0,
     })
     .await
     .expect("sign");
@@ -368,7 +377,13 @@ async fn sighup_reopens_the_audit_log_and_warns_when_no_rule_is_left() {
     let mut child = KillOnDrop(env.command().arg("--audit-log").arg(&audit).spawn().expect("spawn tpm-vaultd"));
     assert!(env.wait_note("READY=1", Duration::from_secs(60)), "no READY=1; stderr:\n{}", env.stderr());
     let mut keys = env.keys().await;
-    let create = |name: &str| pb::CreateKeyRequest { name: name.into(), algorithm: 0, pcr_binding: None, auth: vec![] };
+    let create = |name: &str| pb::CreateKeyRequest {
+        name: name.into(),
+        algorithm: 0,
+        pcr_binding: None,
+        auth: vec![],
+        usages: vec![],
+    };
     keys.create_key(create("before")).await.expect("create before the rotation");
     let audit_keys = |path: &std::path::Path| -> Vec<String> {
         std::fs::read_to_string(path)
@@ -509,7 +524,13 @@ async fn no_default_policy_directory_means_the_built_in_policy() {
     assert!(env.wait_note("READY=1", Duration::from_secs(60)), "no READY=1; stderr:\n{}", env.stderr());
     assert!(env.stderr().contains("the built-in default policy is in force"), "{}", env.stderr());
     let mut keys = env.keys().await;
-    keys.create_key(pb::CreateKeyRequest { name: "k".into(), algorithm: 0, pcr_binding: None, auth: vec![] })
-        .await
-        .expect("root may create under the built-in policy");
+    keys.create_key(pb::CreateKeyRequest {
+        name: "k".into(),
+        algorithm: 0,
+        pcr_binding: None,
+        auth: vec![],
+        usages: vec![],
+    })
+    .await
+    .expect("root may create under the built-in policy");
 }

@@ -34,7 +34,7 @@ async fn owner_only_daemon() -> DaemonEnv {
 }
 
 fn create(name: &str) -> pb::CreateKeyRequest {
-    pb::CreateKeyRequest { name: name.into(), algorithm: 0, pcr_binding: None, auth: vec![] }
+    pb::CreateKeyRequest { name: name.into(), algorithm: 0, pcr_binding: None, auth: vec![], usages: vec![] }
 }
 
 fn key_file(env: &DaemonEnv, name: &str) -> std::path::PathBuf {

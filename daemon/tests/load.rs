@@ -49,9 +49,15 @@ async fn sixty_four_clients_mixed_load() {
     let mut publics = Vec::new();
     for i in 0..KEYS {
         let name = format!("load-{i}");
-        keys.create_key(pb::CreateKeyRequest { name: name.clone(), algorithm: 0, pcr_binding: None, auth: vec![] })
-            .await
-            .expect("create");
+        keys.create_key(pb::CreateKeyRequest {
+            name: name.clone(),
+            algorithm: 0,
+            pcr_binding: None,
+            auth: vec![],
+            usages: vec![],
+        })
+        .await
+        .expect("create");
         let der =
             keys.get_public_key(pb::GetPublicKeyRequest { name: name.clone() }).await.expect("public").into_inner().der;
         publics.push((name, p256::ecdsa::VerifyingKey::from_public_key_der(&der).expect("spki")));
@@ -87,6 +93,7 @@ async fn sixty_four_clients_mixed_load() {
                                 hash: 0,
                                 scheme: 0,
                                 auth: vec![],
+                                purpose: 0,
                             })
                             .await;
                         (
@@ -115,6 +122,7 @@ async fn sixty_four_clients_mixed_load() {
                                 algorithm: 0,
                                 pcr_binding: None,
                                 auth: vec![],
+                                usages: vec![],
                             })
                             .await;
                         let r = match r {

@@ -66,7 +66,7 @@ async fn da_state(vault: &Vault) -> DaState {
 }
 
 fn create(name: &str, auth: &[u8]) -> pb::CreateKeyRequest {
-    pb::CreateKeyRequest { name: name.into(), algorithm: 0, pcr_binding: None, auth: auth.to_vec() }
+    pb::CreateKeyRequest { name: name.into(), algorithm: 0, pcr_binding: None, auth: auth.to_vec(), usages: vec![] }
 }
 
 /// A daemon over its own swtpm allowing 10 wrong passwords, one forgiven every `recovery_secs`,
@@ -94,6 +94,7 @@ fn sign_rpc(name: &str, auth: &[u8]) -> pb::SignRequest {
         hash: 0,
         scheme: 0,
         auth: auth.to_vec(),
+        purpose: 0,
     }
 }
 

@@ -42,9 +42,15 @@ async fn metrics_an_sre_can_alert_on() {
     let mut keys = pb::key_service_client::KeyServiceClient::new(channel.clone());
     let mut status = StatusServiceClient::new(channel.clone());
     let mut seal = SealServiceClient::new(channel);
-    keys.create_key(pb::CreateKeyRequest { name: "m".into(), algorithm: 0, pcr_binding: None, auth: vec![] })
-        .await
-        .expect("create");
+    keys.create_key(pb::CreateKeyRequest {
+        name: "m".into(),
+        algorithm: 0,
+        pcr_binding: None,
+        auth: vec![],
+        usages: vec![],
+    })
+    .await
+    .expect("create");
     keys.sign(sign_request("m")).await.expect("sign");
     let missing = keys.get_key(pb::GetKeyRequest { name: "missing".into() }).await;
     assert_eq!(missing.map(|_| ()).map_err(|e| e.code()), Err(Code::NotFound));
@@ -254,6 +260,7 @@ fn sign_request(name: &str) -> pb::SignRequest {
         hash: 0,
         scheme: 0,
         auth: vec![],
+        purpose: 0,
     }
 }
 

@@ -79,7 +79,7 @@ use tpm_vault_proto::hybrid::{self, HybridSignature};
 use tpm_vault_proto::v1 as pb;
 
 fn create(name: &str, alg: pb::KeyAlgorithm) -> pb::CreateKeyRequest {
-    pb::CreateKeyRequest { name: name.into(), algorithm: alg as i32, pcr_binding: None, auth: vec![] }
+    pb::CreateKeyRequest { name: name.into(), algorithm: alg as i32, pcr_binding: None, auth: vec![], usages: vec![] }
 }
 
 fn sign_msg(name: &str, message: &[u8], scheme: pb::SignatureScheme) -> pb::SignRequest {
@@ -89,6 +89,7 @@ fn sign_msg(name: &str, message: &[u8], scheme: pb::SignatureScheme) -> pb::Sign
         hash: 0,
         scheme: scheme as i32,
         auth: vec![],
+        purpose: 0,
     }
 }
 

@@ -169,9 +169,15 @@ async fn planted_records_are_reported_and_refused_without_hanging() {
     let list = tokio::time::timeout(ANSWER, keys.list_keys(pb::ListKeysRequest::default())).await.expect("list hung");
     let names: Vec<String> = list.expect("list").into_inner().keys.into_iter().map(|k| k.name).collect();
     assert!(!names.iter().any(|n| n == "fifo" || n == "link"), "{names:?}");
-    keys.create_key(pb::CreateKeyRequest { name: "fine".into(), algorithm: 0, pcr_binding: None, auth: vec![] })
-        .await
-        .expect("create beside the planted files");
+    keys.create_key(pb::CreateKeyRequest {
+        name: "fine".into(),
+        algorithm: 0,
+        pcr_binding: None,
+        auth: vec![],
+        usages: vec![],
+    })
+    .await
+    .expect("create beside the planted files");
 }
 
 /// A FIFO in place of the recorded SRK name: the start fails in bounded time naming it,

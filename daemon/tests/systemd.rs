@@ -164,6 +164,8 @@ fn sysusers_and_tmpfiles_apply_to_a_scratch_root() {
         passwd.lines().find(|l| l.starts_with("tpm-vault:")).unwrap_or_else(|| panic!("no tpm-vault user:\n{passwd}"));
     assert!(user.ends_with(":/var/lib/tpm-vault:/usr/sbin/nologin"), "{user}");
     assert!(group.lines().any(|l| l.starts_with("tpm-vault:")), "{group}");
+    // The default policy's administrators (issue #31): a group of its own, created empty.
+    assert!(group.lines().any(|l| l.starts_with("tpm-vault-admin:") && l.ends_with(':')), "{group}");
     assert!(
         group.lines().any(|l| l.starts_with("tss:") && l.ends_with(":tpm-vault")),
         "tpm-vault must be a member of tss:\n{group}"
@@ -219,7 +221,13 @@ async fn socket_activation_serves_with_peer_credentials() {
     let mut keys = env.keys().await;
     let mine = tokio::time::timeout(
         Duration::from_secs(60),
-        keys.create_key(pb::CreateKeyRequest { name: "mine".into(), algorithm: 0, pcr_binding: None, auth: vec![] }),
+        keys.create_key(pb::CreateKeyRequest {
+            name: "mine".into(),
+            algorithm: 0,
+            pcr_binding: None,
+            auth: vec![],
+            usages: vec![],
+        }),
     )
     .await
     .expect("create in time")
@@ -284,7 +292,13 @@ fn peer_credentials_helper() {
             .expect("connect as another uid");
         let mut keys = pb::key_service_client::KeyServiceClient::new(channel);
         let key = keys
-            .create_key(pb::CreateKeyRequest { name: "theirs".into(), algorithm: 0, pcr_binding: None, auth: vec![] })
+            .create_key(pb::CreateKeyRequest {
+                name: "theirs".into(),
+                algorithm: 0,
+                pcr_binding: None,
+                auth: vec![],
+                usages: vec![],
+            })
             .await
             .expect("create as another uid")
             .into_inner();
@@ -303,9 +317,15 @@ async fn watchdog_keepalives_follow_the_tpm_actor() {
     assert!(env.wait_note("READY=1", Duration::from_secs(60)), "stderr:\n{}", env.stderr());
     assert!(env.wait_note("WATCHDOG=1", Duration::from_secs(3)), "no keep-alive while healthy: {:?}", env.notes);
     let mut keys = env.keys().await;
-    keys.create_key(pb::CreateKeyRequest { name: "wd".into(), algorithm: 0, pcr_binding: None, auth: vec![] })
-        .await
-        .expect("create");
+    keys.create_key(pb::CreateKeyRequest {
+        name: "wd".into(),
+        algorithm: 0,
+        pcr_binding: None,
+        auth: vec![],
+        usages: vec![],
+    })
+    .await
+    .expect("create");
 
     let swtpm_pid: i32 = std::fs::read_to_string(env.tpm.path().join("swtpm/swtpm.pid"))
         .expect("swtpm pid file")
@@ -324,6 +344,7 @@ async fn watchdog_keepalives_follow_the_tpm_actor() {
                 hash: 0,
                 scheme: 0,
                 auth: vec![],
+                purpose: 0,
             })
             .await
     });
@@ -440,9 +461,142 @@ fn deb_package_assets_exist_and_cover_the_units() {
     assert!(postinst.contains("#DEBHELPER#"), "postinst lost the #DEBHELPER# token");
     let changelog = std::fs::read_to_string(manifest_dir.join(text("changelog"))).expect("debian/changelog");
     let top = changelog.lines().next().unwrap_or_default();
+    let revision = text("revision");
+    let version = format!("{}-{revision}", env!("CARGO_PKG_VERSION"));
     assert!(
-        top.starts_with(&format!("tpm-vault ({}-1) ", env!("CARGO_PKG_VERSION"))),
-        "debian/changelog's newest entry {top:?} is not for version {}-1",
-        env!("CARGO_PKG_VERSION")
+        top.starts_with(&format!("tpm-vault ({version}) ")),
+        "debian/changelog's newest entry {top:?} is not for version {version}"
     );
+    // NEWS.Debian (shipped compressed) is debian/NEWS, and its newest entry is this version.
+    let news = std::fs::read_to_string(scripts.join("NEWS")).expect("debian/NEWS");
+    assert!(news.starts_with(&format!("tpm-vault ({version}) ")), "debian/NEWS's newest entry is not {version}");
+    let out = Command::new("gzip")
+        .arg("-dc")
+        .arg(scripts.join("NEWS.Debian.gz"))
+        .output()
+        .expect("gzip -dc debian/NEWS.Debian.gz");
+    assert!(
+        out.status.success() && out.stdout == news.as_bytes(),
+        "debian/NEWS.Debian.gz is not debian/NEWS: gzip -9n < debian/NEWS > debian/NEWS.Debian.gz"
+    );
+    assert!(packaged.iter().any(|(s, d)| s == "debian/NEWS.Debian.gz" && d.ends_with("/NEWS.Debian.gz")));
+    for script in ["preinst", "postrm"] {
+        let text = std::fs::read_to_string(scripts.join(script)).unwrap_or_else(|e| panic!("debian/{script}: {e}"));
+        assert!(text.contains("#DEBHELPER#"), "{script} lost the #DEBHELPER# token");
+    }
+}
+
+/// The kernel's event log file (securityfs, mode 0440 root on a real device).
+const SYSFS_EVENT_LOG: &str = "/sys/kernel/security/tpm0/binary_bios_measurements";
+
+/// GetEventLog works under the shipped unit although the service runs unprivileged and the
+/// kernel's log is readable by root only: the unit's privileged `ExecStartPre=` copies it into
+/// the runtime directory for the service's group, and its `Environment=` points the daemon at
+/// the copy. Played here with a root-only file standing in for the securityfs one, the unit's
+/// own command line (paths moved into a temp dir, `%g` the service's group), and the daemon run
+/// as uid/gid 65534. Before, the unit had neither line and the daemon read the root-only file
+/// itself: permission denied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn event_log_reaches_the_unprivileged_service_under_the_unit() {
+    use std::os::unix::fs::chown;
+    if !is_root() {
+        eprintln!("SKIPPED: needs root (a root-only file and a daemon run as another uid)");
+        return;
+    }
+    let unit = std::fs::read_to_string(units_dir().join("tpm-vaultd.service")).expect("unit");
+    let setting = |key: &str| -> String {
+        unit.lines()
+            .map(str::trim)
+            .find_map(|l| l.strip_prefix(key))
+            .unwrap_or_else(|| panic!("the unit has no {key}"))
+            .to_owned()
+    };
+    let pre = setting("ExecStartPre=");
+    let copy = pre.trim_start_matches(['-', '+']);
+    assert!(pre.len() - copy.len() == 2 && pre.contains('+'), "the copy runs privileged and may fail: {pre}");
+    let env_line = setting("Environment=TPM_VAULT_EVENT_LOG=");
+
+    let mut env = ProcEnv::new();
+    let root_dir = env.tpm.path().to_owned();
+    let run = root_dir.join("run/tpm-vault");
+    let standin = root_dir.join("securityfs/binary_bios_measurements");
+    std::fs::create_dir_all(&run).expect("runtime dir");
+    std::fs::create_dir_all(standin.parent().expect("parent")).expect("securityfs dir");
+    let log: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
+    std::fs::write(&standin, &log).expect("stand-in log");
+    // The stand-in log stays root's, mode 0440.
+    hand_to_service_user(&root_dir);
+    chown(&standin, Some(0), Some(0)).expect("chown stand-in");
+    std::fs::set_permissions(&standin, std::fs::Permissions::from_mode(0o440)).expect("chmod stand-in");
+    let read_as_service = |path: &Path| {
+        Command::new("cat").close_inherited_fds().arg(path).uid(OTHER_UID).gid(OTHER_UID).output().expect("cat")
+    };
+    assert!(!read_as_service(&standin).status.success(), "the stand-in must be unreadable for the service");
+
+    let moved = |s: &str| {
+        s.replace(SYSFS_EVENT_LOG, &standin.display().to_string())
+            .replace("/run/tpm-vault", &run.display().to_string())
+            .replace("%g", &OTHER_UID.to_string())
+    };
+    let out = Command::new("sh").close_inherited_fds().args(["-c", &moved(copy)]).output().expect("run the copy");
+    assert!(out.status.success(), "the unit's copy failed: {}", String::from_utf8_lossy(&out.stderr));
+    let served = moved(&env_line);
+    assert_eq!(read_as_service(Path::new(&served)).stdout, log, "the copy is not readable by the service");
+
+    let mut cmd = env.command();
+    cmd.env("TPM_VAULT_EVENT_LOG", &served).uid(OTHER_UID).gid(OTHER_UID);
+    let mut child = KillOnDrop(cmd.spawn().expect("spawn the daemon"));
+    assert!(env.wait_note("READY=1", Duration::from_secs(60)), "no READY=1; stderr:\n{}", env.stderr());
+    let mut attest = pb::attestation_service_client::AttestationServiceClient::new(env.channel().await);
+    let got = attest
+        .get_event_log(pb::GetEventLogRequest {})
+        .await
+        .unwrap_or_else(|e| panic!("GetEventLog: {e:?}; stderr:\n{}", env.stderr()))
+        .into_inner();
+    assert_eq!(got.log, log);
+    drop(attest);
+    send_signal(&child.0, Signal::SIGTERM);
+    assert_eq!(wait_exit(&mut child.0, Duration::from_secs(30)).code(), Some(0), "stderr:\n{}", env.stderr());
+}
+
+/// Gives `dir` (a [`ProcEnv`]'s temp dir) to uid/gid [`OTHER_UID`], as systemd gives the state
+/// and runtime directories to the service's user, so the daemon can run as that uid.
+fn hand_to_service_user(dir: &Path) {
+    let chown_tree = Command::new("chown").args(["-R", &format!("{OTHER_UID}:{OTHER_UID}")]).arg(dir).status();
+    assert!(chown_tree.expect("chown").success());
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).expect("chmod temp dir");
+}
+
+/// A daemon that may not open the TPM device says why and what fixes it: the device's mode and
+/// owner, its own uid and gid, and the `tss` group (the unit's SupplementaryGroups=tss, the
+/// udev rule). Played with a root-only file standing in for /dev/tpmrm0 and the daemon as uid
+/// 65534. Before, the message was tpm2-tss's bare "IO failure".
+#[test]
+fn a_tpm_device_the_service_may_not_open_is_explained() {
+    use std::os::unix::fs::chown;
+    if !is_root() {
+        eprintln!("SKIPPED: needs root (a root-only device stand-in and a daemon run as another uid)");
+        return;
+    }
+    let env = ProcEnv::new();
+    let root_dir = env.tpm.path().to_owned();
+    hand_to_service_user(&root_dir);
+    let device = root_dir.join("tpmrm0");
+    std::fs::write(&device, b"").expect("stand-in device");
+    chown(&device, Some(0), Some(0)).expect("chown");
+    std::fs::set_permissions(&device, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let tcti = format!("device:{}", device.display());
+    let args: Vec<String> =
+        env.args().into_iter().map(|a| if a == env.tpm.swtpm.tcti() { tcti.clone() } else { a }).collect();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tpm-vaultd"));
+    cmd.close_inherited_fds().args(&args);
+    env.child_env(&mut cmd);
+    cmd.uid(OTHER_UID).gid(OTHER_UID);
+    let mut child = KillOnDrop(cmd.spawn().expect("spawn the daemon"));
+    let status = wait_exit(&mut child.0, Duration::from_secs(60));
+    let stderr = env.stderr();
+    assert!(!status.success(), "the daemon started on a device it may not open: {stderr}");
+    for want in ["may not read and write it", "mode 600", "uid 0 gid 0", "uid 65534, gid 65534", "tss"] {
+        assert!(stderr.contains(want), "{want:?} missing in:\n{stderr}");
+    }
 }

@@ -22,6 +22,7 @@ fn sign_req(name: &str) -> pb::SignRequest {
         hash: 0,
         scheme: 0,
         auth: vec![],
+        purpose: 0,
     }
 }
 
@@ -85,9 +86,15 @@ async fn tpm_death_under_load_is_unavailable_fast_and_recovers() {
     let mut keys = env.keys().await;
     let mut status = pb::status_service_client::StatusServiceClient::new(env.channel().await);
     for i in 0..4 {
-        keys.create_key(pb::CreateKeyRequest { name: format!("k{i}"), algorithm: 0, pcr_binding: None, auth: vec![] })
-            .await
-            .expect("create");
+        keys.create_key(pb::CreateKeyRequest {
+            name: format!("k{i}"),
+            algorithm: 0,
+            pcr_binding: None,
+            auth: vec![],
+            usages: vec![],
+        })
+        .await
+        .expect("create");
     }
     // Load: 16 clients signing in a loop, recording (issued, finished, code).
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -158,9 +165,15 @@ async fn a_tpm_cleared_under_the_daemon_is_refused_loudly() {
     let mut env = DaemonEnv::start().await;
     let mut keys = env.keys().await;
     let mut status = pb::status_service_client::StatusServiceClient::new(env.channel().await);
-    keys.create_key(pb::CreateKeyRequest { name: "old".into(), algorithm: 0, pcr_binding: None, auth: vec![] })
-        .await
-        .expect("create");
+    keys.create_key(pb::CreateKeyRequest {
+        name: "old".into(),
+        algorithm: 0,
+        pcr_binding: None,
+        auth: vec![],
+        usages: vec![],
+    })
+    .await
+    .expect("create");
     let srk_before = std::fs::read_to_string(env.tpm.state_dir().join("srk.name")).expect("srk.name");
     // Clear: the TPM restarts with fresh seeds (new state).
     env.tpm.swtpm.kill();
@@ -181,7 +194,13 @@ async fn a_tpm_cleared_under_the_daemon_is_refused_loudly() {
     };
     assert!(err.message().contains("cleared or replaced"), "{}", err.message());
     let e = keys
-        .create_key(pb::CreateKeyRequest { name: "shadow".into(), algorithm: 0, pcr_binding: None, auth: vec![] })
+        .create_key(pb::CreateKeyRequest {
+            name: "shadow".into(),
+            algorithm: 0,
+            pcr_binding: None,
+            auth: vec![],
+            usages: vec![],
+        })
         .await
         .expect_err("no new keys on a foreign TPM");
     assert_eq!(e.code(), Code::FailedPrecondition);

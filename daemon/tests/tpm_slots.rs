@@ -68,9 +68,15 @@ async fn decrypt_flood(env: &DaemonEnv, what: &str) -> (u64, u64) {
     let _one_flood = FLOODING.lock().await;
     let channel = env.channel().await;
     let mut keys = pb::key_service_client::KeyServiceClient::new(channel.clone());
-    keys.create_key(pb::CreateKeyRequest { name: "victim".into(), algorithm: 0, pcr_binding: None, auth: vec![] })
-        .await
-        .expect("create victim");
+    keys.create_key(pb::CreateKeyRequest {
+        name: "victim".into(),
+        algorithm: 0,
+        pcr_binding: None,
+        auth: vec![],
+        usages: vec![],
+    })
+    .await
+    .expect("create victim");
     // A data key bound to PCR 9 as it is now; a stream header under it; then PCR 9 moves, so
     // every Decrypt of that stream must try (and fail) to unseal the key in the TPM.
     let mut crypto = pb::crypto_service_client::CryptoServiceClient::new(channel);
@@ -173,7 +179,13 @@ async fn concurrent_self_signed_certificates_finish_with_one_slot_and_one_record
     let env = DaemonEnv::start_with(tpm, Arc::new(access)).await;
     let keys = env.keys().await;
     keys.clone()
-        .create_key(pb::CreateKeyRequest { name: "device".into(), algorithm: 0, pcr_binding: None, auth: vec![] })
+        .create_key(pb::CreateKeyRequest {
+            name: "device".into(),
+            algorithm: 0,
+            pcr_binding: None,
+            auth: vec![],
+            usages: vec![],
+        })
         .await
         .expect("create");
     let started = Instant::now();

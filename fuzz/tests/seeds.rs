@@ -17,6 +17,10 @@
 //!   SHA-384 (and one with SHA-512 and SM3-256 too), StartupLocality, UEFI variable, image-load
 //!   and text events; and a SHA-1-only log. Each parses and replays (checked here).
 //!
+//! - `ssh_userauth`, `ssh_sshsig` (`ssh_seeds`, no TPM): SSH user-authentication requests for
+//!   the fuzz key (plain, host-bound, in a certificate), one for an RSA key, SSHSIG blobs, and
+//!   a TLS 1.3 CertificateVerify content that neither may accept.
+//!
 //! Run with `./scripts/fuzz --seeds` (needs swtpm). The files are small: keep the corpora well
 //! under 1 MiB in all.
 
@@ -529,4 +533,66 @@ fn parser_seeds() {
         write(&raw_kem, &format!("{alg}.bin"), &[&[mode][..], &ek].concat());
     }
     write(&spkis, "p256.der", authority_spki());
+}
+
+/// An SSH `string`.
+fn ssh_string(bytes: &[u8]) -> Vec<u8> {
+    [&(bytes.len() as u32).to_be_bytes()[..], bytes].concat()
+}
+
+/// What OpenSSH's client signs to log in (RFC 4252 section 7) with `key_blob`.
+fn userauth(session: &[u8], method: &str, algorithm: &str, key_blob: &[u8], host_key: Option<&[u8]>) -> Vec<u8> {
+    let mut d = ssh_string(session);
+    d.push(50);
+    d.extend(ssh_string(b"root"));
+    d.extend(ssh_string(b"ssh-connection"));
+    d.extend(ssh_string(method.as_bytes()));
+    d.push(1);
+    d.extend(ssh_string(algorithm.as_bytes()));
+    d.extend(ssh_string(key_blob));
+    if let Some(h) = host_key {
+        d.extend(ssh_string(h));
+    }
+    d
+}
+
+/// An SSHSIG signed-data blob as `ssh-keygen -Y sign` makes it.
+fn sshsig(namespace: &str, hash: &str, message_hash: &[u8]) -> Vec<u8> {
+    let mut d = b"SSHSIG".to_vec();
+    d.extend(ssh_string(namespace.as_bytes()));
+    d.extend(ssh_string(b""));
+    d.extend(ssh_string(hash.as_bytes()));
+    d.extend(ssh_string(message_hash));
+    d
+}
+
+#[test]
+#[ignore = "rewrites fuzz/corpus; run by ./scripts/fuzz --seeds"]
+fn ssh_seeds() {
+    use sha2::Digest as _;
+    use tpm_vault_daemon::fuzzing::ssh::public_key_blob;
+    // The content a TLS 1.3 server signs: what neither target may accept.
+    let tls13 = [&[0x20; 64][..], b"TLS 1.3, server CertificateVerify\0", &[0xab; 32]].concat();
+
+    let dir = corpus("ssh_userauth");
+    let key = public_key_blob(KeyAlg::EccP256, authority_spki()).unwrap_or_else(|| panic!("fuzz key blob"));
+    let host = [ssh_string(b"ssh-ed25519"), ssh_string(&[3; 32])].concat();
+    let mut cert = ssh_string(b"ecdsa-sha2-nistp256-cert-v01@openssh.com");
+    cert.extend(ssh_string(&[9; 32]));
+    cert.extend(&key[23..]);
+    cert.extend(ssh_string(b"serial, type, key id, principals, validity, options, signature key"));
+    let rsa = [ssh_string(b"ssh-rsa"), ssh_string(&[1, 0, 1]), ssh_string(&[0xc5; 257])].concat();
+    let hostbound = "publickey-hostbound-v00@openssh.com";
+    write(&dir, "publickey.bin", &userauth(&[0x11; 32], "publickey", "ecdsa-sha2-nistp256", &key, None));
+    write(&dir, "hostbound.bin", &userauth(&[0x22; 32], hostbound, "ecdsa-sha2-nistp256", &key, Some(&host)));
+    let cert_alg = "ecdsa-sha2-nistp256-cert-v01@openssh.com";
+    write(&dir, "certificate.bin", &userauth(&[0x33; 48], "publickey", cert_alg, &cert, None));
+    write(&dir, "rsa-sha2-512.bin", &userauth(&[0x44; 64], hostbound, "rsa-sha2-512", &rsa, Some(&host)));
+    write(&dir, "tls13-certificate-verify.bin", &tls13);
+
+    let dir = corpus("ssh_sshsig");
+    let message = b"a file signed with ssh-keygen -Y sign\n";
+    write(&dir, "file-sha512.bin", &sshsig("file", "sha512", &sha2::Sha512::digest(message)));
+    write(&dir, "git-sha256.bin", &sshsig("git", "sha256", &sha2::Sha256::digest(message)));
+    write(&dir, "tls13-certificate-verify.bin", &tls13);
 }

@@ -184,14 +184,18 @@ fn register_fork_hooks() {
         token::fork::prepare();
         crate::connection::fork::prepare();
     }
-    extern "C" fn release() {
-        crate::connection::fork::release();
-        token::fork::release();
+    extern "C" fn parent() {
+        crate::connection::fork::parent();
+        token::fork::parent();
+    }
+    extern "C" fn child() {
+        crate::connection::fork::child();
+        token::fork::child();
     }
     ONCE.call_once(|| {
         // SAFETY: the hooks are plain functions of this library; glibc unregisters them if the
         // library is unloaded.
-        let rc = unsafe { libc::pthread_atfork(Some(prepare), Some(release), Some(release)) };
+        let rc = unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
         if rc != 0 {
             crate::debug(format_args!("pthread_atfork failed ({rc})"));
         }

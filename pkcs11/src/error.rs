@@ -5,6 +5,8 @@
 //! |---|---|
 //! | socket cannot be opened, `UNAVAILABLE`, `DEADLINE_EXCEEDED`, `RESOURCE_EXHAUSTED` (TPM busy) | `CKR_DEVICE_ERROR` (the next call reconnects) |
 //! | `PERMISSION_DENIED` by the access policy | `CKR_FUNCTION_REJECTED` |
+//! | (module) signing while the real and effective uid differ (a setuid program) | `CKR_FUNCTION_FAILED` |
+//! | (module) `C_DestroyObject` without `allow_destroy` in pkcs11.toml | `CKR_ACTION_PROHIBITED` |
 //! | `UNAUTHENTICATED` (wrong key password; older daemons: `PERMISSION_DENIED` "wrong key password") | `CKR_PIN_INCORRECT` |
 //! | `PERMISSION_DENIED` "needs its password" | `CKR_USER_NOT_LOGGED_IN` |
 //! | `RESOURCE_EXHAUSTED` dictionary-attack lockout | `CKR_PIN_LOCKED` |

@@ -1,19 +1,22 @@
 //! The token's objects: for every vault key the caller may see, a private-key object, a
 //! public-key object and a certificate object per certificate of its stored chain.
 //!
-//! Object handles are derived from the key's name and the object's role, never from a
-//! counter, so they are the same in every process and after every refresh: nginx's master
-//! finds the key, forks, and its workers use the parent's handles. `CKA_ID` is the key's
+//! Object handles come from a per-process table of (key name, role) → handle, filled from a
+//! counter the first time an object is seen and never reused, so there are no collisions (a
+//! hash of the name kept only 24 bits where `CK_ULONG` is 32 bits) and a handle stays the same
+//! after every refresh and `C_Finalize`/`C_Initialize`; a forked child inherits the table, so
+//! nginx's master finds the key, forks, and its workers use the parent's handles. `CKA_ID` is the key's
 //! subject key identifier (SHA-1 of the public key's BIT STRING, RFC 5280 §4.2.1.2 method 1),
 //! shared by the key's three objects; `CKA_LABEL` is the key's name. The private part is
 //! sensitive and never extractable: it exists only inside the TPM (or, for ML-DSA, sealed by it).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use cryptoki_sys::*;
-use sha2::Digest as _;
+use parking_lot::Mutex;
 use spki::der::{Decode as _, Encode as _};
-use tpm_vault_client::{KeyAlgorithm, KeyInfo};
+use tpm_vault_client::{KeyAlgorithm, KeyInfo, KeyUsage};
 
 /// DER of the named-curve OID of P-256 (1.2.840.10045.3.1.7), as `CKA_EC_PARAMS` holds it.
 pub(crate) const P256_PARAMS: &[u8] = &[0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
@@ -53,6 +56,10 @@ pub(crate) struct Key {
     pub(crate) kind: KeyKind,
     /// Whether using it needs a password (`CKA_ALWAYS_AUTHENTICATE`).
     pub(crate) has_auth: bool,
+    /// Whether the key has the `sign` usage (raw signatures, what every PKCS#11 mechanism
+    /// makes): `CKA_SIGN` of the private-key object. An `ssh`- or `policy`-only key is listed
+    /// (its public key and certificates) but cannot sign here.
+    pub(crate) can_sign: bool,
     /// DER SubjectPublicKeyInfo.
     pub(crate) spki: Vec<u8>,
     /// The SubjectPublicKeyInfo's BIT STRING: the EC point, the RSAPublicKey, the ML-DSA key.
@@ -83,7 +90,8 @@ impl Key {
         };
         let id =
             aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA1_FOR_LEGACY_USE_ONLY, &public_bits).as_ref().to_vec();
-        Some(Key { name: info.name.clone(), kind, has_auth: info.has_auth, spki, public_bits, id })
+        let can_sign = info.allows(KeyUsage::Sign);
+        Some(Key { name: info.name.clone(), kind, has_auth: info.has_auth, can_sign, spki, public_bits, id })
     }
 
     /// `CKK_*`.
@@ -165,7 +173,7 @@ pub(crate) enum Attr {
 }
 
 /// What an object is to its key.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Role {
     /// The private key.
     Private,
@@ -204,18 +212,58 @@ impl Object {
     }
 }
 
-/// The handle of `key`'s object in `role`: 55 bits of SHA-256 of the name, then the role.
+/// Every handle given out in this process, by key name and role, and the next one.
+struct Handles {
+    /// (key name, role) → handle.
+    by_object: HashMap<(String, Role), CK_OBJECT_HANDLE>,
+    /// The next handle to give (1 first; 0 is `CK_INVALID_HANDLE`).
+    next: CK_OBJECT_HANDLE,
+}
+
+/// The handle table, inherited by forked children (see the `fork` hooks).
+static HANDLES: Mutex<Option<Handles>> = Mutex::new(None);
+
+/// The handle of `key`'s object in `role`: the one it had before in this process, or the next
+/// unused one. `CK_INVALID_HANDLE` (0) only once every `CK_ULONG` has been given out.
 pub(crate) fn handle(name: &str, role: Role) -> CK_OBJECT_HANDLE {
-    let digest = sha2::Sha256::digest(name.as_bytes());
-    let mut top = [0u8; 8];
-    top.copy_from_slice(&digest[..8]);
-    let hash = u64::from_be_bytes(top) & ((1 << 55) - 1);
-    let role = match role {
-        Role::Private => 1,
-        Role::Public => 2,
-        Role::Certificate(n) => 3 + u64::from(n),
-    };
-    ((hash << 8) | role) as CK_OBJECT_HANDLE
+    let mut table = HANDLES.lock();
+    let table = table.get_or_insert_with(|| Handles { by_object: HashMap::new(), next: 1 });
+    if let Some(&handle) = table.by_object.get(&(name.to_owned(), role)) {
+        return handle;
+    }
+    let handle = table.next;
+    let Some(next) = handle.checked_add(1) else { return CK_INVALID_HANDLE };
+    table.next = next;
+    table.by_object.insert((name.to_owned(), role), handle);
+    handle
+}
+
+/// `pthread_atfork` hooks for the handle table's lock.
+pub(crate) mod fork {
+    use super::HANDLES;
+
+    /// Before `fork`: take the lock.
+    pub(crate) fn prepare() {
+        std::mem::forget(HANDLES.lock());
+    }
+
+    /// After `fork`, in the parent: release it.
+    pub(crate) fn parent() {
+        // SAFETY: `prepare` took the lock on this thread and forgot the guard.
+        #[allow(unsafe_code)]
+        unsafe {
+            HANDLES.force_unlock();
+        }
+    }
+
+    /// After `fork`, in the child: start it afresh.
+    pub(crate) fn child() {
+        // SAFETY: in the child hook, on the lock `prepare` took.
+        #[allow(unsafe_code)]
+        unsafe {
+            crate::reset_in_child(&HANDLES);
+        }
+    }
 }
 
 /// The objects of `key` with its stored chain (leaf first).
@@ -318,7 +366,7 @@ fn private_attrs(key: &Key, subject: &[u8]) -> Vec<(CK_ATTRIBUTE_TYPE, Attr)> {
         (CKA_ALWAYS_SENSITIVE, flag(true)),
         (CKA_EXTRACTABLE, flag(false)),
         (CKA_NEVER_EXTRACTABLE, flag(true)),
-        (CKA_SIGN, flag(true)),
+        (CKA_SIGN, flag(key.can_sign)),
         (CKA_SIGN_RECOVER, flag(false)),
         (CKA_DECRYPT, flag(false)),
         (CKA_UNWRAP, flag(false)),
@@ -412,7 +460,20 @@ mod tests {
         assert_ne!(a, handle("web", Role::Public));
         assert_ne!(a, handle("web2", Role::Private));
         assert_ne!(handle("web", Role::Certificate(0)), handle("web", Role::Certificate(1)));
-        assert!(a != 0 && a < (1 << 63));
+        assert!(a != 0);
+    }
+
+    /// Issue #31: 24 bits of a hash collided after a few thousand keys; the table never does.
+    #[test]
+    fn many_keys_never_share_a_handle() {
+        let mut seen = std::collections::HashSet::new();
+        for i in 0..20_000 {
+            let name = format!("k{i}");
+            for role in [Role::Private, Role::Public, Role::Certificate(0)] {
+                assert!(seen.insert(handle(&name, role)), "{name} {role:?} collides");
+            }
+        }
+        assert!(seen.iter().all(|&h| h != CK_INVALID_HANDLE && h <= CK_ULONG::from(u32::MAX)));
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use cryptoki_sys::*;
 use parking_lot::Mutex;
-use tpm_vault_client::{Client, KeyAlgorithm, KeyAuth, KeyInfo, SignOptions};
+use tpm_vault_client::{Client, HashAlgorithm, KeyAlgorithm, KeyAuth, KeyInfo, SignOptions};
 use zeroize::Zeroizing;
 
 use crate::config::Config;
@@ -475,8 +475,8 @@ pub(crate) fn object_size(handle: CK_SESSION_HANDLE, object_handle: CK_OBJECT_HA
 ///
 /// # Errors
 /// `CKR_OPERATION_ACTIVE`, `CKR_KEY_HANDLE_INVALID`, `CKR_KEY_TYPE_INCONSISTENT`,
-/// `CKR_KEY_FUNCTION_NOT_PERMITTED` (signing with a public key, verifying with a certificate),
-/// mechanism errors.
+/// `CKR_KEY_FUNCTION_NOT_PERMITTED` (signing with a public key or a key without the `sign`
+/// usage, verifying with a certificate), mechanism errors.
 pub(crate) fn operation_init(
     handle: CK_SESSION_HANDLE,
     kind: CK_MECHANISM_TYPE,
@@ -485,6 +485,9 @@ pub(crate) fn operation_init(
     verify: bool,
 ) -> Result<()> {
     let session = session(handle)?;
+    if !verify {
+        refuse_setuid_signing()?;
+    }
     {
         let session = session.lock();
         let active = if verify { session.verify.is_some() } else { session.sign.is_some() };
@@ -499,6 +502,9 @@ pub(crate) fn operation_init(
         Role::Public => verify,
         Role::Certificate(_) => false,
     };
+    if object.role == Role::Private && !object.key.can_sign {
+        return Err(CKR_KEY_FUNCTION_NOT_PERMITTED);
+    }
     if !role_fits {
         return Err(if matches!(object.role, Role::Certificate(_)) {
             CKR_KEY_HANDLE_INVALID
@@ -555,11 +561,16 @@ pub(crate) fn sign(handle: CK_SESSION_HANDLE, data: Option<&[u8]>, capacity: Opt
         }
         session.sign.take().ok_or(CKR_OPERATION_NOT_INITIALIZED)?
     };
+    refuse_setuid_signing()?;
     if let Some(data) = data {
         op.input.update(data)?;
     }
     let key = Arc::clone(&op.key);
     let (input, hash, scheme) = op.mechanism.request(&key, op.input)?;
+    if hash == HashAlgorithm::Sha1 && op.mechanism == Sign::RsaPkcs(None) && !config()?.allow_sha1_digest_info {
+        crate::debug(format_args!("CKM_RSA_PKCS with a SHA-1 DigestInfo: refused (allow_sha1_digest_info)"));
+        return Err(CKR_DATA_INVALID);
+    }
     let mut options = SignOptions::new().with_hash(hash).with_scheme(scheme);
     if let Some(pin) = op.pin.take() {
         options = options.with_auth(KeyAuth::new(pin).map_err(|_| CKR_PIN_LEN_RANGE)?);
@@ -569,6 +580,20 @@ pub(crate) fn sign(handle: CK_SESSION_HANDLE, data: Option<&[u8]>, capacity: Opt
         async move { client.sign(&name, input, &options).await }
     })?;
     Ok(Output::Bytes(Zeroizing::new(op.mechanism.encode(&key, signature.bytes())?)))
+}
+
+/// Refuses to sign while the real and effective uid differ: a setuid program (a login stack
+/// under `su`, a PAM module) would sign with the root-authenticated connection for a caller
+/// who checked no PIN.
+///
+/// # Errors
+/// `CKR_FUNCTION_FAILED`.
+fn refuse_setuid_signing() -> Result<()> {
+    if crate::config::uids_differ() {
+        crate::debug(format_args!("real and effective uid differ: signing refused"));
+        return Err(CKR_FUNCTION_FAILED);
+    }
+    Ok(())
 }
 
 /// `C_Verify` (`data` given) / `C_VerifyFinal` (`None`), in-core. Ends the operation.
@@ -791,13 +816,18 @@ fn pem_certificate(der: &[u8]) -> Result<String> {
         .map_err(|_| CKR_ATTRIBUTE_VALUE_INVALID)
 }
 
-/// `C_DestroyObject`: a key object deletes the vault key (both its objects go); a
-/// certificate cannot be removed from its key.
+/// `C_DestroyObject`: with `allow_destroy = true` in pkcs11.toml, a key object deletes the
+/// vault key (both its objects go); a certificate cannot be removed from its key.
 ///
 /// # Errors
-/// `CKR_OBJECT_HANDLE_INVALID`, `CKR_ACTION_PROHIBITED` (a certificate), daemon errors.
+/// `CKR_ACTION_PROHIBITED` (not allowed by the config, or a certificate),
+/// `CKR_OBJECT_HANDLE_INVALID`, daemon errors.
 pub(crate) fn destroy_object(handle: CK_SESSION_HANDLE, object_handle: CK_OBJECT_HANDLE) -> Result<()> {
     session(handle)?;
+    if !config()?.allow_destroy {
+        crate::debug(format_args!("C_DestroyObject refused: allow_destroy is off in the module's config"));
+        return Err(CKR_ACTION_PROHIBITED);
+    }
     let object = object(object_handle)?;
     if matches!(object.role, Role::Certificate(_)) {
         return Err(CKR_ACTION_PROHIBITED);
@@ -811,23 +841,62 @@ pub(crate) fn destroy_object(handle: CK_SESSION_HANDLE, object_handle: CK_OBJECT
     Ok(())
 }
 
-/// `pthread_atfork` hooks for the state locks.
+/// `pthread_atfork` hooks for the state locks, every session's lock and the handle table's:
+/// a thread in the middle of `C_SignInit` or `C_FindObjects` on one session while another forks
+/// would otherwise leave that session locked forever in the child.
 pub(crate) mod fork {
-    use super::{CONFIG, STATE};
+    use std::sync::Arc;
 
-    /// Before `fork`: take the locks (state first, as every other path does).
+    use parking_lot::Mutex;
+
+    use super::{Session, CONFIG, STATE};
+
+    /// The sessions whose locks `prepare` took, for `release`.
+    static HELD: Mutex<Vec<Arc<Mutex<Session>>>> = Mutex::new(Vec::new());
+
+    /// Before `fork`: take the locks (state first, then the sessions, as every other path
+    /// does; no path holds a session's lock while it takes the state's).
     pub(crate) fn prepare() {
-        std::mem::forget(STATE.lock());
+        let state = STATE.lock();
+        let sessions: Vec<_> = state.as_ref().map(|s| s.sessions.values().cloned().collect()).unwrap_or_default();
+        for session in &sessions {
+            std::mem::forget(session.lock());
+        }
+        *HELD.lock() = sessions;
+        std::mem::forget(state);
         std::mem::forget(CONFIG.lock());
+        crate::objects::fork::prepare();
     }
 
-    /// After `fork`, in parent and child: release them.
-    pub(crate) fn release() {
-        // SAFETY: `prepare` took both locks on this thread and forgot the guards.
+    /// After `fork`, in the parent: release them.
+    pub(crate) fn parent() {
+        crate::objects::fork::parent();
+        let sessions = std::mem::take(&mut *HELD.lock());
+        // SAFETY: `prepare` took these locks on this thread and forgot the guards.
         #[allow(unsafe_code)]
         unsafe {
             CONFIG.force_unlock();
+            for session in &sessions {
+                session.force_unlock();
+            }
             STATE.force_unlock();
+        }
+    }
+
+    /// After `fork`, in the child: start them afresh (see [`crate::reset_in_child`]).
+    pub(crate) fn child() {
+        crate::objects::fork::child();
+        // SAFETY: in the child hook, on the locks `prepare` took on this thread (HELD is not
+        // locked: `prepare` released it before the fork).
+        #[allow(unsafe_code)]
+        unsafe {
+            crate::reset_in_child(&HELD);
+            let sessions = std::mem::take(&mut *HELD.lock());
+            crate::reset_in_child(&CONFIG);
+            for session in &sessions {
+                crate::reset_in_child(session);
+            }
+            crate::reset_in_child(&STATE);
         }
     }
 }

@@ -1,9 +1,12 @@
-//! nginx (master + 2 forked workers, as root) serving TLS 1.3 with the vault key through
-//! `ssl_engine pkcs11` (libp11's engine, configured by `OPENSSL_CONF`): 200 handshakes from 4
-//! concurrent curl clients all succeed, both workers serve, the served certificate carries the
-//! vault key, and after the daemon is killed and started again nginx keeps serving without a
-//! reload. A second nginx without `env` directives (empty worker environment) shows the module
-//! keeps the settings it read in the master before the fork.
+//! nginx (a root master + 2 forked workers running as `nobody`, as in production where they run
+//! as `www-data`) serving TLS 1.3 with the vault key through `ssl_engine pkcs11` (libp11's
+//! engine, configured by `OPENSSL_CONF`): 200 handshakes from 4 concurrent curl clients all
+//! succeed, both workers serve, the served certificate carries the vault key, and after the
+//! daemon is killed and started again nginx keeps serving without a reload. The policy gives
+//! nobody only `sign` and `public` on the key, and every signature in the audit log is nobody's
+//! (the workers do not sign on the master's root connection, issue #31). A second nginx without
+//! `env` directives (empty worker environment) shows the module keeps the settings it read in
+//! the master before the fork.
 
 mod support;
 
@@ -12,7 +15,35 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
-use support::{describe, run, run_input, spki_der_of, stdout, Daemon, Proc};
+use support::{describe, run, run_input, spki_der_of, stdout, Daemon, Proc, NOBODY};
+
+/// Root (the master, which loads the key) may do everything; the workers' user only `sign`
+/// and `public` on `key`.
+fn policy(key: &str) -> String {
+    format!(
+        "{}\n[[rule]]\nname = \"workers\"\nclients = [\"uid:{NOBODY}\"]\nkeys = [\"{key}\"]\noperations = [\"sign\", \"public\"]\n",
+        support::allow_all_policy()
+    )
+}
+
+/// Waits until the audit log has signatures of `key`, and checks that every one of them was
+/// made by the workers' user; returns how many.
+fn signs_by_workers(d: &Daemon, key: &str) -> usize {
+    let audit = d.audit_log.clone().expect("audit log");
+    let signs = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.contains("\"op\":\"sign\"") && l.contains(&format!("\"key\":\"{key}\"")))
+            .map(str::to_owned)
+            .collect()
+    };
+    support::wait_until("signatures in the audit log", || {
+        !signs(&std::fs::read_to_string(&audit).unwrap_or_default()).is_empty()
+    });
+    let all = signs(&std::fs::read_to_string(&audit).unwrap_or_default());
+    let others: Vec<_> = all.iter().filter(|l| !l.contains(&format!("\"uid\":{NOBODY},"))).collect();
+    assert!(others.is_empty(), "signatures not made by the workers' user {NOBODY}:\n{others:#?}");
+    all.len()
+}
 
 /// nginx.conf for `dir`: workers answer `$pid` on 127.0.0.1:`port` with `key`'s engine URI;
 /// with `pass_env`, `env` directives keep the module's variables in the workers.
@@ -27,7 +58,7 @@ fn nginx_conf(dir: &Path, port: u16, cert: &Path, key: &str, pass_env: bool) -> 
         r#"daemon off;
 master_process on;
 worker_processes 2;
-user root;
+user nobody nogroup;
 pid {d}/nginx.pid;
 error_log {d}/error.log info;
 {env}ssl_engine pkcs11;
@@ -184,8 +215,9 @@ impl Nginx {
 
 #[test]
 fn nginx_workers_serve_tls13_with_the_vault_key_across_a_daemon_restart() {
-    let mut d = Daemon::start();
+    let mut d = Daemon::start_with(&policy("web"), true);
     d.create_key("web", "ecc-p256");
+    d.open_to_nobody();
     let mut nginx = Nginx::start(&d, "web", true);
     assert_eq!(
         served_spki(&d, nginx.port),
@@ -196,19 +228,23 @@ fn nginx_workers_serve_tls13_with_the_vault_key_across_a_daemon_restart() {
     assert!(pids.len() >= 2, "only worker(s) {pids:?} answered 200 requests");
 
     d.restart();
+    d.open_to_nobody();
     let after = nginx.serve_all(2, 20, "after the daemon restart", &d);
     assert!(after.is_subset(&pids), "workers changed across the daemon restart: {pids:?} then {after:?}");
     nginx.assert_healthy();
+    assert!(signs_by_workers(&d, "web") >= 1);
 }
 
 /// Without `env` directives nginx's workers run with an empty environment: the module must
 /// keep the socket and label it read in the master, before the fork.
 #[test]
 fn nginx_workers_without_the_environment_keep_the_masters_settings() {
-    let d = Daemon::start();
+    let d = Daemon::start_with(&policy("noenv"), true);
     d.create_key("noenv", "ecc-p256");
+    d.open_to_nobody();
     let mut nginx = Nginx::start(&d, "noenv", false);
     let pids = nginx.serve_all(4, 200, "workers without environment", &d);
     assert!(pids.len() >= 2, "only worker(s) {pids:?} answered 200 requests");
     nginx.assert_healthy();
+    assert!(signs_by_workers(&d, "noenv") >= 1);
 }

@@ -98,13 +98,51 @@ fn lists_the_token_and_a_keys_three_objects() {
     assert_eq!(public.field("Usage"), Some("verify"), "public key usage:\n{text}");
 }
 
+/// A key without the `sign` usage (an `ssh` key here) is listed, but its private-key object
+/// has no `CKA_SIGN` and `C_SignInit` refuses it: every PKCS#11 mechanism is a raw signature.
+#[test]
+fn a_key_without_the_sign_usage_does_not_sign() {
+    let d = Daemon::start();
+    run_ok(d.cli().args(["key", "create", "me", "--usage", "ssh"]));
+    d.create_key("web", "ecc-p256");
+    let text = stdout(&run_ok(d.pkcs11_tool().arg("--list-objects")));
+    let objects = parse_objects(&text);
+    let private = with_label(&objects, "Private Key", "me");
+    assert_eq!(private.len(), 1, "listed:\n{text}");
+    assert_ne!(private[0].field("Usage"), Some("sign"), "CKA_SIGN on an ssh key:\n{text}");
+    assert_eq!(with_label(&objects, "Private Key", "web")[0].field("Usage"), Some("sign"), "{text}");
+    // pkcs11-tool picks the key to sign with by CKA_ID (`--label` alone takes the first one).
+    let data = data_file(&d);
+    let sign_with = |name: &str| {
+        let id = key_id_hex(&support::spki_der_of(&d.public_pem(name), "pub"));
+        let sig = d.path().join(format!("{name}.sig"));
+        let args = ["--sign", "--id", &id, "-m", "ECDSA-SHA256", "--input-file"];
+        run(d.pkcs11_tool().args(args).arg(&data).arg("--output-file").arg(&sig))
+    };
+    let out = sign_with("me");
+    assert!(!out.status.success(), "an ssh key signed through PKCS#11: {}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("CKR_KEY_FUNCTION_NOT_PERMITTED"), "{}", describe(&out));
+    let out = sign_with("web");
+    assert!(out.status.success(), "{}", describe(&out));
+}
+
 /// `pkcs11-tool --test` (digests, signatures, verification, random) exits 0 with an EC and an
-/// RSA key on the token.
+/// RSA key on the token once SHA-1 is allowed: its RSA test signs a SHA-1 DigestInfo with
+/// `CKM_RSA_PKCS`, which the module refuses (`CKR_DATA_INVALID`) unless pkcs11.toml says
+/// `allow_sha1_digest_info = true`.
 #[test]
 fn pkcs11_tool_self_test_passes() {
     let d = Daemon::start();
     d.create_key("t-ec", "ecc-p256");
     d.create_key("t-rsa", "rsa-2048");
+    let out = run(d.pkcs11_tool().arg("--test"));
+    let text = format!("{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        !out.status.success() && text.contains("CKR_DATA_INVALID"),
+        "SHA-1 DigestInfo signed by default: {}",
+        describe(&out)
+    );
+    std::fs::write(d.path().join("pkcs11.toml"), "allow_sha1_digest_info = true\n").expect("pkcs11.toml");
     let out = run(d.pkcs11_tool().arg("--test"));
     assert!(out.status.success(), "pkcs11-tool --test failed: {}", describe(&out));
 }
@@ -259,8 +297,9 @@ fn p11_kit_lists_the_module_from_a_user_module_file() {
 }
 
 /// `pkcs11-tool --keypairgen --key-type EC:prime256v1 --label gen1` creates vault key `gen1`
-/// (which then signs, verified against the vault's public key), and `--delete-object --type
-/// privkey --label gen1` deletes it.
+/// (which then signs, verified against the vault's public key); `--delete-object --type
+/// privkey --label gen1` is refused (`CKR_ACTION_PROHIBITED`, the key stays) until
+/// `allow_destroy = true` is in pkcs11.toml, and then deletes it.
 #[test]
 fn generates_and_deletes_a_key_pair() {
     let d = Daemon::start();
@@ -271,6 +310,10 @@ fn generates_and_deletes_a_key_pair() {
     let sig = sign(&d, "gen1", "ECDSA-SHA256", &["--signature-format", "openssl"], &data);
     openssl_verify("sha256", &public, &sig, &data, &[]);
 
+    let out = run(d.pkcs11_tool().args(["--delete-object", "--type", "privkey", "--label", "gen1"]));
+    assert!(!out.status.success(), "deleted without allow_destroy: {}", describe(&out));
+    assert!(d.key_names().contains(&"gen1".to_owned()), "gen1 deleted without allow_destroy");
+    std::fs::write(d.path().join("pkcs11.toml"), "allow_destroy = true\n").expect("pkcs11.toml");
     let out = run_ok(d.pkcs11_tool().args(["--delete-object", "--type", "privkey", "--label", "gen1"]));
     assert!(!d.key_names().contains(&"gen1".to_owned()), "gen1 still in key list after delete: {}", describe(&out));
     let listed = run_ok(d.pkcs11_tool().arg("--list-objects"));

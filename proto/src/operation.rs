@@ -8,7 +8,7 @@ use std::str::FromStr;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Operation {
     /// Create keys, sealed secrets' keys and data keys (CreateKey, CreateDataKey,
-    /// SetCertificate, CreateSelfSignedCertificate).
+    /// SetCertificate, CreateSelfSignedCertificate, SetKeyUsage).
     Create,
     /// Sign with a key, and approve PCR policies with it (Sign, CreateCsr, SignPolicy).
     Sign,

@@ -7,11 +7,11 @@ use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{json, Value};
 
 use crate::pcr::parse_selection;
-use crate::{Error, KeyAlgorithm, KeyInfo, Named, PcrBinding, PublicKey};
+use crate::{Error, KeyAlgorithm, KeyInfo, KeyUsage, Named, PcrBinding, PublicKey};
 
 use super::error::CliError;
 use super::files;
-use super::output::{key_json, key_text, pcr_selection, rfc3339, table, yes_no, Report};
+use super::output::{key_json, key_text, pcr_selection, rfc3339, table, usages_text, yes_no, Report};
 use super::password::AuthArgs;
 use super::{Context, OutputFormat};
 
@@ -25,6 +25,8 @@ pub(crate) enum KeyCommand {
     List(ListArgs),
     /// Show a key's metadata
     Show(ShowArgs),
+    /// Narrow what a key may be used for (usages are never widened)
+    SetUsage(SetUsageArgs),
     /// Print a key's public part (SubjectPublicKeyInfo, readable by openssl)
     Public(PublicArgs),
     /// Delete a key for good (the TPM keeps no copy)
@@ -37,6 +39,7 @@ impl KeyCommand {
             KeyCommand::Create(args) => args.run(ctx).await,
             KeyCommand::List(args) => args.run(ctx).await,
             KeyCommand::Show(args) => args.run(ctx).await,
+            KeyCommand::SetUsage(args) => args.run(ctx).await,
             KeyCommand::Public(args) => args.run(ctx).await,
             KeyCommand::Delete(args) => args.run(ctx).await,
         }
@@ -71,6 +74,14 @@ pub(crate) struct CreateArgs {
     /// Protect the key with a password (a key is either PCR-bound or password-protected)
     #[command(flatten)]
     pub(crate) auth: AuthArgs,
+    /// What the key may be used for; repeatable [default: sign]
+    ///
+    /// sign: raw signatures (TLS, PKCS#11, CSRs, certificates, `tpm-vault sign`). ssh: only SSH
+    /// user authentication and SSHSIG (`ssh-keygen -Y sign`), which the daemon parses; the
+    /// key `tpm-vault ssh-agent` serves (ECC and RSA keys). policy: only PCR-policy approvals
+    /// (`policy sign --vault-key`; ecc-p256 keys). Fixed at creation; `key set-usage` narrows.
+    #[arg(long = "usage", value_name = "USAGE", value_parser = named_parser::<KeyUsage>())]
+    pub(crate) usages: Vec<KeyUsage>,
 }
 
 impl CreateArgs {
@@ -86,8 +97,7 @@ impl CreateArgs {
                 )
                 .into())
             }
-            Some(auth) => client.create_key_with_auth(&self.name, self.alg, &auth).await?,
-            None => client.create_key(&self.name, self.alg, self.pcr).await?,
+            auth => client.create_key_with_usages(&self.name, self.alg, self.pcr, auth.as_ref(), &self.usages).await?,
         };
         ctx.emit(&KeyReport(key))
     }
@@ -115,6 +125,25 @@ pub(crate) struct ShowArgs {
 impl ShowArgs {
     async fn run(self, ctx: &mut Context) -> Result<(), CliError> {
         let key = ctx.client().await?.key(&self.name).await?;
+        ctx.emit(&KeyReport(key))
+    }
+}
+
+/// `tpm-vault key set-usage`.
+#[derive(Debug, Args)]
+pub(crate) struct SetUsageArgs {
+    /// Key name
+    #[arg(value_name = "NAME")]
+    pub(crate) name: String,
+    /// A usage the key keeps (sign, ssh, policy); repeatable. Each must be one the key has:
+    /// adding one is refused. Keys created before usages existed have all three.
+    #[arg(long = "usage", value_name = "USAGE", required = true, value_parser = named_parser::<KeyUsage>())]
+    pub(crate) usages: Vec<KeyUsage>,
+}
+
+impl SetUsageArgs {
+    async fn run(self, ctx: &mut Context) -> Result<(), CliError> {
+        let key = ctx.client().await?.set_key_usage(&self.name, &self.usages).await?;
         ctx.emit(&KeyReport(key))
     }
 }
@@ -226,10 +255,11 @@ impl Report for KeyListReport {
                     rfc3339(key.created_unix),
                     key.pcr_binding.as_ref().map_or_else(|| "-".to_owned(), pcr_selection),
                     yes_no(key.has_auth).to_owned(),
+                    usages_text(key),
                 ]
             })
             .collect();
-        table(out, &["NAME", "ALGORITHM", "CREATED", "PCRS", "PASSWORD"], &rows)
+        table(out, &["NAME", "ALGORITHM", "CREATED", "PCRS", "PASSWORD", "USAGES"], &rows)
     }
 
     fn json(&self) -> Value {

@@ -42,7 +42,16 @@ pub(crate) fn key_json(key: &KeyInfo) -> Value {
         "pcr_binding": key.pcr_binding.as_ref().map(pcr_json),
         "owner_uid": key.owner_uid,
         "has_auth": key.has_auth,
+        "usages": key.usages.iter().map(|u| u.name()).collect::<Vec<_>>(),
     })
+}
+
+/// A key's usages as `sign,ssh`; `-` from a daemon that reports none (older than usages).
+pub(crate) fn usages_text(key: &KeyInfo) -> String {
+    if key.usages.is_empty() {
+        return "-".to_owned();
+    }
+    key.usages.iter().map(|u| u.name()).collect::<Vec<_>>().join(",")
 }
 
 /// A PCR binding as JSON; values in hex.
@@ -68,6 +77,7 @@ pub(crate) fn key_text(key: &KeyInfo, out: &mut dyn Write) -> io::Result<()> {
         ("pcr binding", binding),
         ("owner uid", key.owner_uid.to_string()),
         ("password", yes_no(key.has_auth).to_owned()),
+        ("usages", usages_text(key)),
     ];
     fields(out, &rows)
 }

@@ -142,7 +142,8 @@ pub(crate) struct PolicySignArgs {
     /// The authority's ECC P-256 private key, PEM (PKCS#8 or SEC1)
     #[arg(long, value_name = "PRIV.pem")]
     pub(crate) key: Option<PathBuf>,
-    /// A vault ecc-p256 key acting as the authority (signs through the daemon)
+    /// A vault ecc-p256 key with the `policy` usage acting as the authority (signs through the
+    /// daemon; `key create NAME --usage policy`)
     #[arg(long, value_name = "NAME")]
     pub(crate) vault_key: Option<String>,
     /// PCR values to approve: BANK:IDX=HEX[,IDX=HEX]

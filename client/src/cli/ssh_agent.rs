@@ -19,12 +19,23 @@ use super::Context;
 
 /// Shown at the end of `tpm-vault ssh-agent --help`.
 const SSH_AGENT_HELP: &str = "\
-The keys live in the vault: the agent lists the keys this user may see (ECDSA P-256/P-384 and
-RSA) and signs each request through tpm-vaultd under this user's identity, so the access policy
-and the audit log apply. `ssh-add` of a key, `ssh-add -d/-D` and locking are refused with
-SSH_AGENT_FAILURE: create and delete keys with `tpm-vault key`.
+The keys live in the vault: the agent lists the keys with the `ssh` usage that this user may
+see (ECDSA P-256/P-384 and RSA) and signs each request through tpm-vaultd under this user's
+identity, so the access policy and the audit log apply. The daemon signs with an `ssh` key only
+what parses as an SSH user-authentication request for it or an SSHSIG blob (`ssh-keygen -Y
+sign`): never a TLS handshake, a certificate or a policy approval. `ssh-add` of a key,
+`ssh-add -d/-D` and locking are refused with SSH_AGENT_FAILURE: create and delete keys with
+`tpm-vault key` (`key create NAME --usage ssh`).
+
+Forwarding (`ssh -A`) lets the remote host, and anyone who is root there, sign with your keys
+for as long as you are logged in. OpenSSH (8.9 and later) tells the agent when a connection is
+forwarded (session-bind@openssh.com); the agent then refuses to sign unless --allow-forwarding.
+Prefer `ssh -J` (ProxyJump) to forwarding.
+
+Every connection's peer (pid, uid, gid) is logged on stderr.
 
 Use it:
+  tpm-vault key create me --usage ssh
   tpm-vault ssh-agent --listen \"$XDG_RUNTIME_DIR/tpm-vault-ssh-agent.sock\" &
   export SSH_AUTH_SOCK=\"$XDG_RUNTIME_DIR/tpm-vault-ssh-agent.sock\"
   ssh-add -L";
@@ -37,7 +48,12 @@ pub(crate) struct SshAgentArgs {
     /// socket activation the passed socket]. The daemon's socket is the global --socket.
     #[arg(long, short = 'a', value_name = "PATH", env = "TPM_VAULT_SSH_AGENT_SOCKET")]
     listen: Option<PathBuf>,
-    /// Serve only keys whose name matches GLOB (`*`, `?`); repeatable
+    /// Serve only `ssh` keys whose name matches GLOB (`*`, `?`); repeatable
+    ///
+    /// A key without the `ssh` usage is served only when a --keys value is its exact name (no
+    /// wildcard), and then for raw signatures of whatever the agent is sent (it needs the
+    /// `sign` usage): for a host key that sshd reads through HostKeyAgent. Run that agent for
+    /// sshd alone.
     #[arg(long, value_name = "GLOB", default_value = "*")]
     keys: Vec<String>,
     /// Also offer the OpenSSH certificate FILE (made by `ssh-keygen -s`) for key NAME; repeatable
@@ -49,6 +65,10 @@ pub(crate) struct SshAgentArgs {
     /// Also sign SHA-1 `ssh-rsa` requests with RSA keys (refused by default)
     #[arg(long)]
     allow_ssh_rsa_sha1: bool,
+    /// Also sign on forwarded connections (`ssh -A`; refused by default: the remote host could
+    /// then sign with your keys)
+    #[arg(long)]
+    allow_forwarding: bool,
 }
 
 impl SshAgentArgs {
@@ -56,7 +76,12 @@ impl SshAgentArgs {
         let certs = load_certs(&self.cert)?;
         let client = ctx.client().await?;
         let (listener, created) = self.bind_socket()?;
-        let config = AgentConfig { keys: self.keys, certs, allow_sha1: self.allow_ssh_rsa_sha1 };
+        let config = AgentConfig {
+            keys: self.keys,
+            certs,
+            allow_sha1: self.allow_ssh_rsa_sha1,
+            allow_forwarding: self.allow_forwarding,
+        };
         let agent = VaultAgent::new(client, config);
         let shutdown = async {
             use tokio::signal::unix::{signal, SignalKind};

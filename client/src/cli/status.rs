@@ -55,12 +55,23 @@ impl Report for StatusReport {
             ("simulator", simulator.to_owned()),
             ("software tpm", software),
             ("srk name", s.srk_name.clone()),
+            ("srk", if s.srk_persistent { "persistent (0x81000001)" } else { "transient" }.to_owned()),
             ("tpm reconnects", s.tpm_reconnects.to_string()),
             ("keys", s.key_count.to_string()),
             ("loaded objects", s.loaded_objects.to_string()),
             ("tpm queue depth", s.tpm_queue_depth.to_string()),
             ("uptime", uptime(s.uptime)),
         ];
+        // A daemon older than the field reports none: no row then.
+        let rm = match s.resource_manager.as_str() {
+            "" => None,
+            "kernel" => Some("the kernel's (/dev/tpmrm0: 3 object slots)".to_owned()),
+            "tabrmd" => Some("tpm2-abrmd".to_owned()),
+            other => Some(other.to_owned()),
+        };
+        if let Some(rm) = rm {
+            rows.insert(4, ("tpm rm", rm));
+        }
         if let Some(policy) = policy {
             rows.push(("policy", policy));
         }
@@ -111,6 +122,8 @@ impl Report for StatusReport {
             "policy_rules": s.policy_rules,
             "policy_source": s.policy_source,
             "srk_name": s.srk_name,
+            "srk_persistent": s.srk_persistent,
+            "resource_manager": s.resource_manager,
             "key_count": s.key_count,
             "loaded_objects": s.loaded_objects,
             "uptime_seconds": s.uptime.as_secs(),

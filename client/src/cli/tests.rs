@@ -11,7 +11,7 @@ use super::key::{KeyCommand, KeyListReport, KeyReport, PublicFormat};
 use super::output::{latency, render, rfc3339, uptime};
 use super::sign::VerifyReport;
 use super::*;
-use crate::{Error, HashAlgorithm, KeyAlgorithm, KeyInfo, PcrBinding, SignatureScheme};
+use crate::{Error, HashAlgorithm, KeyAlgorithm, KeyInfo, KeyUsage, PcrBinding, SignatureScheme};
 
 fn parse(args: &[&str]) -> Cli {
     match Cli::try_parse_from(std::iter::once("tpm-vault").chain(args.iter().copied())) {
@@ -267,6 +267,7 @@ fn sample_key() -> KeyInfo {
         pcr_binding: Some(PcrBinding::current("sha256", [9]).unwrap()),
         owner_uid: 1000,
         has_auth: false,
+        usages: vec![KeyUsage::Sign, KeyUsage::Ssh],
     }
 }
 
@@ -282,6 +283,7 @@ fn key_text_and_json() {
     assert!(text.contains("name:        web\n"), "{text}");
     assert!(text.contains("created:     2025-11-30T05:49:00Z\n"), "{text}");
     assert!(text.contains("pcr binding: sha256:9 (values at creation)\n"), "{text}");
+    assert!(text.contains("usages:      sign,ssh\n"), "{text}");
 
     let json = rendered(OutputFormat::Json, &KeyReport(sample_key()));
     assert_eq!(json.lines().count(), 1);
@@ -290,6 +292,7 @@ fn key_text_and_json() {
     assert_eq!(value["algorithm"], "ecc-p256");
     assert_eq!(value["pcr_binding"]["pcrs"][0], 9);
     assert_eq!(value["has_auth"], false);
+    assert_eq!(value["usages"], serde_json::json!(["sign", "ssh"]));
 }
 
 #[test]
@@ -297,8 +300,8 @@ fn key_list_text_and_json() {
     let report = KeyListReport(vec![sample_key()]);
     let text = rendered(OutputFormat::Text, &report);
     let mut lines = text.lines();
-    assert_eq!(lines.next(), Some("NAME  ALGORITHM  CREATED               PCRS      PASSWORD"));
-    assert_eq!(lines.next(), Some("web   ecc-p256   2025-11-30T05:49:00Z  sha256:9  no"));
+    assert_eq!(lines.next(), Some("NAME  ALGORITHM  CREATED               PCRS      PASSWORD  USAGES"));
+    assert_eq!(lines.next(), Some("web   ecc-p256   2025-11-30T05:49:00Z  sha256:9  no        sign,ssh"));
     assert_eq!(rendered(OutputFormat::Text, &KeyListReport(vec![])), "");
     let value: serde_json::Value = serde_json::from_str(&rendered(OutputFormat::Json, &KeyListReport(vec![]))).unwrap();
     assert_eq!(value, serde_json::json!({ "keys": [] }));

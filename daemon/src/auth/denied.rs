@@ -2,7 +2,7 @@
 //! text is what the peer reads (PERMISSION_DENIED, built in `rpc/error_status.rs`).
 
 use super::{Identity, Operation};
-use crate::model::KeyName;
+use crate::model::{KeyName, Usage, Usages};
 
 /// A refused permission ([`crate::Error::PermissionDenied`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -44,6 +44,17 @@ pub enum Denied {
         /// The lowest version the secret still takes.
         minimum: u64,
     },
+    /// The key's usages do not allow what was asked: `needs` is the usage the request needs
+    /// (a raw signature `sign`, an SSH signature `ssh`, a policy approval `policy`).
+    #[error("key {key} has usages {has}: {} needs usage {needs}", purpose(*.needs))]
+    Usage {
+        /// The key.
+        key: KeyName,
+        /// What the key may do.
+        has: Usages,
+        /// The usage the request needs.
+        needs: Usage,
+    },
     /// A write re-checked under the store's lock found the record's owner or the policy
     /// changed while the request ran (the store's `StoreError::Refused`).
     #[error("{0}: the record's owner or the access policy changed while the request ran")]
@@ -51,6 +62,14 @@ pub enum Denied {
 }
 
 const NO_RULES: &str = ": no access rules are in force, so every request is denied";
+
+fn purpose(needs: Usage) -> &'static str {
+    match needs {
+        Usage::Sign => "a raw signature",
+        Usage::Ssh => "an SSH signature",
+        Usage::Policy => "a policy approval (SignPolicy)",
+    }
+}
 
 fn identity_unknown(op: Option<Operation>) -> String {
     match op {

@@ -59,7 +59,7 @@ impl Access {
         if policy.is_builtin() {
             tracing::warn!(
                 dir = %dir.display(),
-                "no policy directory: the built-in default policy is in force (root and group tpm-vault may do everything)"
+                "no policy directory: the built-in default policy is in force (root and group tpm-vault-admin may do everything)"
             );
         } else if policy.is_empty() {
             tracing::warn!(dir = %dir.display(), "no access rules: every request will be denied");

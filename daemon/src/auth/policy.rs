@@ -538,4 +538,29 @@ mod tests {
         let p = Policy::load(&missing, false).unwrap_or_else(|e| panic!("{e}"));
         assert!(!p.is_builtin() && p.is_empty());
     }
+
+    /// Issue #31 item 1: the socket's group `tpm-vault` lets a client connect and grants
+    /// nothing; only root and the admin group `tpm-vault-admin` may administer.
+    #[test]
+    fn the_default_policy_gives_the_socket_group_nothing() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let builtin = Policy::load(&dir.path().join("policies"), false).unwrap_or_else(|e| panic!("{e}"));
+        // The file the packages install is the same text.
+        let shipped = policy(include_str!("../../../policies/default.toml"));
+        let www = unix(33, "www-data", &[(33, "www-data"), (990, "tpm-vault")]);
+        let admin = unix(1000, "alice", &[(1000, "alice"), (990, "tpm-vault"), (991, "tpm-vault-admin")]);
+        for p in [&builtin, &shipped] {
+            for op in Operation::ALL {
+                assert_eq!(
+                    p.decide(&www, op, Some(&k("web")), Some(&Owner::Uid(0))),
+                    Decision::Deny,
+                    "a member of the socket group with no rule of its own may {op:?}"
+                );
+                assert_eq!(
+                    p.decide(&admin, op, Some(&k("web")), Some(&Owner::Uid(0))),
+                    Decision::Allow("administrators".into())
+                );
+            }
+        }
+    }
 }

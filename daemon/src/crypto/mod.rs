@@ -1,6 +1,7 @@
 //! In-core cryptography: everything the vault does on the CPU instead of the TPM (signature
 //! verification, the AEAD of the vault's envelopes, the stream format, the DRBG, opaque page
-//! tokens, and the post-quantum algorithms TPMs lack). A firmware TPM is a vault, not an
+//! tokens, the post-quantum algorithms TPMs lack, and the strict parser of what an `ssh`-usage
+//! key may sign). A firmware TPM is a vault, not an
 //! accelerator: only private-key operations of TPM keys go to it.
 //!
 //! Randomness: every key and nonce the vault makes (sealed-secret and wrapping keys, data keys,
@@ -12,6 +13,7 @@
 pub mod aead;
 pub mod drbg;
 pub mod pq;
+pub mod ssh;
 pub mod stream;
 pub mod token;
 pub mod verify;

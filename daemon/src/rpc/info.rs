@@ -113,6 +113,8 @@ impl StatusRpc {
             tpm_firmware: info.firmware,
             tpm_vendor: info.vendor,
             srk_name: hex::encode(info.srk_name),
+            srk_persistent: info.srk_persistent,
+            resource_manager: vault.resource_manager().as_str().into(),
             key_count,
             loaded_objects: shared.loaded() as u32,
             uptime_seconds: vault.uptime().as_secs(),

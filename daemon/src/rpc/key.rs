@@ -9,7 +9,7 @@ use zeroize::Zeroizing;
 use super::{Call, Ctx};
 use crate::auth::{identity, owner_of, Decision, Identity, Operation, Peer};
 use crate::error::Error;
-use crate::model::{HashAlg, KeyAlg, KeyName, Scheme, SignInput};
+use crate::model::{HashAlg, KeyAlg, KeyName, Scheme, SignInput, Usage, Usages};
 use crate::tpm::queue;
 use crate::vault::{CertSubject, Client, KeyInfo, Password, Resource, SignRequest, StoredChain, Visibility};
 
@@ -111,6 +111,31 @@ fn scheme_to_pb(s: Scheme) -> pb::SignatureScheme {
     }
 }
 
+fn usage(v: i32) -> Result<Usage, Error> {
+    match pb::KeyUsage::try_from(v) {
+        Ok(pb::KeyUsage::Sign) => Ok(Usage::Sign),
+        Ok(pb::KeyUsage::Ssh) => Ok(Usage::Ssh),
+        Ok(pb::KeyUsage::Policy) => Ok(Usage::Policy),
+        Ok(pb::KeyUsage::Unspecified) | Err(_) => Err(Error::InvalidArgument(format!("unknown key usage {v}"))),
+    }
+}
+
+/// The usages of a request; `default` when the list is empty.
+fn usages(list: &[i32], default: Option<Usages>) -> Result<Usages, Error> {
+    let parsed = list.iter().map(|&v| usage(v)).collect::<Result<Vec<_>, _>>()?;
+    Usages::new(parsed)
+        .or(default)
+        .ok_or_else(|| Error::InvalidArgument("at least one usage is required (sign, ssh, policy)".into()))
+}
+
+fn usage_to_pb(u: Usage) -> pb::KeyUsage {
+    match u {
+        Usage::Sign => pb::KeyUsage::Sign,
+        Usage::Ssh => pb::KeyUsage::Ssh,
+        Usage::Policy => pb::KeyUsage::Policy,
+    }
+}
+
 fn sign_input(message: Option<pb::sign_request::Input>) -> Result<SignInput, Error> {
     match message {
         Some(pb::sign_request::Input::Message(m)) => Ok(SignInput::Message(m)),
@@ -140,6 +165,7 @@ fn key_to_pb(k: KeyInfo) -> pb::Key {
         }),
         owner_uid: k.owner_uid,
         has_auth: k.has_auth,
+        usages: k.usages.iter().map(|u| usage_to_pb(u) as i32).collect(),
     }
 }
 
@@ -189,7 +215,9 @@ impl KeyService for KeyRpc {
                 |r, n| async move {
                     let alg = key_alg(r.algorithm)?;
                     let pcr = r.pcr_binding.map(super::pcr_binding).transpose()?;
-                    self.ctx.vault.create_key(n, alg, owner?, auth(r.auth), pcr).await.map(key_to_pb)
+                    let usages = usages(&r.usages, Some(Usages::DEFAULT))?;
+                    let vault = &self.ctx.vault;
+                    vault.create_key_with_usages(n, alg, owner?, auth(r.auth), pcr, usages).await.map(key_to_pb)
                 },
             )
             .await
@@ -267,7 +295,12 @@ impl KeyService for KeyRpc {
                 |r, n| async move {
                     let request =
                         SignRequest { input: sign_input(r.input)?, hash: hash(r.hash)?, scheme: scheme(r.scheme)? };
-                    let out = self.ctx.vault.sign(&n, request, password(client, r.auth)).await?;
+                    let auth = password(client, r.auth);
+                    let out = match pb::SignPurpose::try_from(r.purpose) {
+                        Ok(pb::SignPurpose::Unspecified) => self.ctx.vault.sign(&n, request, auth).await?,
+                        Ok(pb::SignPurpose::Ssh) => self.ctx.vault.sign_ssh(&n, request, auth).await?,
+                        Err(_) => return Err(Error::InvalidArgument(format!("unknown sign purpose {}", r.purpose))),
+                    };
                     Ok(pb::SignResponse {
                         signature: out.signature,
                         scheme: scheme_to_pb(out.scheme) as i32,
@@ -360,6 +393,21 @@ impl KeyService for KeyRpc {
         })
         .await;
         call.end(result.map(chain_to_pb))
+    }
+
+    async fn set_key_usage(&self, req: Request<pb::SetKeyUsageRequest>) -> Result<Response<pb::Key>, Status> {
+        self.ctx
+            .on_key(
+                "SetKeyUsage",
+                req,
+                Operation::Create,
+                |r| &r.name,
+                |r, n| async move {
+                    let usages = usages(&r.usages, None)?;
+                    self.ctx.vault.set_usages(&n, usages).await.map(key_to_pb)
+                },
+            )
+            .await
     }
 
     async fn decapsulate(

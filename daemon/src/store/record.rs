@@ -18,6 +18,10 @@
 //! record is read ([`crate::crypto::pq::check_public_key`]: an ML-DSA key's length, an ML-KEM
 //! key's FIPS 203 input check), so a record edited on disk is refused as corrupt.
 //!
+//! A key record has `"usages":["sign","ssh","policy"]` (a non-empty subset, [`Usages`]); a
+//! record without it was written before usages existed and has all three, which is what such
+//! a key could do then (`key set-usage` narrows it, and writes the field).
+//!
 //! Every record kind names its creator ([`Owner`]): `owner_uid`, and for a client of the TLS
 //! listener also `"owner_certificate"` (its certificate identity; `owner_uid` is then
 //! [`Owner::CERTIFICATE_UID`]). Records without it (all older ones) are owned by their uid.
@@ -25,7 +29,7 @@
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::model::{KeyAlg, KeyName, Owner, PcrSelection};
+use crate::model::{KeyAlg, KeyName, Owner, PcrSelection, Usages};
 
 /// Current record format version.
 pub const RECORD_VERSION: u32 = 1;
@@ -67,6 +71,18 @@ pub struct KeyRecord {
     /// Post-quantum material (ML-DSA, ML-KEM and hybrid keys); absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pq: Option<PqSection>,
+    /// What the key may be used for ([`KeyRecord::usages`]). `None` in records older than
+    /// usages, which keep every usage ([`Usages::LEGACY`]: what they could do when they were
+    /// written) and are written back unchanged until `key set-usage` narrows them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usages: Option<Usages>,
+}
+
+impl KeyRecord {
+    /// What the key may be used for.
+    pub fn usages(&self) -> Usages {
+        self.usages.unwrap_or(Usages::LEGACY)
+    }
 }
 
 /// A key's TPM-sealed post-quantum part. Holds no secret in clear: `ciphertext` opens only with
@@ -267,6 +283,7 @@ mod tests {
             cert_chain_pem: None,
             cert_version: 0,
             pq: None,
+            usages: None,
         }
     }
 
@@ -294,6 +311,28 @@ mod tests {
         let back = KeyRecord::from_bytes(&by_tls.to_bytes(), &r.name).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(back.owner(), Owner::Certificate("CN=agent-1".into()));
         assert_eq!(back.owner_uid, Owner::CERTIFICATE_UID);
+    }
+
+    #[test]
+    fn usages_are_optional_and_a_record_without_them_has_all() {
+        use crate::model::Usage;
+        let r = sample();
+        assert_eq!(r.usages(), Usages::LEGACY);
+        assert!(!String::from_utf8_lossy(&r.to_bytes()).contains("usages"), "old format kept");
+        let ssh = KeyRecord { usages: Usages::new([Usage::Ssh, Usage::Sign]), ..r.clone() };
+        let text = String::from_utf8_lossy(&ssh.to_bytes()).into_owned();
+        assert!(text.contains("\"usages\": [\n    \"sign\",\n    \"ssh\"\n  ]"), "{text}");
+        let back = KeyRecord::from_bytes(text.as_bytes(), &r.name).unwrap_or_else(|e| panic!("{e}"));
+        assert!(back.usages().contains(Usage::Ssh) && !back.usages().contains(Usage::Policy));
+        let legacy = String::from_utf8_lossy(&r.to_bytes()).into_owned();
+        let with = |usages: &str| legacy.replacen("\"has_auth\"", &format!("\"usages\": {usages},\n  \"has_auth\""), 1);
+        assert_eq!(
+            KeyRecord::from_bytes(with("[\"policy\"]").as_bytes(), &r.name).map(|k| k.usages()),
+            Ok(Usages::new([Usage::Policy]).unwrap_or(Usages::LEGACY))
+        );
+        for bad in ["[]", "[\"root\"]", "\"sign\"", "null"] {
+            assert!(KeyRecord::from_bytes(with(bad).as_bytes(), &r.name).is_err() || bad == "null", "{bad} accepted");
+        }
     }
 
     #[test]

@@ -93,12 +93,61 @@ pub struct DaState {
     pub interval_s: u32,
 }
 
+/// What stands between the vault and the TPM, which decides what is cheap: see
+/// [`ResourceManager::detect`] and `docs/CONFIG.md` (`resource_manager`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResourceManager {
+    /// None: the vault owns the TPM's few object slots (swtpm, `/dev/tpm0`). Loaded keys cost
+    /// nothing between commands, so up to `max_loaded_objects` stay loaded, and the salted
+    /// HMAC session is kept for the next command that carries a secret.
+    None,
+    /// The kernel's (`/dev/tpmrm0`, or a model of it): 3 object and 3 session slots per open
+    /// file, and every object and session the file holds is ContextLoaded before and
+    /// ContextSaved (objects also flushed) after every command. Each object kept loaded costs 3
+    /// TPM commands on every command, a kept session 2: the vault keeps one key loaded (a
+    /// signature with the hot key is then ContextLoad, Sign, ContextSave, FlushContext), makes
+    /// the SRK persistent when it can (a persistent handle is outside the space: free), and
+    /// flushes a session after the operation that needed it. Running out of slots there makes
+    /// the TCTI fail with an I/O error, which the vault recovers from by reopening the device.
+    Kernel,
+    /// A user-space one (tpm2-abrmd, TCTI `tabrmd:`): it loads only the objects a command names,
+    /// so kept objects cost nothing on other commands; its per-client limit is learned from its
+    /// out-of-memory answer.
+    UserSpace,
+}
+
+impl ResourceManager {
+    /// The resource manager a TCTI string reaches: `device:/dev/tpmrm*` the kernel's,
+    /// `tabrmd` tpm2-abrmd, anything else none.
+    pub fn detect(tcti: &str) -> Self {
+        let (name, conf) = tcti.split_once(':').unwrap_or((tcti, ""));
+        match name {
+            "device" if conf.starts_with("/dev/tpmrm") => Self::Kernel,
+            // The device TCTI's default device is /dev/tpm0 (no resource manager).
+            "tabrmd" => Self::UserSpace,
+            _ => Self::None,
+        }
+    }
+
+    /// The name `status` and the logs show.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Kernel => "kernel",
+            Self::UserSpace => "tabrmd",
+        }
+    }
+}
+
 /// How to connect.
 #[derive(Debug, Clone)]
 pub struct ConnectionConfig {
     /// TCTI string.
     pub tcti: String,
-    /// Most transient objects kept loaded, the SRK included (at least 2).
+    /// The resource manager in front of the TPM (decides what stays loaded).
+    pub resource_manager: ResourceManager,
+    /// Most transient objects kept loaded, the SRK included (at least 2). Behind the kernel's
+    /// resource manager the vault keeps one key loaded whatever this says.
     pub max_loaded: usize,
     /// SRK name recorded in the state dir; `None` on first start.
     pub expected_srk_name: Option<Vec<u8>>,
@@ -115,6 +164,9 @@ struct Conn {
     loaded: Lru,
     /// How many user keys may be loaded at once (the object budget minus the SRK).
     max_keys: usize,
+    /// Set when the resource manager ran out of slots with fewer keys loaded than `max_keys`
+    /// (see [`Conn::out_of_slots`]): the budget learned, for the next connection too.
+    learned_max_keys: Option<usize>,
     info: TpmInfo,
     /// PCR values last read on this connection (see [`pcr::PcrCache`]).
     pcrs: pcr::PcrCache,
@@ -167,6 +219,9 @@ pub struct Tpm {
     /// Set while the TPM is refused (SRK mismatch): every request gets this error, not a
     /// generic "unavailable", until a reconnect finds the right TPM again.
     refused: Option<TpmError>,
+    /// The most keys the resource manager held for the vault when it ran out of slots (see
+    /// [`Conn::out_of_slots`]); kept across reconnects.
+    learned_max_keys: Option<usize>,
 }
 
 impl Tpm {
@@ -176,8 +231,15 @@ impl Tpm {
     /// [`TpmError::Unavailable`] if the TPM cannot be reached, [`TpmError::SrkMismatch`] if it
     /// is not the TPM the state directory belongs to.
     pub fn open(cfg: ConnectionConfig, shared: Arc<Shared>) -> Result<(Self, TpmInfo), TpmError> {
-        let mut tpm =
-            Self { cfg, conn: None, next_attempt: Instant::now(), backoff: BACKOFF_MIN, shared, refused: None };
+        let mut tpm = Self {
+            cfg,
+            conn: None,
+            next_attempt: Instant::now(),
+            backoff: BACKOFF_MIN,
+            shared,
+            refused: None,
+            learned_max_keys: None,
+        };
         tpm.connect()?;
         let info = tpm.conn.as_ref().map(|c| c.info.clone()).unwrap_or_default();
         if tpm.cfg.expected_srk_name.is_none() {
@@ -222,7 +284,8 @@ impl Tpm {
     fn try_connect(&mut self) -> Result<TpmInfo, TpmError> {
         let tcti: TctiNameConf =
             self.cfg.tcti.parse().map_err(|e| TpmError::Unavailable(format!("bad TCTI {:?}: {e}", self.cfg.tcti)))?;
-        let mut ctx = Context::new(tcti).map_err(|e| TpmError::Unavailable(format!("open TCTI: {e}")))?;
+        let mut ctx = Context::new(tcti)
+            .map_err(|e| TpmError::Unavailable(format!("open TCTI: {e}{}", device_access_hint(&self.cfg.tcti))))?;
         let manufacturer = match ctx.get_tpm_property(tss_esapi::constants::PropertyTag::Manufacturer) {
             Ok(v) => v,
             Err(e) if ResponseCode::of(&e).and_then(|r| r.tpm_code()) == Some(rc::INITIALIZE) => {
@@ -249,8 +312,9 @@ impl Tpm {
             vendor.push(ctx.get_tpm_property(tag).map_err(wrap("TPM2_GetCapability"))?);
         }
         let vendor = software::vendor_string(&vendor);
-        flush_leftovers(&mut ctx);
-        let (srk, srk_transient) = Self::load_srk(&mut ctx)?;
+        flush_leftovers(&mut ctx, self.cfg.resource_manager == ResourceManager::None);
+        let persist = self.cfg.resource_manager == ResourceManager::Kernel;
+        let (srk, srk_transient) = Self::load_srk(&mut ctx, persist)?;
         let (_, srk_name, _) = ctx.read_public(srk).map_err(wrap("TPM2_ReadPublic"))?;
         let srk_name = srk_name.value().to_vec();
         let info = TpmInfo {
@@ -268,7 +332,15 @@ impl Tpm {
                 return Err(TpmError::SrkMismatch { expected: hex::encode(expected), found: hex::encode(&srk_name) });
             }
         }
-        let max_keys = self.cfg.max_loaded.saturating_sub(usize::from(srk_transient)).max(1);
+        let configured = match self.cfg.resource_manager {
+            // Each object kept in a /dev/tpmrm0 space costs 3 commands on every command: keep
+            // only the hot key (see [`ResourceManager::Kernel`]).
+            ResourceManager::Kernel => 1,
+            ResourceManager::None | ResourceManager::UserSpace => {
+                self.cfg.max_loaded.saturating_sub(usize::from(srk_transient)).max(1)
+            }
+        };
+        let max_keys = self.learned_max_keys.map_or(configured, |learned| configured.min(learned));
         self.conn = Some(Conn {
             ctx,
             srk,
@@ -276,6 +348,7 @@ impl Tpm {
             hmac: None,
             loaded: Lru::default(),
             max_keys,
+            learned_max_keys: None,
             info: info.clone(),
             pcrs: pcr::PcrCache::default(),
         });
@@ -283,8 +356,10 @@ impl Tpm {
     }
 
     /// Uses the SRK at the persistent handle if it is an ECC P-256 storage key, else derives the
-    /// TCG template SRK as a transient object.
-    fn load_srk(ctx: &mut Context) -> Result<(KeyHandle, bool), TpmError> {
+    /// TCG template SRK as a transient object and, with `persist`, makes it persistent at that
+    /// handle when the handle is free and the owner hierarchy's auth value is empty (else it
+    /// stays transient: said in the log and in `status`).
+    fn load_srk(ctx: &mut Context, persist: bool) -> Result<(KeyHandle, bool), TpmError> {
         let persistent = PersistentTpmHandle::new(templates::SRK_PERSISTENT_HANDLE).map_err(wrap("SRK handle"))?;
         let present = match ctx.get_capability(CapabilityType::Handles, templates::SRK_PERSISTENT_HANDLE, 1) {
             Ok((CapabilityData::Handles(list), _)) => {
@@ -316,6 +391,31 @@ impl Tpm {
                 c.create_primary(Hierarchy::Owner, template, None, None, None, None)
             })
             .map_err(wrap("TPM2_CreatePrimary"))?;
+        if persist && !present {
+            let made = ctx.execute_with_session(Some(AuthSession::Password), |c| {
+                c.evict_control(
+                    tss_esapi::interface_types::resource_handles::Provision::Owner,
+                    created.key_handle.into(),
+                    tss_esapi::interface_types::dynamic_handles::Persistent::Persistent(persistent),
+                )
+            });
+            match made {
+                Ok(obj) => {
+                    let _ = ctx.flush_context(created.key_handle.into());
+                    tracing::info!(
+                        handle = format_args!("{:#x}", templates::SRK_PERSISTENT_HANDLE),
+                        "made the SRK persistent: behind the kernel's resource manager it then costs no \
+                         command per command"
+                    );
+                    return Ok((KeyHandle::from(obj), false));
+                }
+                Err(e) => tracing::info!(
+                    error = %TpmError::from_tss("TPM2_EvictControl", e),
+                    "the SRK stays transient (the owner hierarchy has an auth value, or NV is full): \
+                     behind the kernel's resource manager that costs 3 TPM commands on every command"
+                ),
+            }
+        }
         Ok((created.key_handle, true))
     }
 
@@ -333,11 +433,44 @@ impl Tpm {
         }
         let mut attempt = 0;
         let mut reset_retried = false;
+        let mut slots_retried = false;
+        let kernel = self.cfg.resource_manager == ResourceManager::Kernel;
         loop {
             let Some(conn) = self.conn.as_mut() else {
                 return Err(TpmError::Unavailable("connection lost".into()));
             };
-            match f(conn) {
+            let result = f(conn);
+            if let Some(learned) = conn.learned_max_keys {
+                self.learned_max_keys = Some(learned);
+            }
+            let held = conn.loaded.map.len();
+            if kernel && !result.as_ref().is_err_and(TpmError::is_connection_lost) {
+                // A session kept in a /dev/tpmrm0 space costs 2 commands on every command.
+                conn.forget_hmac_session();
+            }
+            match result {
+                Err(e) if kernel && e.is_connection_lost() && !slots_retried => {
+                    // Behind the kernel's resource manager, running out of the file's object or
+                    // session slots fails write() with -ENOMEM: the TCTI answers an I/O error
+                    // and ESYS leaves its context unusable. A TPM that is really gone fails
+                    // the reopen below; else this was out of slots: reopen the device (a
+                    // fresh space), keep fewer keys loaded, and run the operation once more.
+                    slots_retried = true;
+                    let keep = held.saturating_sub(1).max(1);
+                    if held > 1 {
+                        self.learned_max_keys = Some(keep);
+                    }
+                    tracing::warn!(
+                        error = %e,
+                        keys_loaded = held,
+                        keep,
+                        "the TPM connection failed behind the kernel's resource manager (out of slots?): reopening it"
+                    );
+                    if let Some(conn) = self.conn.take() {
+                        drop_quietly(conn);
+                    }
+                    self.connect()?;
+                }
                 Err(TpmError::Busy(why)) if attempt + 1 < MAX_RETRIES => {
                     attempt += 1;
                     tracing::debug!(%why, attempt, "TPM asked to retry");
@@ -401,7 +534,7 @@ impl Tpm {
             });
             match conn.check_session(result.map_err(wrap("TPM2_Create"))) {
                 // TPM2_Create needs a free object slot of its own: make room and try again.
-                Err(TpmError::ObjectMemory) if conn.evict_oldest() => continue,
+                Err(TpmError::ObjectMemory) if conn.out_of_slots() => continue,
                 Err(e) => return Err(e),
                 Ok(created) => return object::stored(created.out_public, &created.out_private),
             }
@@ -787,7 +920,7 @@ impl Conn {
                     self.loaded.insert(key.name.clone(), h);
                     return Ok(h);
                 }
-                Err(TpmError::ObjectMemory) if self.evict_oldest() => {}
+                Err(TpmError::ObjectMemory) if self.out_of_slots() => {}
                 Err(TpmError::ObjectMemory) => return Err(TpmError::ObjectMemory),
                 Err(e) => return Err(e),
             }
@@ -872,10 +1005,33 @@ impl Conn {
                 .map_err(wrap("TPM2_LoadExternal"));
             match loaded {
                 Ok(k) => return Ok(k),
-                Err(TpmError::ObjectMemory) if self.evict_oldest() => {}
+                Err(TpmError::ObjectMemory) if self.out_of_slots() => {}
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// The TPM or the resource manager in front of it refused a new transient object (TPM_RC_OBJECT_MEMORY,
+    /// or tpm2-abrmd's 0xb0902 when the vault holds its per-client most): it holds no more
+    /// than the keys loaded now, so the key budget shrinks to that (a smaller
+    /// `max_loaded_objects` than configured, learned once instead of paying a failed command on
+    /// every load), and the least recently used key goes to make room. False if no key is
+    /// loaded (nothing to make room with).
+    fn out_of_slots(&mut self) -> bool {
+        let held = self.loaded.map.len();
+        if held == 0 {
+            return false;
+        }
+        if held < self.max_keys {
+            tracing::info!(
+                keys = held,
+                configured = self.max_keys,
+                "the TPM's resource manager holds no more objects: keeping at most this many keys loaded"
+            );
+            self.max_keys = held;
+            self.learned_max_keys = Some(held);
+        }
+        self.evict_oldest()
     }
 
     /// Flushes the least recently used key. False if none is loaded.
@@ -929,6 +1085,34 @@ impl Conn {
     }
 }
 
+/// Why a `device:` TCTI may have failed to open: the device exists but this process may not
+/// read and write it (`/dev/tpmrm0` is `0660 root:tss` with Debian's and Ubuntu's udev rules,
+/// `0600 root` without them). Empty for other TCTIs and when access is not the problem.
+fn device_access_hint(tcti: &str) -> String {
+    use nix::unistd::{access, AccessFlags};
+    use std::os::unix::fs::MetadataExt;
+    let Some(path) = tcti.strip_prefix("device:").filter(|p| !p.is_empty()) else {
+        return String::new();
+    };
+    let Ok(meta) = std::fs::metadata(path) else {
+        return String::new();
+    };
+    if access(path, AccessFlags::R_OK | AccessFlags::W_OK).is_ok() {
+        return String::new();
+    }
+    format!(
+        " ({path} is mode {:o}, uid {} gid {}, and this process (uid {}, gid {}) may not read and write it: \
+         run the daemon in the group that owns the device, `tss` on Debian and Ubuntu (the shipped unit's \
+         SupplementaryGroups=tss), and give the device to that group (the `tpm-udev` package's rule: \
+         KERNEL==\"tpmrm[0-9]*\", GROUP=\"tss\", MODE=\"0660\"))",
+        meta.mode() & 0o7777,
+        meta.uid(),
+        meta.gid(),
+        nix::unistd::geteuid(),
+        nix::unistd::getegid(),
+    )
+}
+
 /// Drops a connection whose transport is dead. Context's destructor tries to flush handles it
 /// tracks; with the link gone those calls fail fast and are ignored.
 fn drop_quietly(conn: Conn) {
@@ -938,11 +1122,14 @@ fn drop_quietly(conn: Conn) {
 /// Flushes transient objects and sessions left in the TPM by an earlier owner that died without
 /// cleaning up (a crashed daemon on a TPM without a resource manager, such as swtpm or
 /// /dev/tpm0, leaves them occupying the few object slots). The vault is the TPM's only user on
-/// such devices; behind /dev/tpmrm0 the list only shows this connection's own (none yet).
-fn flush_leftovers(ctx: &mut Context) {
+/// such devices. Behind a resource manager (`sessions` false) only transient objects: the list
+/// shows this connection's own (none yet), but session handles are not virtualised, so it
+/// would list, and this would flush, other processes' saved sessions.
+fn flush_leftovers(ctx: &mut Context, sessions: bool) {
     const HANDLE_RANGES: [u32; 3] = [TRANSIENT_FIRST, 0x0200_0000, 0x0300_0000];
+    let ranges = if sessions { &HANDLE_RANGES[..] } else { &HANDLE_RANGES[..1] };
     let mut flushed = 0;
-    for first in HANDLE_RANGES {
+    for &first in ranges {
         let Ok((CapabilityData::Handles(list), _)) = ctx.get_capability(CapabilityType::Handles, first, 64) else {
             continue;
         };

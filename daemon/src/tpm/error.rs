@@ -217,6 +217,9 @@ const RC_P: u32 = 0x040;
 /// TSS layer numbers (bits 16-23 of a TSS2_RC).
 const LAYER_TPM: u32 = 0;
 const LAYER_TCTI: u32 = 10;
+/// TSS2_RESMGR_RC_LAYER: a user-space resource manager's own answer in the TPM's format (e.g.
+/// tpm2-abrmd's 0xb0902, TPM_RC_OBJECT_MEMORY when a client holds its most transient objects).
+const LAYER_RESMGR: u32 = 11;
 const LAYER_RESMGR_TPM: u32 = 12;
 
 /// TSS2 base response codes (any software layer) that mean the connection is unusable:
@@ -299,7 +302,7 @@ impl ResponseCode {
     /// The TPM response code with format-one parameter/handle/session numbers stripped, for
     /// TPM-layer codes; `None` for codes raised by the software stack.
     pub fn tpm_code(self) -> Option<u32> {
-        if !matches!(self.layer(), LAYER_TPM | LAYER_RESMGR_TPM) {
+        if !matches!(self.layer(), LAYER_TPM | LAYER_RESMGR | LAYER_RESMGR_TPM) {
             return None;
         }
         let code = self.0 & 0xffff;
@@ -410,8 +413,10 @@ mod tests {
         // TPM_RC_VALUE on parameter 1 (0x1c4) is permanent.
         assert_eq!(ResponseCode(0x1c4).class(), RcClass::Permanent);
         assert_eq!(ResponseCode(0x1c4).tpm_code(), Some(rc::VALUE));
-        // Resource-manager wrapped TPM code.
+        // Resource-manager wrapped TPM code, and tpm2-abrmd's own out-of-slots answer.
         assert_eq!(ResponseCode(0x000c0902).class(), RcClass::ObjectMemory);
+        assert_eq!(ResponseCode(0x000b0902).class(), RcClass::ObjectMemory);
+        assert_eq!(ResponseCode(0x000b0903).class(), RcClass::ObjectMemory);
         // Stale handles after a TPM reset: handle 1 unknown (0x18b), REFERENCE_H0, INITIALIZE.
         assert_eq!(ResponseCode(0x18b).class(), RcClass::Reset);
         assert_eq!(ResponseCode(0x910).class(), RcClass::Reset);

@@ -31,7 +31,7 @@ pub mod software;
 pub mod templates;
 
 pub use actor::{QueueConfig, TpmHandle};
-pub use connection::{ConnectionConfig, DaState, PolicyAuth, SignJob, TpmInfo};
+pub use connection::{ConnectionConfig, DaState, PolicyAuth, ResourceManager, SignJob, TpmInfo};
 pub use error::TpmError;
 pub use object::KeyBlob;
 pub use queue::ClientKey;

@@ -79,6 +79,8 @@ impl Vault {
             cert_chain_pem: None,
             cert_version: 0,
             pq: None,
+            // Never reachable through Sign (it quotes and certifies only).
+            usages: Some(crate::model::Usages::DEFAULT),
         };
         let store = self.store().clone();
         let r = record.clone();

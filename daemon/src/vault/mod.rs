@@ -27,9 +27,11 @@ pub use seal::SealTarget;
 use crate::auth::Denied;
 use crate::crypto::verify;
 use crate::error::Error;
-use crate::model::{HashAlg, KeyAlg, KeyName, Owner, PcrTarget, Scheme, SignInput};
+use crate::model::{HashAlg, KeyAlg, KeyName, Owner, PcrTarget, Scheme, SignInput, Usage, Usages};
 use crate::store::{KeyRecord, OwnerCheck, Record as _, SealPolicy, Store, StoreError};
-use crate::tpm::{convert, ConnectionConfig, KeyBlob, PolicyAuth, QueueConfig, SignJob, TpmError, TpmHandle, TpmInfo};
+use crate::tpm::{
+    convert, ConnectionConfig, KeyBlob, PolicyAuth, QueueConfig, ResourceManager, SignJob, TpmError, TpmHandle, TpmInfo,
+};
 
 /// Key generation can take seconds on a TPM (RSA-3072 especially).
 const CREATE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -47,8 +49,11 @@ pub struct VaultConfig {
     pub state_dir: PathBuf,
     /// TCTI string.
     pub tcti: String,
-    /// Most transient objects kept loaded, SRK included.
+    /// Most transient objects kept loaded, SRK included (without a resource manager).
     pub max_loaded_objects: usize,
+    /// The resource manager in front of the TPM; `None`: detected from the TCTI string
+    /// ([`ResourceManager::detect`]).
+    pub resource_manager: Option<ResourceManager>,
     /// Actor queue and deadlines.
     pub queue: QueueConfig,
     /// True when the TPM is the daemon's own swtpm (reported in status).
@@ -68,6 +73,7 @@ impl VaultConfig {
             state_dir: state_dir.into(),
             tcti: tcti.into(),
             max_loaded_objects: 3,
+            resource_manager: None,
             queue: QueueConfig::default(),
             simulator: false,
             datakey_idle: Duration::from_secs(300),
@@ -105,6 +111,8 @@ pub struct KeyInfo {
     pub has_auth: bool,
     /// PCR binding, if any.
     pub pcr_policy: Option<crate::store::PcrPolicy>,
+    /// What the key may be used for.
+    pub usages: Usages,
 }
 
 impl From<&KeyRecord> for KeyInfo {
@@ -118,6 +126,7 @@ impl From<&KeyRecord> for KeyInfo {
             owner: r.owner(),
             has_auth: r.has_auth,
             pcr_policy: r.pcr_policy.clone(),
+            usages: r.usages(),
         }
     }
 }
@@ -206,6 +215,8 @@ pub(crate) struct Inner {
     /// The dictionary-attack guard every password attempt passes.
     lockout: lockout::Throttle,
     tcti: String,
+    /// The resource manager in front of the TPM (for `status`).
+    resource_manager: ResourceManager,
     simulator: bool,
     started: Instant,
 }
@@ -234,8 +245,10 @@ impl Vault {
         let store = blocking(move || Store::open(dir)).await?;
         let s = store.clone();
         let expected = blocking(move || s.srk_name()).await?;
+        let resource_manager = cfg.resource_manager.unwrap_or_else(|| ResourceManager::detect(&cfg.tcti));
         let connection = ConnectionConfig {
             tcti: cfg.tcti.clone(),
+            resource_manager,
             max_loaded: cfg.max_loaded_objects.max(2),
             expected_srk_name: expected.clone(),
         };
@@ -262,6 +275,7 @@ impl Vault {
                 cert_lock: tokio::sync::Mutex::new(()),
                 lockout: lockout::Throttle::new(cfg.lockout),
                 tcti: cfg.tcti,
+                resource_manager,
                 simulator: cfg.simulator,
                 started: Instant::now(),
             }),
@@ -283,6 +297,11 @@ impl Vault {
     /// The TCTI in use.
     pub fn tcti(&self) -> &str {
         &self.inner.tcti
+    }
+
+    /// The resource manager in front of the TPM, as configured or detected.
+    pub fn resource_manager(&self) -> ResourceManager {
+        self.inner.resource_manager
     }
 
     /// Whether the TPM is the daemon's own simulator.
@@ -342,6 +361,25 @@ impl Vault {
         auth: Option<Zeroizing<Vec<u8>>>,
         pcr: Option<PcrTarget>,
     ) -> Result<KeyInfo, Error> {
+        self.create_key_with_usages(name, alg, owner, auth, pcr, Usages::DEFAULT).await
+    }
+
+    /// [`Vault::create_key`] for a key that may be used for `usages` ([`Vault::create_key`]'s
+    /// keys: raw signatures only, [`Usages::DEFAULT`]).
+    ///
+    /// # Errors
+    /// As [`Vault::create_key`]; [`Error::InvalidArgument`] for a usage the algorithm cannot
+    /// serve (`ssh` needs an ECC or RSA key, `policy` an ecc-p256 key).
+    pub async fn create_key_with_usages(
+        &self,
+        name: KeyName,
+        alg: KeyAlg,
+        owner: impl Into<Owner>,
+        auth: Option<Zeroizing<Vec<u8>>>,
+        pcr: Option<PcrTarget>,
+        usages: Usages,
+    ) -> Result<KeyInfo, Error> {
+        check_usages_suit(alg, usages)?;
         let (owner_uid, owner_certificate) = owner.into().to_fields();
         if let Some(a) = &auth {
             if a.len() > MAX_AUTH {
@@ -404,6 +442,7 @@ impl Vault {
             cert_chain_pem: None,
             cert_version: 0,
             pq,
+            usages: Some(usages),
         };
         let info = KeyInfo::from(&record);
         let store = self.inner.store.clone();
@@ -591,11 +630,69 @@ impl Vault {
     /// [`Error::Throttled`] and [`TpmError::DaReserve`] from the guard; [`Error::PcrMismatch`];
     /// TPM errors.
     pub async fn sign(&self, name: &KeyName, req: SignRequest, auth: Option<Password>) -> Result<SignOutput, Error> {
+        self.sign_as(name, req, auth, Usage::Sign).await
+    }
+
+    /// An SSH signature: `req`'s input must be a message that parses as an SSH
+    /// user-authentication request naming this key or an SSHSIG blob
+    /// ([`crate::crypto::ssh`]); the key needs the `ssh` usage. The scheme and hash are what
+    /// SSH needs for the key and the request (a request's own must agree); the message is
+    /// hashed here.
+    ///
+    /// # Errors
+    /// As [`Vault::sign`]; [`Error::PermissionDenied`] for a key without the `ssh` usage,
+    /// [`Error::InvalidArgument`] for a digest or a message that is not SSH's.
+    pub async fn sign_ssh(
+        &self,
+        name: &KeyName,
+        req: SignRequest,
+        auth: Option<Password>,
+    ) -> Result<SignOutput, Error> {
         let loaded = self.load(name).await?;
-        if loaded.record.alg.has_pq() {
-            return self.sign_pq(&loaded, req).await;
+        check_usage(&loaded.record, Usage::Ssh)?;
+        let SignInput::Message(message) = &req.input else {
+            return Err(Error::InvalidArgument("an SSH signature takes the whole message, not a digest".into()));
+        };
+        if message.len() > SignInput::MAX_MESSAGE {
+            return Err(Error::InvalidArgument(format!("message larger than {} bytes", SignInput::MAX_MESSAGE)));
         }
-        let (job, digest, client) = self.prepare_sign(&loaded, req, auth)?;
+        let not_ssh =
+            |e: crate::crypto::ssh::SshDataError| Error::InvalidArgument(format!("not SSH signing data: {e}"));
+        let signed = crate::crypto::ssh::parse(message).map_err(not_ssh)?;
+        let blob = crate::crypto::ssh::public_key_blob(loaded.record.alg, &loaded.spki)
+            .ok_or_else(|| Error::InvalidArgument(format!("{} keys cannot make SSH signatures", loaded.record.alg)))?;
+        let (scheme, hash) = crate::crypto::ssh::signing_plan(loaded.record.alg, &blob, &signed, req.scheme, req.hash)
+            .map_err(not_ssh)?;
+        // Hashed here, so that SHA-1 (`ssh-rsa`) passes as the digest it is for PKCS#1 v1.5.
+        let input = SignInput::Digest(hash.digest(message));
+        self.sign_loaded(&loaded, SignRequest { input, hash: Some(hash), scheme: Some(scheme) }, auth).await
+    }
+
+    /// [`Vault::sign`] for a request that needs `usage` of the key.
+    pub(crate) async fn sign_as(
+        &self,
+        name: &KeyName,
+        req: SignRequest,
+        auth: Option<Password>,
+        usage: Usage,
+    ) -> Result<SignOutput, Error> {
+        let loaded = self.load(name).await?;
+        check_usage(&loaded.record, usage)?;
+        self.sign_loaded(&loaded, req, auth).await
+    }
+
+    /// Signs with a key whose usages were checked.
+    async fn sign_loaded(
+        &self,
+        loaded: &Arc<Loaded>,
+        req: SignRequest,
+        auth: Option<Password>,
+    ) -> Result<SignOutput, Error> {
+        let name = &loaded.record.name;
+        if loaded.record.alg.has_pq() {
+            return self.sign_pq(loaded, req).await;
+        }
+        let (job, digest, client) = self.prepare_sign(loaded, req, auth)?;
         let done = SignJobDone { scheme: job.scheme, hash: job.hash, digest };
         // Only password keys count failures: the TPM has nothing to guess on the others.
         let attempt = match &client {
@@ -627,7 +724,51 @@ impl Vault {
             }
             other => other?,
         };
-        self.finish_sign(&loaded, done, sig)
+        self.finish_sign(loaded, done, sig)
+    }
+
+    /// Narrows a key's usages to `usages`, which must be a subset of the key's current ones
+    /// (usages are never widened).
+    ///
+    /// # Errors
+    /// [`Error::KeyNotFound`]; [`Error::InvalidArgument`] for a usage the key does not have;
+    /// store errors.
+    pub async fn set_usages(&self, name: &KeyName, usages: Usages) -> Result<KeyInfo, Error> {
+        // Serialised with certificate replacement and deletion, which rewrite the same record.
+        let _guard = self.inner.cert_lock.lock().await;
+        let loaded = self.load(name).await?;
+        let mut record = loaded.record.clone();
+        if !usages.is_subset_of(record.usages()) {
+            return Err(Error::InvalidArgument(format!(
+                "key {name} has usages {}: usages can only be narrowed, not widened to {usages}",
+                record.usages()
+            )));
+        }
+        record.usages = Some(usages);
+        let store = self.inner.store.clone();
+        let r = record.clone();
+        // Under `cert_lock`, so a delete cannot slip in between the read and the write.
+        let n = name.clone();
+        blocking(move || match store.keys().get(&n)? {
+            Some(_) => store.keys().replace(&r).map(|()| true),
+            None => Ok(false),
+        })
+        .await?
+        .then_some(())
+        .ok_or_else(|| Error::not_found(name))?;
+        let info = KeyInfo::from(&record);
+        let fresh = Arc::new(Loaded {
+            record,
+            blob: loaded.blob.clone(),
+            spki: loaded.spki.clone(),
+            wrap: loaded.wrap.clone(),
+            pq_spki: loaded.pq_spki.clone(),
+        });
+        if let Ok(mut cache) = self.inner.cache.lock() {
+            cache.insert(name.clone(), fresh);
+        }
+        tracing::info!(key = %name, usages = %usages, "key usages narrowed");
+        Ok(info)
     }
 
     /// [`Vault::sign`] for synchronous callers (rustls' `Signer::sign`): blocks the calling
@@ -637,6 +778,7 @@ impl Vault {
     /// As [`Vault::sign`]; the key must already be cached (see [`Vault::public_key`]).
     pub fn sign_blocking(&self, name: &KeyName, req: SignRequest) -> Result<SignOutput, Error> {
         let loaded = self.cached(name).ok_or_else(|| Error::not_found(name))?;
+        check_usage(&loaded.record, Usage::Sign)?;
         if loaded.record.alg.has_pq() {
             return Err(Error::InvalidArgument(format!("{} keys cannot sign TLS handshakes", loaded.record.alg)));
         }
@@ -802,6 +944,28 @@ pub(crate) fn parse_record(record: KeyRecord) -> Result<Loaded, Error> {
         (None, None) => return Err(corrupt(format!("a {} key without its post-quantum section", record.alg))),
     };
     Ok(Loaded { record, blob, spki, wrap, pq_spki })
+}
+
+/// Refuses a request that needs `usage` of a key without it.
+fn check_usage(record: &KeyRecord, usage: Usage) -> Result<(), Error> {
+    if record.usages().contains(usage) {
+        Ok(())
+    } else {
+        Err(Denied::Usage { key: record.name.clone(), has: record.usages(), needs: usage }.into())
+    }
+}
+
+/// Refuses usages a key of `alg` cannot serve.
+fn check_usages_suit(alg: KeyAlg, usages: Usages) -> Result<(), Error> {
+    if usages.contains(Usage::Ssh)
+        && !matches!(alg, KeyAlg::EccP256 | KeyAlg::EccP384 | KeyAlg::Rsa2048 | KeyAlg::Rsa3072)
+    {
+        return Err(Error::InvalidArgument(format!("usage ssh needs an ECC or RSA key, not {alg}")));
+    }
+    if usages.contains(Usage::Policy) && alg != KeyAlg::EccP256 {
+        return Err(Error::InvalidArgument(format!("usage policy needs an ecc-p256 key, not {alg}")));
+    }
+    Ok(())
 }
 
 /// The associated data of a page token: its purpose and the caller it was issued to.

@@ -14,7 +14,7 @@ use super::{blocking, unix_now, Vault};
 use crate::auth::Denied;
 use crate::crypto::aead;
 use crate::error::Error;
-use crate::model::{HashAlg, KeyAlg, KeyName, Owner, PcrBank, PcrSelection, Scheme, SignInput};
+use crate::model::{HashAlg, KeyAlg, KeyName, Owner, PcrBank, PcrSelection, Scheme, SignInput, Usage};
 use crate::store::record::RECORD_VERSION;
 use crate::store::{OwnerCheck, PcrPolicy, SealPolicy, SealedRecord, TpmObject};
 use crate::tpm::{pcr, KeyBlob, PolicyAuth, TpmError};
@@ -286,10 +286,11 @@ impl Vault {
         }
     }
 
-    /// Approves PCR values, signing with a vault ECC P-256 key.
+    /// Approves PCR values, signing with a vault ECC P-256 key that has the `policy` usage.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a non-P-256 key or missing values; sign errors.
+    /// [`Error::InvalidArgument`] for a non-P-256 key or missing values;
+    /// [`Error::PermissionDenied`] for a key without the `policy` usage; sign errors.
     pub async fn sign_policy(
         &self,
         key: &KeyName,
@@ -309,9 +310,10 @@ impl Vault {
             hash: Some(HashAlg::Sha256),
             scheme: Some(Scheme::Ecdsa),
         };
-        let signature = self.sign(key, sign(signed_policy::approval_message(&approved, &[])), None).await?.signature;
+        let approval = sign(signed_policy::approval_message(&approved, &[]));
+        let signature = self.sign_as(key, approval, None, Usage::Policy).await?.signature;
         let envelope = signed_policy::envelope_message(&approved, &[], policy_version, expires_unix);
-        let envelope_signature = self.sign(key, sign(envelope), None).await?.signature;
+        let envelope_signature = self.sign_as(key, sign(envelope), None, Usage::Policy).await?.signature;
         Ok(SignedPolicy {
             format_version: 1,
             pcr_bank: selection.bank.as_str().into(),

@@ -1,6 +1,7 @@
 //! Test helpers: a per-test swtpm in a temp dir, a vault or a whole daemon on top of it.
 #![allow(dead_code, missing_docs)]
 
+pub mod abrmd;
 pub mod proxy;
 
 use std::path::{Path, PathBuf};
@@ -350,6 +351,7 @@ pub fn sign_request(name: &str) -> tpm_vault_proto::v1::SignRequest {
         hash: 0,
         scheme: 0,
         auth: vec![],
+        purpose: 0,
     }
 }
 

@@ -32,6 +32,12 @@ struct Faults {
     injected: AtomicUsize,
     /// Last command code seen on the data channel.
     last_command: AtomicU32,
+    /// Commands forwarded on the data channel, by command code.
+    counts: Mutex<std::collections::BTreeMap<u32, usize>>,
+    /// Command code whose connection is closed instead of forwarding it.
+    close_command: AtomicU32,
+    /// How many more of those to close.
+    close_remaining: AtomicUsize,
 }
 
 pub struct TpmProxy {
@@ -107,7 +113,28 @@ impl TpmProxy {
         self.faults.remaining.store(count, Ordering::SeqCst);
     }
 
-    /// Responses replaced so far.
+    /// Commands forwarded so far, by command code (a snapshot).
+    #[allow(dead_code)]
+    pub fn commands(&self) -> std::collections::BTreeMap<u32, usize> {
+        self.faults.counts.lock().expect("lock").clone()
+    }
+
+    /// Commands forwarded so far, all codes.
+    #[allow(dead_code)]
+    pub fn total_commands(&self) -> usize {
+        self.faults.counts.lock().expect("lock").values().sum()
+    }
+
+    /// Closes the connection carrying the next `count` commands `command` instead of
+    /// forwarding them: the TCTI gets no response, an I/O error (what the device TCTI returns
+    /// when the kernel's resource manager fails `write()` with -ENOMEM, out of slots).
+    #[allow(dead_code)]
+    pub fn inject_close(&self, command: u32, count: usize) {
+        self.faults.close_command.store(command, Ordering::SeqCst);
+        self.faults.close_remaining.store(count, Ordering::SeqCst);
+    }
+
+    /// Responses replaced (or connections closed) so far.
     pub fn injected(&self) -> usize {
         self.faults.injected.load(Ordering::SeqCst)
     }
@@ -130,13 +157,22 @@ fn commands(mut from: TcpStream, mut to: TcpStream, captured: Arc<Mutex<Vec<u8>>
     std::thread::spawn(move || {
         while let Some(frame) = read_frame(&mut from) {
             let cc = u32::from_be_bytes([frame[6], frame[7], frame[8], frame[9]]);
+            if faults.close_command.load(Ordering::SeqCst) == cc
+                && faults.close_remaining.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
+            {
+                // As the kernel's resource manager fails write() with -ENOMEM: no response.
+                faults.injected.fetch_add(1, Ordering::SeqCst);
+                break;
+            }
             faults.last_command.store(cc, Ordering::SeqCst);
+            *faults.counts.lock().expect("lock").entry(cc).or_default() += 1;
             captured.lock().expect("lock").extend_from_slice(&frame);
             if to.write_all(&frame).is_err() {
                 break;
             }
         }
         let _ = to.shutdown(std::net::Shutdown::Both);
+        let _ = from.shutdown(std::net::Shutdown::Both);
     });
 }
 

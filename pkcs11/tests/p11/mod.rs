@@ -171,3 +171,46 @@ impl Module {
         Ok(value)
     }
 }
+
+/// Runs `body` in a forked child; returns its pid, exit code and message (sent on a pipe).
+pub fn in_child(body: impl FnOnce() -> Result<(), String>) -> (i32, i32, String) {
+    let mut fds = [0; 2];
+    // SAFETY: a valid array of two descriptors.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0, "pipe");
+    // SAFETY: the child runs `body` (module calls and plain system calls; the module's locks are
+    // consistent through its atfork hooks) and leaves with `_exit`, never returning or unwinding.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork");
+    if pid == 0 {
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body))
+            .unwrap_or_else(|_| Err("the child panicked".into()));
+        let (code, message) = match result {
+            Ok(()) => (0, String::new()),
+            Err(m) => (1, m),
+        };
+        // SAFETY: writes the message to the pipe's write end, then exits without unwinding.
+        unsafe {
+            libc::write(fds[1], message.as_ptr().cast(), message.len());
+            libc::_exit(code);
+        }
+    }
+    // SAFETY: the parent's copy of the write end.
+    unsafe { libc::close(fds[1]) };
+    let mut status = 0;
+    // SAFETY: our child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid, "waitpid");
+    let mut message = Vec::new();
+    let mut buf = [0u8; 512];
+    loop {
+        // SAFETY: reads into `buf`.
+        let n = unsafe { libc::read(fds[0], buf.as_mut_ptr().cast(), buf.len()) };
+        if n <= 0 {
+            break;
+        }
+        message.extend_from_slice(&buf[..n as usize]);
+    }
+    // SAFETY: our descriptor.
+    unsafe { libc::close(fds[0]) };
+    let code = if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { 128 + libc::WTERMSIG(status) };
+    (pid, code, format!("child {pid}: {}", String::from_utf8_lossy(&message)))
+}

@@ -39,6 +39,11 @@ pub struct Key {
     /// Whether the key has a password (auth value).
     #[prost(bool, tag = "7")]
     pub has_auth: bool,
+    /// What the key may be used for, in KeyUsage order. Keys created before usages existed have
+    /// all three (SIGN, SSH, POLICY): what they could do then. Empty only from a daemon older than
+    /// usages.
+    #[prost(enumeration = "KeyUsage", repeated, tag = "8")]
+    pub usages: ::prost::alloc::vec::Vec<i32>,
 }
 /// CreateKey input.
 #[allow(clippy::all)]
@@ -56,6 +61,10 @@ pub struct CreateKeyRequest {
     /// Optional password (auth value), at most 32 bytes. Sent to the TPM with parameter encryption.
     #[prost(bytes = "vec", tag = "4")]
     pub auth: ::prost::alloc::vec::Vec<u8>,
+    /// What the key may be used for; empty means \[KEY_USAGE_SIGN\]. SSH needs an ECC or RSA key,
+    /// POLICY an ecc-p256 key (INVALID_ARGUMENT otherwise).
+    #[prost(enumeration = "KeyUsage", repeated, tag = "5")]
+    pub usages: ::prost::alloc::vec::Vec<i32>,
 }
 /// GetKey input.
 #[allow(clippy::all)]
@@ -148,6 +157,11 @@ pub struct SignRequest {
     /// Key password, for keys created with one.
     #[prost(bytes = "vec", tag = "6")]
     pub auth: ::prost::alloc::vec::Vec<u8>,
+    /// What `message` is. UNSPECIFIED: a raw signature (the key needs usage SIGN). SSH: an SSH
+    /// signature (usage SSH; see SignPurpose). PERMISSION_DENIED when the key's usages do not
+    /// allow the purpose; INVALID_ARGUMENT when an SSH message does not parse.
+    #[prost(enumeration = "SignPurpose", tag = "7")]
+    pub purpose: i32,
     /// What to sign.
     #[prost(oneof = "sign_request::Input", tags = "2, 3")]
     pub input: ::core::option::Option<sign_request::Input>,
@@ -331,6 +345,94 @@ pub struct DecapsulateRequest {
     /// The ML-KEM ciphertext (1088 bytes for ML-KEM-768, 1568 for ML-KEM-1024).
     #[prost(bytes = "vec", tag = "2")]
     pub ciphertext: ::prost::alloc::vec::Vec<u8>,
+}
+/// SetKeyUsage input.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct SetKeyUsageRequest {
+    /// Key name.
+    #[prost(string, tag = "1")]
+    pub name: ::prost::alloc::string::String,
+    /// The new usages: non-empty, each one the key already has.
+    #[prost(enumeration = "KeyUsage", repeated, tag = "2")]
+    pub usages: ::prost::alloc::vec::Vec<i32>,
+}
+/// What a key may be used for, fixed at creation and only ever narrowed (SetKeyUsage). The
+/// daemon enforces it on every signature, whoever asks.
+#[allow(clippy::all)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+#[repr(i32)]
+pub enum KeyUsage {
+    /// never stored; an empty list in CreateKeyRequest means \[SIGN\]
+    Unspecified = 0,
+    /// "sign": raw signatures over any message or digest (TLS handshakes, PKCS#11, CSRs,
+    /// certificates, ACME). Not SignPolicy.
+    Sign = 1,
+    /// "ssh": Sign with purpose SIGN_PURPOSE_SSH only, i.e. over a message that parses as an SSH
+    /// user-authentication request (RFC 4252 section 7, "publickey" or
+    /// "publickey-hostbound-v00@openssh.com", for this key) or an SSHSIG blob (OpenSSH
+    /// PROTOCOL.sshsig). ECC and RSA keys.
+    Ssh = 2,
+    /// "policy": PCR-policy approvals through SealService.SignPolicy only. ecc-p256 keys.
+    Policy = 3,
+}
+impl KeyUsage {
+    /// String value of the enum field names used in the ProtoBuf definition.
+    ///
+    /// The values are not transformed in any way and thus are considered stable
+    /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+    pub fn as_str_name(&self) -> &'static str {
+        match self {
+            Self::Unspecified => "KEY_USAGE_UNSPECIFIED",
+            Self::Sign => "KEY_USAGE_SIGN",
+            Self::Ssh => "KEY_USAGE_SSH",
+            Self::Policy => "KEY_USAGE_POLICY",
+        }
+    }
+    /// Creates an enum from field names used in the ProtoBuf definition.
+    pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+        match value {
+            "KEY_USAGE_UNSPECIFIED" => Some(Self::Unspecified),
+            "KEY_USAGE_SIGN" => Some(Self::Sign),
+            "KEY_USAGE_SSH" => Some(Self::Ssh),
+            "KEY_USAGE_POLICY" => Some(Self::Policy),
+            _ => None,
+        }
+    }
+}
+/// What a Sign request's message is, so the daemon can check it against the key's usages.
+#[allow(clippy::all)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+#[repr(i32)]
+pub enum SignPurpose {
+    /// A raw signature over any message or digest: needs the key usage SIGN. What clients
+    /// from before usages send.
+    Unspecified = 0,
+    /// An SSH signature: `message` (a digest is refused) must parse as an SSH
+    /// user-authentication request or an SSHSIG blob (see KEY_USAGE_SSH); the daemon hashes it
+    /// itself. Needs the key usage SSH. The scheme must be ECDSA (hash: the curve's) or
+    /// RSASSA-PKCS1-v1_5 (for a user-authentication request, the hash its algorithm name says).
+    Ssh = 1,
+}
+impl SignPurpose {
+    /// String value of the enum field names used in the ProtoBuf definition.
+    ///
+    /// The values are not transformed in any way and thus are considered stable
+    /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+    pub fn as_str_name(&self) -> &'static str {
+        match self {
+            Self::Unspecified => "SIGN_PURPOSE_UNSPECIFIED",
+            Self::Ssh => "SIGN_PURPOSE_SSH",
+        }
+    }
+    /// Creates an enum from field names used in the ProtoBuf definition.
+    pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+        match value {
+            "SIGN_PURPOSE_UNSPECIFIED" => Some(Self::Unspecified),
+            "SIGN_PURPOSE_SSH" => Some(Self::Ssh),
+            _ => None,
+        }
+    }
 }
 /// Key algorithm. ECC and RSA private parts are generated by and stay in the TPM. TPMs cannot do
 /// ML-DSA or ML-KEM: those private parts are generated in the daemon, sealed by the TPM (a sealed
@@ -877,6 +979,30 @@ pub mod key_service_client {
                 .insert(GrpcMethod::new("tpmvault.v1.KeyService", "Decapsulate"));
             self.inner.unary(req, path, codec).await
         }
+        /// Narrows a key's usages to the given set, which must be a non-empty subset of the key's
+        /// current usages: INVALID_ARGUMENT if it would add a usage (usages are never widened).
+        /// Access operation: create (as for SetCertificate).
+        pub async fn set_key_usage(
+            &mut self,
+            request: impl tonic::IntoRequest<super::SetKeyUsageRequest>,
+        ) -> std::result::Result<tonic::Response<super::Key>, tonic::Status> {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/tpmvault.v1.KeyService/SetKeyUsage",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("tpmvault.v1.KeyService", "SetKeyUsage"));
+            self.inner.unary(req, path, codec).await
+        }
     }
 }
 /// Generated server implementations.
@@ -978,6 +1104,13 @@ pub mod key_service_server {
             tonic::Response<crate::secret::DecapsulateResponse>,
             tonic::Status,
         >;
+        /// Narrows a key's usages to the given set, which must be a non-empty subset of the key's
+        /// current usages: INVALID_ARGUMENT if it would add a usage (usages are never widened).
+        /// Access operation: create (as for SetCertificate).
+        async fn set_key_usage(
+            &self,
+            request: tonic::Request<super::SetKeyUsageRequest>,
+        ) -> std::result::Result<tonic::Response<super::Key>, tonic::Status>;
     }
     /// Manages TPM-resident keys and signs with them.
     #[derive(Debug)]
@@ -1582,6 +1715,51 @@ pub mod key_service_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = DecapsulateSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/tpmvault.v1.KeyService/SetKeyUsage" => {
+                    #[allow(non_camel_case_types)]
+                    struct SetKeyUsageSvc<T: KeyService>(pub Arc<T>);
+                    impl<
+                        T: KeyService,
+                    > tonic::server::UnaryService<super::SetKeyUsageRequest>
+                    for SetKeyUsageSvc<T> {
+                        type Response = super::Key;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::SetKeyUsageRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as KeyService>::set_key_usage(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = SetKeyUsageSvc(inner);
                         let codec = tonic_prost::ProstCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(
@@ -3358,7 +3536,7 @@ pub struct DeleteSealedResponse {}
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct SignPolicyRequest {
-    /// Vault key (ecc-p256) that acts as the authority.
+    /// Vault key (ecc-p256, usage KEY_USAGE_POLICY) that acts as the authority.
     #[prost(string, tag = "1")]
     pub key_name: ::prost::alloc::string::String,
     /// PCR values to approve (bank, indices and values all required).
@@ -3556,7 +3734,9 @@ pub mod seal_service_client {
         }
         /// Approves PCR values for authorized-policy secrets, signing with a vault ECC P-256 key
         /// (for a device that is itself a policy authority). Offline authorities use
-        /// `tpm-vault policy sign --key KEY.pem`, which produces the same SignedPolicy.
+        /// `tpm-vault policy sign --key KEY.pem`, which produces the same SignedPolicy. The key needs
+        /// the usage KEY_USAGE_POLICY (PERMISSION_DENIED otherwise), and a key with that usage signs
+        /// nothing else unless it also has SIGN.
         pub async fn sign_policy(
             &mut self,
             request: impl tonic::IntoRequest<super::SignPolicyRequest>,
@@ -3635,7 +3815,9 @@ pub mod seal_service_server {
         >;
         /// Approves PCR values for authorized-policy secrets, signing with a vault ECC P-256 key
         /// (for a device that is itself a policy authority). Offline authorities use
-        /// `tpm-vault policy sign --key KEY.pem`, which produces the same SignedPolicy.
+        /// `tpm-vault policy sign --key KEY.pem`, which produces the same SignedPolicy. The key needs
+        /// the usage KEY_USAGE_POLICY (PERMISSION_DENIED otherwise), and a key with that usage signs
+        /// nothing else unless it also has SIGN.
         async fn sign_policy(
             &self,
             request: tonic::Request<super::SignPolicyRequest>,
@@ -4040,6 +4222,13 @@ pub struct Status {
     /// Reconnections to the TPM after it went away or was reset.
     #[prost(uint64, tag = "19")]
     pub tpm_reconnects: u64,
+    /// The resource manager in front of the TPM: "kernel" (/dev/tpmrm0), "tabrmd" or "none".
+    #[prost(string, tag = "20")]
+    pub resource_manager: ::prost::alloc::string::String,
+    /// True when the SRK is the persistent object at 0x81000001 (costs no TPM command behind
+    /// the kernel's resource manager); false when it is a transient object the daemon derives.
+    #[prost(bool, tag = "21")]
+    pub srk_persistent: bool,
 }
 /// A counter with latency summary.
 #[allow(clippy::all)]
