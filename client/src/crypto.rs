@@ -41,9 +41,10 @@ pub const MESSAGE_SIZE: usize = 256 * 1024;
 /// Request messages queued per stream: together with [`MESSAGE_SIZE`], the most input held.
 pub const IN_FLIGHT: usize = 4;
 
-/// Most random bytes the daemon returns per `GetRandom` request (16 MiB); [`Client::random`]
-/// asks several times for more.
-pub const MAX_RANDOM_REQUEST: usize = 16 * 1024 * 1024;
+/// Most random bytes the daemon returns per `GetRandom` request (1 MiB; earlier daemons
+/// returned up to 16 MiB); [`Client::random`] and [`Client::write_random`] ask several times
+/// for more.
+pub const MAX_RANDOM_REQUEST: usize = 1024 * 1024;
 
 /// Longest possible stream header (format v2 with a 255-byte key name). [`stream_key_name`]
 /// never needs more bytes than this.

@@ -18,7 +18,6 @@ use tpm_vault_proto::v1::crypto_service_server::CryptoService;
 
 use super::{pcr_binding, Call, Ctx};
 use crate::auth::{owner_of, Operation};
-use crate::crypto::drbg::MAX_REQUEST;
 use crate::crypto::stream::{Decryptor, Encryptor, Header, MAX_HEADER};
 use crate::error::Error;
 use crate::model::KeyName;
@@ -28,6 +27,10 @@ use crate::vault::Resource;
 /// A response is sent once this much output is buffered. The client library's 256 KiB
 /// request messages make one response each (four chunks and their tags).
 const FLUSH_AT: usize = 64 * 1024;
+
+/// Most random bytes one `GetRandom` call returns (1 MiB): a client wanting more asks several
+/// times (the client library and `tpm-vault random N` do), so no single answer is large.
+pub const MAX_RANDOM: usize = 1024 * 1024;
 
 /// A stream of responses.
 pub type ResponseStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
@@ -360,9 +363,13 @@ impl CryptoService for CryptoRpc {
         self.ctx
             .on_vault("GetRandom", req, Operation::Random, |r| async move {
                 let n = r.length as usize;
-                if n == 0 || n > MAX_REQUEST {
-                    return Err(Error::InvalidArgument(format!("length must be 1 to {MAX_REQUEST}")));
+                if n == 0 || n > MAX_RANDOM {
+                    return Err(Error::InvalidArgument(format!(
+                        "GetRandom returns 1 to {MAX_RANDOM} bytes per call ({n} asked for): ask several times for more"
+                    )));
                 }
+                // The response's bytes count against the client's budget before they exist.
+                crate::auth::limits::reserve(n + 64).await?;
                 let mut data = vec![0u8; n];
                 self.ctx.vault.random(&mut data)?;
                 Ok(pb::GetRandomResponse { data: data.into() })
