@@ -31,7 +31,7 @@ use std::sync::{mpsc, Arc, Mutex};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::oneshot;
-use tpm_vault_proto::stream::{ChunkCipher, StreamError, TAG};
+use tpm_vault_proto::stream::{ChunkCipher, StreamError, TagDigest, COMMITMENT, TAG};
 use zeroize::Zeroizing;
 
 use crate::Error;
@@ -74,6 +74,8 @@ struct Batch {
     last: bool,
     /// The first chunk that failed, if one did.
     failed: Option<StreamError>,
+    /// The tag of each chunk processed, in order (what a v3 stream's commitment covers).
+    tags: Vec<[u8; TAG]>,
 }
 
 impl Batch {
@@ -85,6 +87,7 @@ impl Batch {
             lens: Vec::with_capacity(BATCH_CHUNKS),
             last: false,
             failed: None,
+            tags: Vec::with_capacity(BATCH_CHUNKS),
         }
     }
 
@@ -99,6 +102,7 @@ impl Batch {
         self.lens.clear();
         self.last = false;
         self.failed = None;
+        self.tags.clear();
         for start in (0..BATCH_CHUNKS).map(|j| j * slot) {
             let n = read_full(reader, &mut self.buf[start..start + input]).await?;
             self.lens.push(n);
@@ -124,12 +128,21 @@ impl Batch {
             // invariant: `run` checked that every index of the batch fits in a u32.
             let index = self.first + j as u32;
             let last = self.last && j + 1 == count;
+            let mut tag = [0u8; TAG];
             let done = match direction {
                 Direction::Seal => {
-                    cipher.seal(index, last, &mut self.buf[start..start + len + TAG]).map(|()| len + TAG)
+                    let sealed = cipher.seal(index, last, &mut self.buf[start..start + len + TAG]);
+                    tag.copy_from_slice(&self.buf[start + len..start + len + TAG]);
+                    sealed.map(|()| len + TAG)
                 }
-                Direction::Open => cipher.open(index, last, &mut self.buf[start..start + len]),
+                Direction::Open => {
+                    if len >= TAG {
+                        tag.copy_from_slice(&self.buf[start + len - TAG..start + len]);
+                    }
+                    cipher.open(index, last, &mut self.buf[start..start + len])
+                }
             };
+            self.tags.push(tag);
             match done {
                 Ok(out) => self.lens[j] = out,
                 Err(e) => {
@@ -256,7 +269,8 @@ fn gone() -> Error {
 }
 
 /// Seals (or opens) everything `reader` yields with `cipher` on `threads` threads and writes
-/// it to `writer` in order; returns the bytes written.
+/// it to `writer` in order; returns the bytes written and the digest of the chunk tags (what
+/// a v3 stream's commitment covers: the caller has the daemon make or check it).
 ///
 /// # Errors
 /// [`Error::Read`], [`Error::Write`]; [`Error::InvalidInput`] past 2^32 chunks, and for
@@ -268,11 +282,12 @@ pub(crate) async fn run<R, W>(
     threads: usize,
     reader: &mut R,
     writer: &mut W,
-) -> Result<u64, Error>
+) -> Result<(u64, [u8; 32]), Error>
 where
     R: AsyncRead + Unpin + ?Sized,
     W: AsyncWrite + Unpin + ?Sized,
 {
+    let mut tags = TagDigest::default();
     let slot = cipher.chunk_size() + TAG;
     let input = match direction {
         Direction::Seal => cipher.chunk_size(),
@@ -305,12 +320,15 @@ where
         while out.len() >= depth || (next.is_none() && !out.is_empty()) {
             let Some(pending) = out.pop_front() else { break };
             let mut done = pending.await.map_err(|_| gone())?;
+            for tag in &done.tags[..done.lens.len()] {
+                tags.add(tag);
+            }
             written += done.write(writer, slot).await?;
             spare.push(done);
         }
     }
     writer.flush().await.map_err(Error::Write)?;
-    Ok(written)
+    Ok((written, tags.finish()))
 }
 
 /// Writes `header`, then encrypts everything `reader` yields with `cipher` into `writer`;
@@ -324,23 +342,84 @@ pub(crate) async fn encrypt<R, W>(
     threads: usize,
     reader: &mut R,
     writer: &mut W,
-) -> Result<u64, Error>
+) -> Result<(u64, [u8; 32]), Error>
 where
     R: AsyncRead + Unpin + ?Sized,
     W: AsyncWrite + Unpin + ?Sized,
 {
     writer.write_all(header).await.map_err(Error::Write)?;
-    Ok(header.len() as u64 + run(cipher, Direction::Seal, threads, reader, writer).await?)
+    let (written, tags) = run(cipher, Direction::Seal, threads, reader, writer).await?;
+    Ok((header.len() as u64 + written, tags))
+}
+
+/// A reader that holds back the last [`COMMITMENT`] bytes of its input: the chunks of a v3
+/// stream come out, the commitment after them stays behind ([`Holdback::trailer`]).
+pub(crate) struct Holdback<'a, R: ?Sized> {
+    inner: &'a mut R,
+    buf: Vec<u8>,
+    start: usize,
+    eof: bool,
+}
+
+impl<'a, R: AsyncRead + Unpin + ?Sized> Holdback<'a, R> {
+    /// Holds back the end of `inner`.
+    pub(crate) fn new(inner: &'a mut R) -> Self {
+        Holdback { inner, buf: Vec::with_capacity(64 * 1024), start: 0, eof: false }
+    }
+
+    /// The bytes held back at the end of the input (fewer than [`COMMITMENT`] if it was shorter).
+    pub(crate) fn trailer(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+}
+
+impl<R: AsyncRead + Unpin + ?Sized> AsyncRead for Holdback<'_, R> {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        out: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        use std::task::Poll;
+        let this = self.get_mut();
+        while !this.eof && this.buf.len() - this.start <= COMMITMENT {
+            // Refill: keep what is held, read more after it.
+            this.buf.drain(..this.start);
+            this.start = 0;
+            let have = this.buf.len();
+            this.buf.resize(this.buf.capacity().max(have + 4096), 0);
+            let mut rb = tokio::io::ReadBuf::new(&mut this.buf[have..]);
+            match std::pin::Pin::new(&mut *this.inner).poll_read(cx, &mut rb) {
+                Poll::Pending => {
+                    this.buf.truncate(have);
+                    return Poll::Pending;
+                }
+                Poll::Ready(Err(e)) => {
+                    this.buf.truncate(have);
+                    return Poll::Ready(Err(e));
+                }
+                Poll::Ready(Ok(())) => {
+                    let n = rb.filled().len();
+                    this.buf.truncate(have + n);
+                    this.eof = n == 0;
+                }
+            }
+        }
+        let ready = (this.buf.len() - this.start).saturating_sub(COMMITMENT).min(out.remaining());
+        out.put_slice(&this.buf[this.start..this.start + ready]);
+        this.start += ready;
+        Poll::Ready(Ok(()))
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use tpm_vault_proto::stream::{wrap, DataKeyId, Decryptor, Encryptor, Header, CHUNK};
+    use tpm_vault_proto::stream::{wrap_version, DataKeyId, Decryptor, Encryptor, Header, CHUNK, VERSION_2};
 
     use super::*;
 
     fn header(key: &[u8; 32]) -> Header {
-        wrap(&[3; 32], DataKeyId { name: "dk", id: [1; 16] }, CHUNK as u32, b"ctx", [4; 12], key)
+        // The pipeline's chunks are the same in v2 and v3 (v3 adds the daemon's commitment).
+        wrap_version(&[3; 32], DataKeyId { name: "dk", id: [1; 16] }, CHUNK as u32, b"ctx", [4; 12], key, VERSION_2)
             .unwrap_or_else(|e| panic!("{e}"))
     }
 
@@ -360,7 +439,7 @@ mod tests {
 
     async fn pipe(direction: Direction, threads: usize, input: &[u8]) -> (Result<u64, Error>, Vec<u8>) {
         let mut out = Vec::new();
-        let r = run(cipher(&[9; 32]), direction, threads, &mut &input[..], &mut out).await;
+        let r = run(cipher(&[9; 32]), direction, threads, &mut &input[..], &mut out).await.map(|(n, _)| n);
         (r, out)
     }
 

@@ -41,9 +41,10 @@ pub const MESSAGE_SIZE: usize = 256 * 1024;
 /// Request messages queued per stream: together with [`MESSAGE_SIZE`], the most input held.
 pub const IN_FLIGHT: usize = 4;
 
-/// Most random bytes the daemon returns per `GetRandom` request (16 MiB); [`Client::random`]
-/// asks several times for more.
-pub const MAX_RANDOM_REQUEST: usize = 16 * 1024 * 1024;
+/// Most random bytes the daemon returns per `GetRandom` request (1 MiB; earlier daemons
+/// returned up to 16 MiB); [`Client::random`] and [`Client::write_random`] ask several times
+/// for more.
+pub const MAX_RANDOM_REQUEST: usize = 1024 * 1024;
 
 /// Longest possible stream header (format v2 with a 255-byte key name). [`stream_key_name`]
 /// never needs more bytes than this.
@@ -123,7 +124,7 @@ pub fn stream_key_name(prefix: &[u8]) -> Result<Option<String>, Error> {
     let (Some(&version), Some(&name_len)) = (prefix.get(8), prefix.get(9)) else {
         return Ok(None);
     };
-    if version != stream::VERSION && version != stream::VERSION_1 {
+    if ![stream::VERSION, stream::VERSION_2, stream::VERSION_1].contains(&version) {
         return Err(bad(&format!("unsupported version {version}")));
     }
     match Header::parse(prefix) {
@@ -294,7 +295,25 @@ impl Client {
             self.request(proto::CreateStreamKeyRequest { key_name: key.to_owned(), context: context.to_vec() });
         let stream_key = StreamKey::from_proto(self.crypto.clone().create_stream_key(request).await?.into_inner())?;
         let cipher = stream_key.cipher(context)?;
-        bulk::encrypt(cipher, &stream_key.encoded, self.bulk_threads, reader, writer).await
+        let (written, tags) = bulk::encrypt(cipher, &stream_key.encoded, self.bulk_threads, reader, writer).await?;
+        if !stream_key.header.is_committed() {
+            // A daemon that still makes v2 streams: no commitment.
+            return Ok(written);
+        }
+        // v3: the daemon commits to the chunks (only a holder of `encrypt` may ask).
+        let request = self.request(proto::CommitStreamRequest {
+            key_name: key.to_owned(),
+            header: stream_key.encoded.clone(),
+            context: context.to_vec(),
+            tags_digest: tags.to_vec(),
+        });
+        let commitment = self.crypto.clone().commit_stream(request).await?.into_inner().commitment;
+        if commitment.len() != stream::COMMITMENT {
+            return Err(Error::Status(tonic::Status::internal("the daemon returned a malformed stream commitment")));
+        }
+        writer.write_all(&commitment).await.map_err(Error::Write)?;
+        writer.flush().await.map_err(Error::Write)?;
+        Ok(written + commitment.len() as u64)
     }
 
     /// [`Client::copy_encrypt`] with the AES work done in the daemon (the `Encrypt` RPC), for
@@ -379,7 +398,26 @@ impl Client {
         let stream_key = StreamKey::from_proto(self.crypto.clone().open_stream_key(request).await?.into_inner())?;
         let cipher = stream_key.cipher(context)?;
         let mut rest = std::io::Cursor::new(head.split_off(used)).chain(reader);
-        bulk::run(cipher, bulk::Direction::Open, self.bulk_threads, &mut rest, writer).await
+        if !header.is_committed() {
+            return Ok(bulk::run(cipher, bulk::Direction::Open, self.bulk_threads, &mut rest, writer).await?.0);
+        }
+        // v3: the chunks, then the commitment, which the daemon checks (the stream key alone
+        // cannot make one: a stream forged with it fails here, after its chunks).
+        let mut held = bulk::Holdback::new(&mut rest);
+        let (written, tags) = bulk::run(cipher, bulk::Direction::Open, self.bulk_threads, &mut held, writer).await?;
+        let commitment = held.trailer().to_vec();
+        if commitment.len() != stream::COMMITMENT {
+            return Err(Error::InvalidInput("stream truncated: no commitment after the final chunk".into()));
+        }
+        let request = self.request(proto::VerifyStreamRequest {
+            key_name: header.key_name.clone(),
+            header: stream_key.encoded.clone(),
+            context: context.to_vec(),
+            tags_digest: tags.to_vec(),
+            commitment,
+        });
+        self.crypto.clone().verify_stream(request).await?;
+        Ok(written)
     }
 
     /// [`Client::copy_decrypt`] with the AES work done in the daemon (the `Decrypt` RPC), for

@@ -18,7 +18,8 @@ const CHUNK: usize = 64 * 1024;
 /// empty) chunk, each with a 16-byte tag.
 fn sealed_len(name: &str, len: usize) -> usize {
     let header = 8 + 1 + 1 + name.len() + 16 + 4 + 12 + 32 + 16;
-    header + len + (len / CHUNK + 1) * 16
+    // Format v3: header, chunks, then the 32-byte commitment.
+    header + len + (len / CHUNK + 1) * 16 + 32
 }
 
 #[test]

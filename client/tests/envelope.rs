@@ -14,7 +14,7 @@ use tpm_vault_client::BlockingClient;
 const CHUNK: usize = 64 * 1024;
 const TAG: usize = 16;
 
-/// Header length of a v2 stream under a key named `name`.
+/// Header length of a v2 or v3 stream under a key named `name`.
 fn header_len(name: &str) -> usize {
     8 + 1 + 1 + name.len() + 16 + 4 + 12 + 32 + TAG
 }
@@ -27,8 +27,8 @@ fn in_process_and_daemon_paths_interoperate() {
         let plain = data(len);
         let local = ok(d.cli_in(&["encrypt", "dk", "--context", "c"], &plain));
         let daemon = ok(d.cli_in(&["encrypt", "dk", "--context", "c", "--in-daemon"], &plain));
-        assert_eq!(local[8], 2, "format v2");
-        assert_eq!(daemon[8], 2, "the daemon writes v2 too");
+        assert_eq!(local[8], 3, "format v3");
+        assert_eq!(daemon[8], 3, "the daemon writes v3 too");
         assert_eq!(local.len(), daemon.len(), "len {len}");
         assert_ne!(local[..header_len("dk")], daemon[..header_len("dk")], "each stream has a key of its own");
         for sealed in [&local, &daemon] {

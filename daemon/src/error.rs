@@ -48,6 +48,10 @@ pub enum Error {
         /// How long until the next attempt is let through.
         wait: std::time::Duration,
     },
+    /// The client is at one of its own bounds (calls in flight, response bytes not yet sent,
+    /// key generations): the message names which; retry later.
+    #[error("{0}")]
+    ClientBusy(String),
     /// The TPM failed or is unreachable.
     #[error(transparent)]
     Tpm(#[from] TpmError),

@@ -469,7 +469,7 @@ impl Service<http::Request<AxumBody>> for Draining {
                 }
             };
             tokio::select! {
-                r = response => r,
+                r = response => r.map(hold_until_sent),
                 () = expiry => {
                     let status = crate::rpc::error_status::shutting_down();
                     let (parts, ()) = status.into_http::<()>().into_parts();
@@ -477,6 +477,44 @@ impl Service<http::Request<AxumBody>> for Draining {
                 }
             }
         })
+    }
+}
+
+/// A response whose handler reserved its bytes against the client's budget
+/// ([`crate::auth::limits::InFlight`]) keeps the reservation in its body, given back when the
+/// body is dropped: once the transport sent it (or the stream was reset).
+fn hold_until_sent(mut response: http::Response<tonic::body::Body>) -> http::Response<tonic::body::Body> {
+    match response.extensions_mut().remove::<crate::auth::limits::InFlight>().and_then(|f| f.take()) {
+        Some(reservation) => {
+            response.map(|body| tonic::body::Body::new(Holding { inner: body, _reservation: reservation }))
+        }
+        None => response,
+    }
+}
+
+/// A response body holding its reservation of response bytes ([`hold_until_sent`]).
+struct Holding {
+    inner: tonic::body::Body,
+    _reservation: crate::auth::limits::Reservation,
+}
+
+impl http_body::Body for Holding {
+    type Data = bytes::Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 

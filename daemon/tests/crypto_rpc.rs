@@ -223,9 +223,11 @@ async fn random_bytes_are_fast_and_bounded() {
     assert_eq!(a.len(), 1 << 20);
     assert_ne!(a, b);
     assert_eq!(c.get_random(pb::GetRandomRequest { length: 0 }).await.expect_err("zero").code(), Code::InvalidArgument);
-    assert_eq!(
-        c.get_random(pb::GetRandomRequest { length: 17 << 20 }).await.expect_err("too big").code(),
-        Code::InvalidArgument
-    );
+    // At most 1 MiB per call (issue #31): one past it is refused with a message naming the bound.
+    for length in [(1 << 20) + 1, 17 << 20] {
+        let e = c.get_random(pb::GetRandomRequest { length }).await.expect_err("too big");
+        assert_eq!(e.code(), Code::InvalidArgument);
+        assert!(e.message().contains("at most") || e.message().contains("1048576"), "{}", e.message());
+    }
     env.stop().await;
 }

@@ -128,6 +128,8 @@ fn service_unit_has_the_contracted_settings() {
         "ConfigurationDirectory=tpm-vault",
         "Environment=TPM_VAULT_TCTI=device:/dev/tpmrm0",
         "Requires=tpm-vaultd.socket",
+        "MemoryHigh=384M",
+        "MemoryMax=512M",
     ] {
         assert!(settings.contains(&want), "missing {want}");
     }

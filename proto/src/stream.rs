@@ -3,6 +3,10 @@
 //! decrypts in the caller's process). README's "Bulk encryption" section has the byte table.
 //!
 //! ```text
+//! header v3 = header v2 with version u8 = 3 (the wrapping's associated data names version 3)
+//! stream v3 = header v3 | chunks (as v2) | commitment [32]
+//! commitment = HMAC-SHA256(mac key, SHA-256(tag_0 || tag_1 || ... || tag_last))
+//! mac key    = HMAC-SHA256(data key, "tpm-vault stream mac key v3" || SHA-256(header) || context)
 //! header v2 = magic "TPMVAEAD" | version u8 = 2 | name_len u8 | data key name | key_id [16]
 //!             | chunk_size u32 BE | wrap_nonce [12] | wrapped stream key [32 + 16]
 //! header v1 = magic "TPMVAEAD" | version u8 = 1 | name_len u8 | data key name | key_id [16]
@@ -10,7 +14,15 @@
 //! chunk i   = AES-256-GCM(chunk key, nonce = prefix [7] || i u32 BE || last u8,
 //!                         aad = SHA-256(header) || context, plaintext_i) = ciphertext || tag [16]
 //! ```
-//! v2 (written by every release from 0.2): each stream has a key of its own, 256 random bits
+//! v3 (written from the release that fixed issue #31): v2's chunks, then a commitment only the
+//! daemon can make, for a caller allowed to `encrypt` (CommitStream, or the Encrypt RPC), and
+//! check, for one allowed to `decrypt` (VerifyStream, or the Decrypt RPC): its key is derived
+//! from the data key, which never leaves the daemon, and is never handed out. In v2 the stream
+//! key that `OpenStreamKey` gives every decryptor is all it takes to seal chunks, so a client
+//! with only `decrypt` could write a new stream under a real header; in v3 such a stream has no
+//! valid commitment and fails at its end.
+//!
+//! v2 (written by releases 0.2 up to v3): each stream has a key of its own, 256 random bits
 //! from the daemon's DRBG, wrapped by the data key (AES-256-GCM, a fresh random 96-bit nonce,
 //! associated data [`wrap_aad`]: the name, id and chunk size of the header and the context). The
 //! chunk key is the stream key and the prefix is zero: a stream key seals one stream only, so
@@ -28,7 +40,9 @@ use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
 /// Format magic.
 pub const MAGIC: &[u8; 8] = b"TPMVAEAD";
 /// The version of new streams.
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
+/// The version of 0.2's streams (no commitment: see the module docs), still read.
+pub const VERSION_2: u8 = 2;
 /// The version of 0.1's streams, still read.
 pub const VERSION_1: u8 = 1;
 /// Plaintext bytes per chunk.
@@ -45,6 +59,10 @@ pub const MAX_HEADER: usize = 8 + 1 + 1 + 255 + 16 + 4 + 12 + WRAPPED;
 const MAX_CHUNK: usize = 16 * CHUNK;
 /// Domain separator of the stream-key wrapping's associated data.
 const WRAP_CONTEXT: &[u8] = b"tpm-vault stream key v2";
+/// Bytes of a v3 stream's commitment.
+pub const COMMITMENT: usize = 32;
+/// Domain separator of a v3 stream's MAC key.
+const MAC_KEY_CONTEXT: &[u8] = b"tpm-vault stream mac key v3";
 
 /// Why a stream (or a header) was refused; the message names what and which chunk.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -54,12 +72,14 @@ pub struct StreamError(pub String);
 /// How a stream's chunks are keyed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Keying {
-    /// v2: a stream key of its own, wrapped by the data key.
+    /// v2 and v3: a stream key of its own, wrapped by the data key.
     Wrapped {
         /// The wrapping's nonce.
         nonce: [u8; 12],
         /// The sealed stream key and its tag.
         key: [u8; WRAPPED],
+        /// v3: the stream ends with a commitment only the daemon makes.
+        committed: bool,
     },
     /// v1: the data key itself, with a random nonce prefix.
     DataKey {
@@ -85,9 +105,15 @@ impl Header {
     /// The format version.
     pub fn version(&self) -> u8 {
         match self.keying {
-            Keying::Wrapped { .. } => VERSION,
+            Keying::Wrapped { committed: true, .. } => VERSION,
+            Keying::Wrapped { committed: false, .. } => VERSION_2,
             Keying::DataKey { .. } => VERSION_1,
         }
+    }
+
+    /// Whether the stream ends with a commitment (v3).
+    pub fn is_committed(&self) -> bool {
+        matches!(self.keying, Keying::Wrapped { committed: true, .. })
     }
 
     /// Encodes the header.
@@ -100,7 +126,7 @@ impl Header {
         out.extend_from_slice(&self.key_id);
         out.extend_from_slice(&self.chunk_size.to_be_bytes());
         match &self.keying {
-            Keying::Wrapped { nonce, key } => {
+            Keying::Wrapped { nonce, key, .. } => {
                 out.extend_from_slice(nonce);
                 out.extend_from_slice(key);
             }
@@ -127,7 +153,7 @@ impl Header {
         }
         let version = buf[8];
         let keying_len = match version {
-            VERSION => 12 + WRAPPED,
+            VERSION | VERSION_2 => 12 + WRAPPED,
             VERSION_1 => PREFIX,
             v => return Err(bad(&format!("unsupported version {v}"))),
         };
@@ -147,12 +173,12 @@ impl Header {
             return Err(bad("chunk size"));
         }
         let rest = &buf[fixed..len];
-        let keying = if version == VERSION {
+        let keying = if version != VERSION_1 {
             let mut nonce = [0u8; 12];
             let mut key = [0u8; WRAPPED];
             nonce.copy_from_slice(&rest[..12]);
             key.copy_from_slice(&rest[12..]);
-            Keying::Wrapped { nonce, key }
+            Keying::Wrapped { nonce, key, committed: version == VERSION }
         } else {
             let mut nonce_prefix = [0u8; PREFIX];
             nonce_prefix.copy_from_slice(rest);
@@ -171,11 +197,12 @@ impl Header {
 }
 
 /// The associated data of a stream key's wrapping: everything in the header but the wrapping
-/// itself, and the context, so a wrapped key opens only under its own header and context.
-pub fn wrap_aad(key_name: &str, key_id: &[u8; 16], chunk_size: u32, context: &[u8]) -> Vec<u8> {
+/// itself, and the context, so a wrapped key opens only under its own header and context (and
+/// version: a v3 header turned into a v2 one, to drop the commitment, does not open).
+pub fn wrap_aad(version: u8, key_name: &str, key_id: &[u8; 16], chunk_size: u32, context: &[u8]) -> Vec<u8> {
     let mut aad = Vec::with_capacity(WRAP_CONTEXT.len() + 2 + key_name.len() + 20 + context.len());
     aad.extend_from_slice(WRAP_CONTEXT);
-    aad.push(VERSION);
+    aad.push(version);
     aad.push(key_name.len() as u8);
     aad.extend_from_slice(key_name.as_bytes());
     aad.extend_from_slice(key_id);
@@ -198,7 +225,7 @@ pub struct DataKeyId<'a> {
     pub id: [u8; 16],
 }
 
-/// A v2 header for a new stream of `chunk_size`-byte chunks ([`CHUNK`] for every stream the
+/// A v3 header for a new stream of `chunk_size`-byte chunks ([`CHUNK`] for every stream the
 /// vault makes): `stream_key` wrapped by `data_key` under `nonce` (which the caller draws fresh
 /// from its DRBG for every stream).
 ///
@@ -212,14 +239,34 @@ pub fn wrap(
     nonce: [u8; 12],
     stream_key: &[u8; 32],
 ) -> Result<Header, StreamError> {
+    wrap_version(data_key, key, chunk_size, context, nonce, stream_key, VERSION)
+}
+
+/// [`wrap`] for the format `version` (2 or 3): the daemon makes only v3, tests and fixtures
+/// also v2.
+///
+/// # Errors
+/// As [`wrap`]; [`StreamError`] for a version without a stream key.
+pub fn wrap_version(
+    data_key: &[u8; 32],
+    key: DataKeyId<'_>,
+    chunk_size: u32,
+    context: &[u8],
+    nonce: [u8; 12],
+    stream_key: &[u8; 32],
+    version: u8,
+) -> Result<Header, StreamError> {
     let DataKeyId { name: key_name, id: key_id } = key;
+    if version != VERSION && version != VERSION_2 {
+        return Err(StreamError(format!("a version {version} stream has no stream key")));
+    }
     if key_name.len() > 255 {
         return Err(StreamError("key name too long for the stream header".into()));
     }
     if chunk_size == 0 || chunk_size as usize > MAX_CHUNK {
         return Err(StreamError("chunk size out of range".into()));
     }
-    let aad = wrap_aad(key_name, &key_id, chunk_size, context);
+    let aad = wrap_aad(version, key_name, &key_id, chunk_size, context);
     let mut sealed = stream_key.to_vec();
     let tag = aes_key(data_key)?
         .seal_in_place_separate_tag(Nonce::assume_unique_for_key(nonce), Aad::from(aad.as_slice()), &mut sealed)
@@ -227,7 +274,8 @@ pub fn wrap(
     let mut key = [0u8; WRAPPED];
     key[..32].copy_from_slice(&sealed);
     key[32..].copy_from_slice(tag.as_ref());
-    Ok(Header { key_name: key_name.into(), key_id, chunk_size, keying: Keying::Wrapped { nonce, key } })
+    let committed = version == VERSION;
+    Ok(Header { key_name: key_name.into(), key_id, chunk_size, keying: Keying::Wrapped { nonce, key, committed } })
 }
 
 /// The stream key of a v2 `header`, unwrapped with `data_key`.
@@ -240,10 +288,10 @@ pub fn unwrap(
     header: &Header,
     context: &[u8],
 ) -> Result<zeroize::Zeroizing<[u8; 32]>, StreamError> {
-    let Keying::Wrapped { nonce, key } = &header.keying else {
+    let Keying::Wrapped { nonce, key, .. } = &header.keying else {
         return Err(StreamError("a version 1 stream has no stream key".into()));
     };
-    let aad = wrap_aad(&header.key_name, &header.key_id, header.chunk_size, context);
+    let aad = wrap_aad(header.version(), &header.key_name, &header.key_id, header.chunk_size, context);
     let mut buf = zeroize::Zeroizing::new(key.to_vec());
     let plain = aes_key(data_key)?
         .open_in_place(Nonce::assume_unique_for_key(*nonce), Aad::from(aad.as_slice()), &mut buf)
@@ -253,6 +301,85 @@ pub fn unwrap(
     let mut out = zeroize::Zeroizing::new([0u8; 32]);
     out.copy_from_slice(plain);
     Ok(out)
+}
+
+/// The MAC key of the v3 stream with `header` and `context`: derived from the data key, so only
+/// the daemon has it, and it never leaves the daemon (decryptors get the stream key only).
+///
+/// # Errors
+/// [`StreamError`] for a header of another version.
+pub fn mac_key(
+    data_key: &[u8; 32],
+    header: &Header,
+    context: &[u8],
+) -> Result<zeroize::Zeroizing<[u8; 32]>, StreamError> {
+    use aws_lc_rs::{digest, hmac};
+    if !header.is_committed() {
+        return Err(StreamError(format!("a version {} stream has no commitment", header.version())));
+    }
+    let key = hmac::Key::new(hmac::HMAC_SHA256, data_key);
+    let mut ctx = hmac::Context::with_key(&key);
+    ctx.update(MAC_KEY_CONTEXT);
+    ctx.update(digest::digest(&digest::SHA256, &header.encode()).as_ref());
+    ctx.update(context);
+    let mut out = zeroize::Zeroizing::new([0u8; 32]);
+    out.copy_from_slice(ctx.sign().as_ref());
+    Ok(out)
+}
+
+/// The commitment of a v3 stream whose chunk tags hash to `tags` ([`TagDigest`]), under its
+/// [`mac_key`].
+pub fn commit(mac_key: &[u8; 32], tags: &[u8; 32]) -> [u8; COMMITMENT] {
+    use aws_lc_rs::hmac;
+    let tag = hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, mac_key), tags);
+    let mut out = [0u8; COMMITMENT];
+    out.copy_from_slice(tag.as_ref());
+    out
+}
+
+/// Checks a v3 stream's commitment (in constant time).
+///
+/// # Errors
+/// [`StreamError`] when it is not the one the daemon made for these chunks.
+pub fn verify(mac_key: &[u8; 32], tags: &[u8; 32], commitment: &[u8]) -> Result<(), StreamError> {
+    use aws_lc_rs::hmac;
+    hmac::verify(&hmac::Key::new(hmac::HMAC_SHA256, mac_key), tags, commitment).map_err(|_| {
+        StreamError(
+            "the stream's commitment does not verify: its chunks were not made through the daemon by a holder of \
+             `encrypt` (forged with a stream key, tampered, or truncated)"
+                .into(),
+        )
+    })
+}
+
+/// The running SHA-256 of a stream's chunk tags, in order: what a v3 commitment covers.
+#[derive(Clone)]
+pub struct TagDigest(aws_lc_rs::digest::Context);
+
+impl std::fmt::Debug for TagDigest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TagDigest")
+    }
+}
+
+impl Default for TagDigest {
+    fn default() -> Self {
+        Self(aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256))
+    }
+}
+
+impl TagDigest {
+    /// Adds the next chunk's tag.
+    pub fn add(&mut self, tag: &[u8]) {
+        self.0.update(tag);
+    }
+
+    /// The digest of the tags added.
+    pub fn finish(self) -> [u8; 32] {
+        let mut out = [0u8; 32];
+        out.copy_from_slice(self.0.finish().as_ref());
+        out
+    }
 }
 
 /// A stream's chunk cipher: seals and opens chunk `i` on its own, so chunks can be processed
@@ -362,6 +489,10 @@ pub struct Encryptor {
     pending: Vec<u8>,
     /// The encoded header, until it is output.
     header: Option<Vec<u8>>,
+    /// v3: the digest of the tags so far.
+    tags: Option<TagDigest>,
+    /// v3: the stream's MAC key ([`Encryptor::with_mac_key`]), for the commitment.
+    mac_key: Option<zeroize::Zeroizing<[u8; 32]>>,
 }
 
 impl Encryptor {
@@ -376,7 +507,16 @@ impl Encryptor {
             cipher,
             counter: Counter::default(),
             header: Some(header.encode()),
+            tags: header.is_committed().then(TagDigest::default),
+            mac_key: None,
         })
+    }
+
+    /// This encryptor with the stream's MAC key ([`mac_key`]), which a v3 stream needs to end
+    /// with its commitment (the daemon's `Encrypt` RPC).
+    pub fn with_mac_key(mut self, mac_key: zeroize::Zeroizing<[u8; 32]>) -> Self {
+        self.mac_key = Some(mac_key);
+        self
     }
 
     /// The most bytes [`Encryptor::update`] appends for `len` bytes of plaintext.
@@ -395,7 +535,11 @@ impl Encryptor {
         out.resize(out.len() + TAG, 0);
         self.pending.clear();
         let index = self.counter.next()?;
-        self.cipher.seal(index, last, &mut out[start..]).inspect_err(|_| out.truncate(start))
+        self.cipher.seal(index, last, &mut out[start..]).inspect_err(|_| out.truncate(start))?;
+        if let Some(tags) = self.tags.as_mut() {
+            tags.add(&out[out.len() - TAG..]);
+        }
+        Ok(())
     }
 
     /// Adds plaintext; appends any finished output (header first) to `out`.
@@ -428,7 +572,13 @@ impl Encryptor {
         if let Some(h) = self.header.take() {
             out.extend_from_slice(&h);
         }
-        self.seal_next(&[], true, out)
+        self.seal_next(&[], true, out)?;
+        if let Some(tags) = self.tags.take() {
+            let key =
+                self.mac_key.as_ref().ok_or_else(|| StreamError("no MAC key for the stream's commitment".into()))?;
+            out.extend_from_slice(&commit(key, &tags.finish()));
+        }
+        Ok(())
     }
 }
 
@@ -448,6 +598,12 @@ pub struct Decryptor {
     sealed_chunk: usize,
     /// Whether the final chunk was opened.
     done: bool,
+    /// Bytes at the end of the stream that are not chunks: the commitment (v3), else 0.
+    holdback: usize,
+    /// v3: the digest of the tags so far.
+    tags: Option<TagDigest>,
+    /// v3: the stream's MAC key, to check the commitment ([`Decryptor::with_mac_key`]).
+    mac_key: Option<zeroize::Zeroizing<[u8; 32]>>,
 }
 
 impl Decryptor {
@@ -465,7 +621,30 @@ impl Decryptor {
             buf: Vec::with_capacity(sealed_chunk),
             sealed_chunk,
             done: false,
+            holdback: if header.is_committed() { COMMITMENT } else { 0 },
+            tags: header.is_committed().then(TagDigest::default),
+            mac_key: None,
         })
+    }
+
+    /// This decryptor with the stream's MAC key ([`mac_key`]): a v3 stream's commitment is
+    /// checked at its end (the daemon's `Decrypt` RPC).
+    pub fn with_mac_key(mut self, mac_key: zeroize::Zeroizing<[u8; 32]>) -> Self {
+        self.mac_key = Some(mac_key);
+        self
+    }
+
+    /// Opens `sealed` (a whole sealed chunk) as the next chunk, appending its plaintext.
+    fn open_chunk(&mut self, sealed: &[u8], last: bool, out: &mut Vec<u8>) -> Result<(), StreamError> {
+        let start = out.len();
+        out.extend_from_slice(sealed);
+        let index = self.counter.next()?;
+        let plain = self.cipher.open(index, last, &mut out[start..]).inspect_err(|_| out.truncate(start))?;
+        out.truncate(start + plain);
+        if let Some(tags) = self.tags.as_mut() {
+            tags.add(&sealed[sealed.len().saturating_sub(TAG)..]);
+        }
+        Ok(())
     }
 
     /// Opens `buf || second` as the next chunk, appending its plaintext to `out`.
@@ -487,6 +666,9 @@ impl Decryptor {
     /// [`StreamError`] naming the failing chunk (tampered, reordered, spliced, wrong key or
     /// context), or data after the final chunk.
     pub fn update(&mut self, mut data: &[u8], out: &mut Vec<u8>) -> Result<(), StreamError> {
+        if self.holdback > 0 {
+            return self.update_held(data, out);
+        }
         out.reserve((self.buf.len() + data.len()).saturating_sub(1) / self.sealed_chunk * (self.sealed_chunk - TAG));
         while !data.is_empty() {
             if self.done {
@@ -505,6 +687,28 @@ impl Decryptor {
         Ok(())
     }
 
+    /// [`Decryptor::update`] for a stream that ends with bytes that are not chunks (v3): a
+    /// chunk is opened once more than a chunk and the commitment follow it.
+    fn update_held(&mut self, data: &[u8], out: &mut Vec<u8>) -> Result<(), StreamError> {
+        if self.done && !data.is_empty() {
+            return Err(StreamError("data after the final chunk".into()));
+        }
+        self.buf.extend_from_slice(data);
+        let mut at = 0;
+        let buf = std::mem::take(&mut self.buf);
+        let mut result = Ok(());
+        while buf.len() - at > self.sealed_chunk + self.holdback {
+            result = self.open_chunk(&buf[at..at + self.sealed_chunk], false, out);
+            if result.is_err() {
+                break;
+            }
+            at += self.sealed_chunk;
+        }
+        self.buf = buf;
+        self.buf.drain(..at);
+        result
+    }
+
     /// Ends the stream: the buffered data must be a valid final chunk.
     ///
     /// # Errors
@@ -513,12 +717,24 @@ impl Decryptor {
         if self.done {
             return Ok(());
         }
-        if self.buf.len() < TAG || self.buf.len() == self.sealed_chunk {
+        let chunks = self.buf.len().saturating_sub(self.holdback);
+        if self.buf.len() < TAG + self.holdback || chunks == self.sealed_chunk {
             return Err(StreamError(format!("stream truncated: no final chunk after chunk {}", self.counter.0)));
         }
-        self.open_next(&[], true, out)?;
+        if self.holdback == 0 {
+            self.open_next(&[], true, out)?;
+            self.done = true;
+            return Ok(());
+        }
+        let buf = std::mem::take(&mut self.buf);
+        let (last, commitment) = buf.split_at(chunks);
+        self.open_chunk(last, true, out)?;
         self.done = true;
-        Ok(())
+        let tags = self.tags.take().unwrap_or_default().finish();
+        match self.mac_key.as_ref() {
+            Some(key) => verify(key, &tags, commitment),
+            None => Err(StreamError("no MAC key to check the stream's commitment".into())),
+        }
     }
 }
 
@@ -538,6 +754,9 @@ mod tests {
 
     fn encrypt_with(key: &[u8; 32], h: &Header, data: &[u8], ctx: &[u8], piece: usize) -> Vec<u8> {
         let mut e = Encryptor::new(key, h, ctx).unwrap_or_else(|e| panic!("{e}"));
+        if h.is_committed() {
+            e = e.with_mac_key(mac_key(&DATA_KEY, h, ctx).unwrap_or_else(|e| panic!("{e}")));
+        }
         let mut out = Vec::new();
         for c in data.chunks(piece.max(1)) {
             e.update(c, &mut out).unwrap_or_else(|e| panic!("{e}"));
@@ -559,6 +778,9 @@ mod tests {
             Keying::DataKey { .. } => *data_key,
         };
         let mut d = Decryptor::new(&key, &h, ctx)?;
+        if h.is_committed() {
+            d = d.with_mac_key(mac_key(data_key, &h, ctx)?);
+        }
         let mut out = Vec::new();
         for c in stream[n..].chunks(piece.max(1)) {
             d.update(c, &mut out)?;
@@ -597,9 +819,9 @@ mod tests {
         let bytes = h.encode();
         assert_eq!(Header::parse(&bytes), Ok(Some((h.clone(), bytes.len()))));
         assert_eq!(Header::parse(&bytes[..bytes.len() - 1]), Ok(None));
-        let mut v3 = bytes.clone();
-        v3[8] = 3;
-        assert!(Header::parse(&v3).is_err());
+        let mut v4 = bytes.clone();
+        v4[8] = 4;
+        assert!(Header::parse(&v4).is_err());
         assert!(Header::parse(b"NOTVAEAD..").is_err());
     }
 
@@ -610,7 +832,9 @@ mod tests {
             let data: Vec<u8> = (0..len).map(|i| (i % 253) as u8).collect();
             let mut reference = None;
             for piece in [1, 1000, CHUNK - 1, CHUNK, CHUNK + 1, 2 * CHUNK, 5 * CHUNK] {
-                let mut e = Encryptor::new(&k, &h, b"c").unwrap_or_else(|e| panic!("{e}"));
+                let mut e = Encryptor::new(&k, &h, b"c")
+                    .unwrap_or_else(|e| panic!("{e}"))
+                    .with_mac_key(mac_key(&DATA_KEY, &h, b"c").unwrap_or_else(|e| panic!("{e}")));
                 let mut out = Vec::new();
                 for c in data.chunks(piece) {
                     let before = out.len();
@@ -619,7 +843,7 @@ mod tests {
                     assert!(out.len() - before <= max, "max_output");
                 }
                 e.finish(&mut out).unwrap_or_else(|e| panic!("{e}"));
-                assert_eq!(out.len(), h.encode().len() + len + (len / CHUNK + 1) * TAG);
+                assert_eq!(out.len(), h.encode().len() + len + (len / CHUNK + 1) * TAG + COMMITMENT);
                 match &reference {
                     None => reference = Some(out),
                     Some(r) => assert!(r == &out, "len {len} piece {piece}"),
@@ -702,6 +926,44 @@ mod tests {
             out.resize(out.len() + TAG, 0);
             cipher.seal(i as u32, chunk.len() < CHUNK, &mut out[start..]).unwrap_or_else(|e| panic!("{e}"));
         }
-        assert!(out == whole);
+        assert!(out == whole[..whole.len() - COMMITMENT], "the same chunks, then the commitment");
+    }
+
+    /// Issue #31, item 5: a holder of the stream key alone (what OpenStreamKey gives a client
+    /// with only `decrypt`) seals new chunks under a real header. A v2 stream made so decrypts as
+    /// authentic; a v3 one fails at its commitment, whatever commitment it carries; and a v3
+    /// header relabelled v2 (to drop the commitment) no longer opens its stream key.
+    #[test]
+    fn a_stream_key_alone_cannot_forge_a_v3_stream() {
+        let forged_plain = b"forged by a decryptor".to_vec();
+        for version in [VERSION_2, VERSION] {
+            let stream_key = [5u8; 32];
+            let key = DataKeyId { name: "dk", id: [1; 16] };
+            let h = wrap_version(&DATA_KEY, key, CHUNK as u32, b"", [6; 12], &stream_key, version)
+                .unwrap_or_else(|e| panic!("{e}"));
+            let real = encrypt_with(&stream_key, &h, b"the real data", b"", CHUNK);
+            // The forger: the real header, new chunks sealed with the stream key, and (v3) the
+            // real stream's commitment or a made-up one.
+            let cipher = ChunkCipher::new(&stream_key, &h, b"").unwrap_or_else(|e| panic!("{e}"));
+            let mut forged = h.encode();
+            let start = forged.len();
+            forged.extend_from_slice(&forged_plain);
+            forged.resize(forged.len() + TAG, 0);
+            cipher.seal(0, true, &mut forged[start..]).unwrap_or_else(|e| panic!("{e}"));
+            if version == VERSION {
+                for commitment in [real[real.len() - COMMITMENT..].to_vec(), vec![0; COMMITMENT]] {
+                    let mut f = forged.clone();
+                    f.extend_from_slice(&commitment);
+                    let e = decrypt(&f, &DATA_KEY, b"", 4096).expect_err("a forged v3 stream decrypted");
+                    assert!(e.0.contains("commitment does not verify"), "{e}");
+                }
+                let mut downgraded = real.clone();
+                downgraded[8] = VERSION_2;
+                downgraded.truncate(downgraded.len() - COMMITMENT);
+                assert!(decrypt(&downgraded, &DATA_KEY, b"", 4096).is_err(), "v3 relabelled v2 decrypted");
+            } else {
+                assert_eq!(decrypt(&forged, &DATA_KEY, b"", 4096).ok(), Some(forged_plain.clone()), "v2 is forgeable");
+            }
+        }
     }
 }

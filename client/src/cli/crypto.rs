@@ -180,8 +180,8 @@ impl DecryptArgs {
 /// `tpm-vault random`.
 #[derive(Debug, Args)]
 #[command(after_help = "Example: tpm-vault random 32 > key.bin\n\n\
-The bytes come from the daemon's DRBG, seeded from the OS and the TPM; up to 16 MiB per request, \
-larger amounts in several. The output is raw bytes, also with --output json.")]
+The bytes come from the daemon's DRBG, seeded from the OS and the TPM; at most 1 MiB per request \
+(the daemon's bound), so a larger N is asked for in several. The output is raw bytes, also with --output json.")]
 pub(crate) struct RandomArgs {
     /// How many bytes
     #[arg(value_name = "N")]

@@ -101,6 +101,25 @@ impl Access {
         Ok(queue_key)
     }
 
+    /// Takes one of the granted client's slots for a request that needs no TPM (see
+    /// [`limits`]): held in the grant until the call ends.
+    ///
+    /// # Errors
+    /// RESOURCE_EXHAUSTED after waiting too long for a slot.
+    pub async fn take_call_slot(&self, grant: &mut Grant) -> Result<(), Error> {
+        let permit = self.limits.acquire_call(&grant.who).await?;
+        grant.slot = Some(Arc::new(permit));
+        Ok(())
+    }
+
+    /// `who`'s budget of response bytes in flight (see [`limits`]).
+    ///
+    /// # Errors
+    /// [`Error::Internal`] if the limits' lock is poisoned.
+    pub fn response_budget(&self, who: &Identity) -> Result<limits::Budget, Error> {
+        self.limits.budget(who)
+    }
+
     /// Re-reads the policy directory. A bad new policy leaves the old one in force.
     ///
     /// # Errors

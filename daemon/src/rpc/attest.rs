@@ -151,6 +151,11 @@ impl AttestationService for AttestRpc {
     async fn get_event_log(&self, req: Request<pb::GetEventLogRequest>) -> Result<Response<pb::EventLog>, Status> {
         self.ctx
             .on_vault("GetEventLog", req, Operation::Quote, |_| async move {
+                // Room for the largest log served, before reading it (the frame then keeps
+                // what the real one needs).
+                if self.ctx.event_log.is_some() {
+                    crate::auth::limits::reserve(MAX_EVENT_LOG as usize + 4096).await?;
+                }
                 read_event_log(self.ctx.event_log.as_deref()).await
             })
             .await

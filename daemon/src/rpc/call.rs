@@ -24,6 +24,7 @@ use std::time::Instant;
 use tonic::{Code, Request, Response, Status};
 
 use super::Ctx;
+use crate::auth::limits::{InFlight, Reservation};
 use crate::auth::{identity, Grant, Identity, Operation};
 use crate::error::Error;
 use crate::model::KeyName;
@@ -107,12 +108,19 @@ impl Call {
             None => grant,
         };
         let grant = self.grant.insert(grant);
-        // Every operation that can reach the TPM holds one of the client's slots for the call,
-        // and its TPM jobs queue as that client's.
-        if reaches_tpm(op) && grant.slot.is_none() {
-            let queue_key = self.ctx.access.take_slot(grant).await?;
-            if !crate::tpm::queue::set_client(queue_key) {
-                tracing::debug!(rpc = self.rpc, "handler outside a TPM queue scope: its jobs queue as no client's");
+        // The call's response bytes count against the client's budget.
+        crate::auth::limits::set_budget(self.ctx.access.response_budget(&grant.who)?);
+        // Every operation that can reach the TPM holds one of the client's TPM slots for the
+        // call, and its TPM jobs queue as that client's; the others hold one of its slots for
+        // calls that need no TPM.
+        if grant.slot.is_none() {
+            if reaches_tpm(op) {
+                let queue_key = self.ctx.access.take_slot(grant).await?;
+                if !crate::tpm::queue::set_client(queue_key) {
+                    tracing::debug!(rpc = self.rpc, "handler outside a TPM queue scope: its jobs queue as no client's");
+                }
+            } else {
+                self.ctx.access.take_call_slot(grant).await?;
             }
         }
         Ok(())
@@ -156,6 +164,23 @@ impl Call {
                 Err(status)
             }
         }
+    }
+
+    /// [`Call::end`] for a unary call whose response bytes were reserved (`reservation`): the
+    /// response carries them ([`InFlight`]) until the transport sent it.
+    ///
+    /// # Errors
+    /// As [`Call::end`].
+    pub(crate) fn end_reserved<T>(
+        self,
+        result: Result<T, Error>,
+        reservation: Reservation,
+    ) -> Result<Response<T>, Status> {
+        let mut response = self.end(result)?;
+        if reservation.held() > 0 {
+            response.extensions_mut().insert(InFlight::new(reservation));
+        }
+        Ok(response)
     }
 
     /// Records the outcome (`None` = OK) once; later calls do nothing. For streams, whose

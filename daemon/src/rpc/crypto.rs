@@ -18,8 +18,7 @@ use tpm_vault_proto::v1::crypto_service_server::CryptoService;
 
 use super::{pcr_binding, Call, Ctx};
 use crate::auth::{owner_of, Operation};
-use crate::crypto::drbg::MAX_REQUEST;
-use crate::crypto::stream::{Decryptor, Encryptor, Header, MAX_HEADER};
+use crate::crypto::stream::{self, Decryptor, Encryptor, Header, MAX_HEADER};
 use crate::error::Error;
 use crate::model::KeyName;
 use crate::tpm::queue;
@@ -28,6 +27,10 @@ use crate::vault::Resource;
 /// A response is sent once this much output is buffered. The client library's 256 KiB
 /// request messages make one response each (four chunks and their tags).
 const FLUSH_AT: usize = 64 * 1024;
+
+/// Most random bytes one `GetRandom` call returns (1 MiB): a client wanting more asks several
+/// times (the client library and `tpm-vault random N` do), so no single answer is large.
+pub const MAX_RANDOM: usize = 1024 * 1024;
 
 /// A stream of responses.
 pub type ResponseStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
@@ -235,7 +238,8 @@ impl CryptoService for CryptoRpc {
             let name = KeyName::try_from(first.key_name.as_str())?;
             call.authorize(Some((&name, Resource::DataKey))).await?;
             let (header, key) = self.ctx.vault.new_stream(&name, &first.context).await?;
-            let encryptor = Encryptor::new(&key, &header, &first.context)?;
+            let mac_key = self.ctx.vault.stream_mac_key(&header, &first.context).await?;
+            let encryptor = Encryptor::new(&key, &header, &first.context)?.with_mac_key(mac_key);
             Ok::<_, Error>((first, encryptor))
         };
         let (first, encryptor) = match queue::scope(set_up).await {
@@ -285,7 +289,10 @@ impl CryptoService for CryptoRpc {
             call.authorize(Some((&name, Resource::DataKey))).await?;
             let context = context.unwrap_or_default();
             let key = self.ctx.vault.open_stream(&header, &context).await?;
-            let decryptor = Decryptor::new(&key, &header, &context)?;
+            let mut decryptor = Decryptor::new(&key, &header, &context)?;
+            if header.is_committed() {
+                decryptor = decryptor.with_mac_key(self.ctx.vault.stream_mac_key(&header, &context).await?);
+            }
             buf.drain(..used);
             Ok::<_, Error>((decryptor, buf))
         };
@@ -344,7 +351,7 @@ impl CryptoService for CryptoRpc {
                             header.key_name
                         )));
                     }
-                    if header.version() != tpm_vault_proto::stream::VERSION {
+                    if header.version() == tpm_vault_proto::stream::VERSION_1 {
                         return Err(Error::InvalidArgument(
                             "a version 1 stream has no stream key: decrypt it with the Decrypt RPC".into(),
                         ));
@@ -356,19 +363,80 @@ impl CryptoService for CryptoRpc {
             .await
     }
 
+    async fn commit_stream(
+        &self,
+        req: Request<pb::CommitStreamRequest>,
+    ) -> Result<Response<pb::StreamCommitment>, Status> {
+        self.ctx
+            .on_named(
+                "CommitStream",
+                req,
+                (Operation::Encrypt, Resource::DataKey),
+                |r| &r.key_name,
+                |r, name| async move {
+                    let (header, tags) = committed_header(&r.header, &name, &r.tags_digest)?;
+                    let mac_key = self.ctx.vault.stream_mac_key(&header, &r.context).await?;
+                    Ok(pb::StreamCommitment { commitment: stream::commit(&mac_key, &tags).to_vec() })
+                },
+            )
+            .await
+    }
+
+    async fn verify_stream(
+        &self,
+        req: Request<pb::VerifyStreamRequest>,
+    ) -> Result<Response<pb::VerifyStreamResponse>, Status> {
+        self.ctx
+            .on_named(
+                "VerifyStream",
+                req,
+                (Operation::Decrypt, Resource::DataKey),
+                |r| &r.key_name,
+                |r, name| async move {
+                    let (header, tags) = committed_header(&r.header, &name, &r.tags_digest)?;
+                    let mac_key = self.ctx.vault.stream_mac_key(&header, &r.context).await?;
+                    stream::verify(&mac_key, &tags, &r.commitment)?;
+                    Ok(pb::VerifyStreamResponse {})
+                },
+            )
+            .await
+    }
+
     async fn get_random(&self, req: Request<pb::GetRandomRequest>) -> Result<Response<pb::GetRandomResponse>, Status> {
         self.ctx
             .on_vault("GetRandom", req, Operation::Random, |r| async move {
                 let n = r.length as usize;
-                if n == 0 || n > MAX_REQUEST {
-                    return Err(Error::InvalidArgument(format!("length must be 1 to {MAX_REQUEST}")));
+                if n == 0 || n > MAX_RANDOM {
+                    return Err(Error::InvalidArgument(format!(
+                        "GetRandom returns 1 to {MAX_RANDOM} bytes per call ({n} asked for): ask several times for more"
+                    )));
                 }
+                // The response's bytes count against the client's budget before they exist.
+                crate::auth::limits::reserve(n + 64).await?;
                 let mut data = vec![0u8; n];
                 self.ctx.vault.random(&mut data)?;
                 Ok(pb::GetRandomResponse { data: data.into() })
             })
             .await
     }
+}
+
+/// The v3 header of a CommitStream or VerifyStream request, which must be one whole header
+/// naming data key `name`, and the tag digest (32 bytes).
+fn committed_header(bytes: &[u8], name: &KeyName, digest: &[u8]) -> Result<(Header, [u8; 32]), Error> {
+    let header = match Header::parse(bytes)? {
+        Some((h, used)) if used == bytes.len() => h,
+        _ => return Err(Error::InvalidArgument("not one whole tpm-vault stream header".into())),
+    };
+    if header.key_name != name.as_str() {
+        return Err(Error::InvalidArgument(format!("the header names data key {:?}, not {name}", header.key_name)));
+    }
+    if !header.is_committed() {
+        return Err(Error::InvalidArgument(format!("a version {} stream has no commitment", header.version())));
+    }
+    let tags = <[u8; 32]>::try_from(digest)
+        .map_err(|_| Error::InvalidArgument("the tag digest is SHA-256: 32 bytes".into()))?;
+    Ok((header, tags))
 }
 
 /// The next message of a request stream; a broken stream is the caller's bad input.

@@ -20,6 +20,7 @@ impl From<&Error> for Status {
             Error::PermissionDenied(d) => Status::permission_denied(d.to_string()),
             Error::PcrMismatch(m) => Status::failed_precondition(m.clone()),
             Error::Throttled { .. } => Status::resource_exhausted(e.to_string()),
+            Error::ClientBusy(m) => Status::resource_exhausted(m.clone()),
             Error::Tpm(t) => tpm_status(t),
             Error::Store(s) => {
                 tracing::error!(error = %s, "state directory error");

@@ -22,7 +22,7 @@ use tpm_vault_proto::v1::key_service_server::KeyServiceServer;
 use tpm_vault_proto::v1::seal_service_server::SealServiceServer;
 use tpm_vault_proto::v1::status_service_server::StatusServiceServer;
 
-use crate::auth::{Access, Operation};
+use crate::auth::{limits, Access, Operation};
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::model::{KeyName, PcrBank, PcrSelection, PcrTarget};
@@ -72,17 +72,20 @@ impl Ctx {
     ) -> Result<Response<T>, Status>
     where
         K: Target,
+        T: prost::Message,
         Fut: Future<Output = Result<T, Error>>,
     {
         let mut call = Call::start(self, rpc, op, &req);
         let r = req.into_inner();
-        let result = queue::scope(async {
+        let (result, reservation) = limits::response_scope(queue::scope(async {
             let target = target(&r)?;
             call.authorize(target.key().map(|k| (k, kind))).await?;
-            work(r, target).await
-        })
+            let response = work(r, target).await?;
+            limits::reserve_exactly(response.encoded_len()).await?;
+            Ok(response)
+        }))
         .await;
-        call.end(result)
+        call.end_reserved(result, reservation)
     }
 
     /// [`Ctx::unary`] for an operation on the signing key `key_of` names in the request.
@@ -95,6 +98,7 @@ impl Ctx {
         work: impl FnOnce(Req, KeyName) -> Fut,
     ) -> Result<Response<T>, Status>
     where
+        T: prost::Message,
         Fut: Future<Output = Result<T, Error>>,
     {
         self.on_named(rpc, req, (op, Resource::Key), key_of, work).await
@@ -110,6 +114,7 @@ impl Ctx {
         work: impl FnOnce(Req, KeyName) -> Fut,
     ) -> Result<Response<T>, Status>
     where
+        T: prost::Message,
         Fut: Future<Output = Result<T, Error>>,
     {
         self.unary(rpc, req, (op, kind), |r| Ok(KeyName::try_from(name_of(r))?), work).await
@@ -127,18 +132,21 @@ impl Ctx {
         work: impl FnOnce(Req, KeyName, OwnerCheck) -> Fut,
     ) -> Result<Response<T>, Status>
     where
+        T: prost::Message,
         Fut: Future<Output = Result<T, Error>>,
     {
         let mut call = Call::start(self, rpc, op, &req);
         let r = req.into_inner();
-        let result = queue::scope(async {
+        let (result, reservation) = limits::response_scope(queue::scope(async {
             let name = KeyName::try_from(name_of(&r))?;
             call.authorize(Some((&name, kind))).await?;
             let check = call.recheck(op, &name);
-            work(r, name, check).await
-        })
+            let response = work(r, name, check).await?;
+            limits::reserve_exactly(response.encoded_len()).await?;
+            Ok(response)
+        }))
         .await;
-        call.end(result)
+        call.end_reserved(result, reservation)
     }
 
     /// [`Ctx::unary`] for an operation on no key (quotes, PCRs, random bytes, status).
@@ -150,6 +158,7 @@ impl Ctx {
         work: impl FnOnce(Req) -> Fut,
     ) -> Result<Response<T>, Status>
     where
+        T: prost::Message,
         Fut: Future<Output = Result<T, Error>>,
     {
         self.unary(rpc, req, (op, Resource::Key), |_| Ok(()), |r, ()| work(r)).await
@@ -218,7 +227,7 @@ pub fn routes(ctx: Ctx) -> Result<Routes, Error> {
     let attestation = AttestationServiceServer::new(attest::AttestRpc::new(ctx.clone()));
     let crypto = CryptoServiceServer::new(crypto::CryptoRpc::new(ctx.clone()))
         .max_decoding_message_size(MAX_MESSAGE_SIZE)
-        .max_encoding_message_size(crate::crypto::drbg::MAX_REQUEST + 4096);
+        .max_encoding_message_size(MAX_MESSAGE_SIZE);
     let sealing = SealServiceServer::new(seal::SealRpc::new(ctx.clone()))
         .max_decoding_message_size(seal::MAX_SECRET + 4096)
         .max_encoding_message_size(seal::MAX_SECRET + 4096);

@@ -39,8 +39,8 @@ impl std::fmt::Debug for DataKey {
 }
 
 impl DataKey {
-    /// The key that opens the chunks of a stream with `header`: its unwrapped stream key (v2)
-    /// or this key itself (v1).
+    /// The key that opens the chunks of a stream with `header`: its unwrapped stream key (v2,
+    /// v3) or this key itself (v1).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] if the stream was made with another key generation, or its
@@ -218,7 +218,7 @@ impl Vault {
         Ok(dk)
     }
 
-    /// A new stream under data key `name` (format v2): its header, which carries a new stream
+    /// A new stream under data key `name` (format v3): its header, which carries a new stream
     /// key wrapped by the data key and bound to `context`, and that stream key. Both the stream
     /// key and the wrapping nonce come from the DRBG; the data key never leaves the vault.
     ///
@@ -243,6 +243,19 @@ impl Vault {
     pub async fn open_stream(&self, header: &Header, context: &[u8]) -> Result<Zeroizing<[u8; 32]>, Error> {
         let name = KeyName::try_from(header.key_name.as_str())?;
         self.data_key(&name).await?.chunk_key(header, context)
+    }
+
+    /// The MAC key of the v3 stream with `header` and `context`, under the data key it names
+    /// ([`stream::mac_key`]), once the header's stream key opened (so the header is one the
+    /// data key made). It stays in the daemon: it makes and checks commitments, never handed out.
+    ///
+    /// # Errors
+    /// As [`Vault::open_stream`]; [`Error::InvalidArgument`] for a header of another version.
+    pub async fn stream_mac_key(&self, header: &Header, context: &[u8]) -> Result<Zeroizing<[u8; 32]>, Error> {
+        let name = KeyName::try_from(header.key_name.as_str())?;
+        let dk = self.data_key(&name).await?;
+        drop(dk.chunk_key(header, context)?);
+        Ok(stream::mac_key(&dk.key, header, context)?)
     }
 
     /// Deletes a data key (and forgets its unsealed copy) when `check` allows it for the key's

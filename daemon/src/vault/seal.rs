@@ -223,6 +223,10 @@ impl Vault {
         let store = self.store().clone();
         let n = name.clone();
         let record = blocking(move || store.sealed().get(&n)).await?.ok_or_else(|| Error::not_found(name))?;
+        // The plaintext and the response that carries it count against the caller's budget of
+        // response bytes in flight before they are made (a large secret waits for the
+        // caller's unread responses instead of adding to them).
+        crate::auth::limits::reserve(record.ciphertext.len().saturating_add(64)).await?;
         let blob = KeyBlob::try_from(&record.object)?;
         let (auth, raise_to) = match &record.policy {
             SealPolicy::Pcr { pcr } => (PolicyAuth::Pcr(pcr.selection.clone()), None),

@@ -2872,11 +2872,59 @@ pub struct StreamKey {
     #[prost(bytes = "vec", tag = "2")]
     pub key: ::prost::alloc::vec::Vec<u8>,
 }
+/// CommitStream input.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct CommitStreamRequest {
+    /// Data key name; must be the one the header names.
+    #[prost(string, tag = "1")]
+    pub key_name: ::prost::alloc::string::String,
+    /// The stream's v3 header.
+    #[prost(bytes = "vec", tag = "2")]
+    pub header: ::prost::alloc::vec::Vec<u8>,
+    /// The encryption context.
+    #[prost(bytes = "vec", tag = "3")]
+    pub context: ::prost::alloc::vec::Vec<u8>,
+    /// SHA-256 of the stream's chunk tags (16 bytes each), in order.
+    #[prost(bytes = "vec", tag = "4")]
+    pub tags_digest: ::prost::alloc::vec::Vec<u8>,
+}
+/// A format-3 stream's commitment (32 bytes), written after its final chunk.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct StreamCommitment {
+    #[prost(bytes = "vec", tag = "1")]
+    pub commitment: ::prost::alloc::vec::Vec<u8>,
+}
+/// VerifyStream input.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct VerifyStreamRequest {
+    /// Data key name; must be the one the header names.
+    #[prost(string, tag = "1")]
+    pub key_name: ::prost::alloc::string::String,
+    /// The stream's v3 header.
+    #[prost(bytes = "vec", tag = "2")]
+    pub header: ::prost::alloc::vec::Vec<u8>,
+    /// The encryption context.
+    #[prost(bytes = "vec", tag = "3")]
+    pub context: ::prost::alloc::vec::Vec<u8>,
+    /// SHA-256 of the stream's chunk tags, in order.
+    #[prost(bytes = "vec", tag = "4")]
+    pub tags_digest: ::prost::alloc::vec::Vec<u8>,
+    /// The commitment read after the final chunk.
+    #[prost(bytes = "vec", tag = "5")]
+    pub commitment: ::prost::alloc::vec::Vec<u8>,
+}
+/// VerifyStream output: the commitment verified.
+#[allow(clippy::all)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct VerifyStreamResponse {}
 /// GetRandom input.
 #[allow(clippy::all)]
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct GetRandomRequest {
-    /// Bytes wanted, 1 to 16 MiB.
+    /// Bytes wanted, 1 to 1 MiB (ask several times for more).
     #[prost(uint32, tag = "1")]
     pub length: u32,
 }
@@ -3027,7 +3075,7 @@ pub mod crypto_service_client {
                 .insert(GrpcMethod::new("tpmvault.v1.CryptoService", "DeleteDataKey"));
             self.inner.unary(req, path, codec).await
         }
-        /// Makes the key of a new stream (format v2): 256 random bits from the daemon's DRBG, wrapped
+        /// Makes the key of a new stream (format v3): 256 random bits from the daemon's DRBG, wrapped
         /// by the data key (AES-256-GCM, a fresh random nonce) and bound to the context, returned with
         /// the stream header that carries the wrapped form. The caller encrypts the stream itself with
         /// it (the client library and CLI do); the data key never leaves the daemon. Access operation:
@@ -3053,7 +3101,7 @@ pub mod crypto_service_client {
                 .insert(GrpcMethod::new("tpmvault.v1.CryptoService", "CreateStreamKey"));
             self.inner.unary(req, path, codec).await
         }
-        /// Unwraps the stream key of a v2 stream header with the data key it names, so the caller can
+        /// Unwraps the stream key of a v2 or v3 stream header with the data key it names, so the caller can
         /// decrypt that stream (and nothing else) itself. Access operation: decrypt. INVALID_ARGUMENT
         /// when the wrapping does not open (wrong context, tampered header, another generation of the
         /// key); FAILED_PRECONDITION for a PCR-bound data key whose PCRs changed; NOT_FOUND when the
@@ -3079,9 +3127,62 @@ pub mod crypto_service_client {
                 .insert(GrpcMethod::new("tpmvault.v1.CryptoService", "OpenStreamKey"));
             self.inner.unary(req, path, codec).await
         }
+        /// Makes the commitment that ends a format-3 stream, over the digest of its chunk tags: an
+        /// HMAC under a key derived from the data key and the header, which never leaves the daemon.
+        /// Access operation: encrypt (a client with only decrypt cannot make a stream that verifies).
+        pub async fn commit_stream(
+            &mut self,
+            request: impl tonic::IntoRequest<super::CommitStreamRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::StreamCommitment>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/tpmvault.v1.CryptoService/CommitStream",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("tpmvault.v1.CryptoService", "CommitStream"));
+            self.inner.unary(req, path, codec).await
+        }
+        /// Checks a format-3 stream's commitment. Access operation: decrypt. OK when it is the one
+        /// the daemon made; INVALID_ARGUMENT otherwise (forged with a stream key, tampered, truncated).
+        pub async fn verify_stream(
+            &mut self,
+            request: impl tonic::IntoRequest<super::VerifyStreamRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::VerifyStreamResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/tpmvault.v1.CryptoService/VerifyStream",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("tpmvault.v1.CryptoService", "VerifyStream"));
+            self.inner.unary(req, path, codec).await
+        }
         /// Encrypts a stream in the daemon, for callers that cannot run AES themselves: the first
         /// message names the key (and the optional context); every message may carry plaintext.
-        /// Responses carry the encrypted stream (header, then chunks), in format v2.
+        /// Responses carry the encrypted stream (header, chunks, commitment), in format v3.
         pub async fn encrypt(
             &mut self,
             request: impl tonic::IntoStreamingRequest<Message = super::EncryptRequest>,
@@ -3106,7 +3207,7 @@ pub mod crypto_service_client {
                 .insert(GrpcMethod::new("tpmvault.v1.CryptoService", "Encrypt"));
             self.inner.streaming(req, path, codec).await
         }
-        /// Decrypts a stream (format v1 or v2) in the daemon. The first message may carry the context; messages carry
+        /// Decrypts a stream (format v1, v2 or v3: a v3 stream's commitment is checked at its end) in the daemon. The first message may carry the context; messages carry
         /// the encrypted stream. Plaintext is released one authenticated 64 KiB chunk at a time; a
         /// failing chunk ends the call with INVALID_ARGUMENT and nothing from it onward.
         pub async fn decrypt(
@@ -3186,7 +3287,7 @@ pub mod crypto_service_server {
             tonic::Response<super::DeleteDataKeyResponse>,
             tonic::Status,
         >;
-        /// Makes the key of a new stream (format v2): 256 random bits from the daemon's DRBG, wrapped
+        /// Makes the key of a new stream (format v3): 256 random bits from the daemon's DRBG, wrapped
         /// by the data key (AES-256-GCM, a fresh random nonce) and bound to the context, returned with
         /// the stream header that carries the wrapped form. The caller encrypts the stream itself with
         /// it (the client library and CLI do); the data key never leaves the daemon. Access operation:
@@ -3195,7 +3296,7 @@ pub mod crypto_service_server {
             &self,
             request: tonic::Request<super::CreateStreamKeyRequest>,
         ) -> std::result::Result<tonic::Response<super::StreamKey>, tonic::Status>;
-        /// Unwraps the stream key of a v2 stream header with the data key it names, so the caller can
+        /// Unwraps the stream key of a v2 or v3 stream header with the data key it names, so the caller can
         /// decrypt that stream (and nothing else) itself. Access operation: decrypt. INVALID_ARGUMENT
         /// when the wrapping does not open (wrong context, tampered header, another generation of the
         /// key); FAILED_PRECONDITION for a PCR-bound data key whose PCRs changed; NOT_FOUND when the
@@ -3204,6 +3305,25 @@ pub mod crypto_service_server {
             &self,
             request: tonic::Request<super::OpenStreamKeyRequest>,
         ) -> std::result::Result<tonic::Response<super::StreamKey>, tonic::Status>;
+        /// Makes the commitment that ends a format-3 stream, over the digest of its chunk tags: an
+        /// HMAC under a key derived from the data key and the header, which never leaves the daemon.
+        /// Access operation: encrypt (a client with only decrypt cannot make a stream that verifies).
+        async fn commit_stream(
+            &self,
+            request: tonic::Request<super::CommitStreamRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::StreamCommitment>,
+            tonic::Status,
+        >;
+        /// Checks a format-3 stream's commitment. Access operation: decrypt. OK when it is the one
+        /// the daemon made; INVALID_ARGUMENT otherwise (forged with a stream key, tampered, truncated).
+        async fn verify_stream(
+            &self,
+            request: tonic::Request<super::VerifyStreamRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::VerifyStreamResponse>,
+            tonic::Status,
+        >;
         /// Server streaming response type for the Encrypt method.
         type EncryptStream: tonic::codegen::tokio_stream::Stream<
                 Item = std::result::Result<super::EncryptResponse, tonic::Status>,
@@ -3212,7 +3332,7 @@ pub mod crypto_service_server {
             + 'static;
         /// Encrypts a stream in the daemon, for callers that cannot run AES themselves: the first
         /// message names the key (and the optional context); every message may carry plaintext.
-        /// Responses carry the encrypted stream (header, then chunks), in format v2.
+        /// Responses carry the encrypted stream (header, chunks, commitment), in format v3.
         async fn encrypt(
             &self,
             request: tonic::Request<tonic::Streaming<super::EncryptRequest>>,
@@ -3223,7 +3343,7 @@ pub mod crypto_service_server {
             >
             + std::marker::Send
             + 'static;
-        /// Decrypts a stream (format v1 or v2) in the daemon. The first message may carry the context; messages carry
+        /// Decrypts a stream (format v1, v2 or v3: a v3 stream's commitment is checked at its end) in the daemon. The first message may carry the context; messages carry
         /// the encrypted stream. Plaintext is released one authenticated 64 KiB chunk at a time; a
         /// failing chunk ends the call with INVALID_ARGUMENT and nothing from it onward.
         async fn decrypt(
@@ -3482,6 +3602,96 @@ pub mod crypto_service_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = OpenStreamKeySvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/tpmvault.v1.CryptoService/CommitStream" => {
+                    #[allow(non_camel_case_types)]
+                    struct CommitStreamSvc<T: CryptoService>(pub Arc<T>);
+                    impl<
+                        T: CryptoService,
+                    > tonic::server::UnaryService<super::CommitStreamRequest>
+                    for CommitStreamSvc<T> {
+                        type Response = super::StreamCommitment;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::CommitStreamRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as CryptoService>::commit_stream(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = CommitStreamSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/tpmvault.v1.CryptoService/VerifyStream" => {
+                    #[allow(non_camel_case_types)]
+                    struct VerifyStreamSvc<T: CryptoService>(pub Arc<T>);
+                    impl<
+                        T: CryptoService,
+                    > tonic::server::UnaryService<super::VerifyStreamRequest>
+                    for VerifyStreamSvc<T> {
+                        type Response = super::VerifyStreamResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::VerifyStreamRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as CryptoService>::verify_stream(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = VerifyStreamSvc(inner);
                         let codec = tonic_prost::ProstCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(
