@@ -331,7 +331,7 @@ impl Agent {
         let body = protocol::evidence(evidence);
         let r = self.verifier.send(Method::PATCH, &path, Some(&body), token.as_deref()).await?;
         let r = expect_ok(r, "PATCH", &path)?;
-        let index = r.body.pointer("/data/id").and_then(Value::as_str).unwrap_or(&request.index).to_owned();
+        let index = EvidenceRequest::parse_index(&r.body).unwrap_or(request.index);
         let seconds_to_next = r.body.pointer("/meta/seconds_to_next_attestation").and_then(Value::as_f64);
         let round = Round {
             index,

@@ -167,11 +167,27 @@ impl EvidenceRequest {
     /// # Errors
     /// What is missing or not as offered.
     pub fn parse(body: &Value) -> Result<EvidenceRequest, String> {
-        let index = match body.pointer("/data/id") {
-            Some(Value::String(s)) => s.clone(),
-            Some(Value::Number(n)) => n.to_string(),
-            _ => return Err("no data.id".into()),
-        };
+        let index = Self::parse_index(body).unwrap_or_else(|| "latest".into());
+        Self::parse_items(body, index)
+    }
+
+    /// The attestation's index: `data.id`, or (Keylime 7.14.3 leaves `data.id` out) the last
+    /// segment of `links.self`.
+    pub fn parse_index(body: &Value) -> Option<String> {
+        match body.pointer("/data/id") {
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(Value::Number(n)) => Some(n.to_string()),
+            _ => body
+                .pointer("/data/links/self")
+                .or_else(|| body.pointer("/links/self"))
+                .and_then(Value::as_str)
+                .and_then(|l| l.rsplit('/').next())
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned),
+        }
+    }
+
+    fn parse_items(body: &Value, index: String) -> Result<EvidenceRequest, String> {
         let items = body
             .pointer("/data/attributes/evidence_requested")
             .and_then(Value::as_array)
