@@ -160,6 +160,9 @@ pub struct Agent {
     verifier: JsonClient,
     /// The bearer token of the verifier's session, once proof of possession passed.
     token: Option<zeroize::Zeroizing<String>>,
+    /// The AK and EK as registered: read once (reading the EK re-derives it in the TPM, an
+    /// RSA key generation on a firmware TPM), not every round.
+    keys: Option<crate::attest::AttestationKey>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -199,7 +202,7 @@ impl Agent {
                 config.verifier
             )));
         }
-        Ok(Self { client, config, registrar, verifier, token: None })
+        Ok(Self { client, config, registrar, verifier, token: None, keys: None })
     }
 
     /// Registers the EK and the AK with the registrar and activates the AK: the registrar's
@@ -212,6 +215,7 @@ impl Agent {
     pub async fn register(&mut self) -> Result<(), KeylimeError> {
         let keys = self.client.attestation_key_of(AkAlg::Rsa2048).await?;
         let body = protocol::registration(&keys);
+        self.keys = Some(keys);
         // The registrar's v3.0 POST /agents/ answers 500 in Keylime 7.14.3 (its controller calls
         // the v2 `respond()`, which refuses v3 requests): register through API 2.6, which the
         // same registrar serves.
@@ -298,7 +302,14 @@ impl Agent {
     async fn round(&mut self) -> Result<Round, KeylimeError> {
         let uuid = self.config.uuid.clone();
         let token = self.token.as_ref().map(|t| t.as_str().to_owned());
-        let keys = self.client.attestation_key_of(AkAlg::Rsa2048).await?;
+        let keys = match &self.keys {
+            Some(k) => k.clone(),
+            None => {
+                let k = self.client.attestation_key_of(AkAlg::Rsa2048).await?;
+                self.keys = Some(k.clone());
+                k
+            }
+        };
         let log = match self.client.event_log().await {
             Ok((log, _)) => Some(log),
             Err(e) if e.code() == tonic::Code::NotFound => None,
