@@ -68,6 +68,7 @@ mod error;
 pub mod eventlog;
 mod key;
 mod key_auth;
+pub mod keylime;
 mod names;
 mod pcr;
 mod policy;

@@ -31,6 +31,11 @@ impl KeyName {
         Self("ak".to_owned())
     }
 
+    /// The RSA attestation key's record name.
+    pub(crate) fn attestation_key_rsa() -> Self {
+        Self("ak-rsa".to_owned())
+    }
+
     /// The name as a string slice.
     pub fn as_str(&self) -> &str {
         &self.0

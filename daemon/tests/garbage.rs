@@ -183,11 +183,9 @@ async fn random_and_garbage_requests_get_documented_codes_only() {
 
     // AttestationService.
     t.run_n("GetAttestationKey", 20, &mut g, |_| {
-        unary(
-            c.attest.clone(),
-            pb::GetAttestationKeyRequest {},
-            |mut s, r| async move { s.get_attestation_key(r).await },
-        )
+        unary(c.attest.clone(), pb::GetAttestationKeyRequest::default(), |mut s, r| async move {
+            s.get_attestation_key(r).await
+        })
     })
     .await;
     t.run("Quote", &mut g, |g| {
@@ -196,7 +194,7 @@ async fn random_and_garbage_requests_get_documented_codes_only() {
             1 => vec![],
             _ => g.bytes(100),
         };
-        let r = pb::QuoteRequest { pcrs: g.pcr_binding(), nonce };
+        let r = pb::QuoteRequest { pcrs: g.pcr_binding(), nonce, ..Default::default() };
         unary(c.attest.clone(), r, |mut s, r| async move { s.quote(r).await })
     })
     .await;
@@ -207,7 +205,11 @@ async fn random_and_garbage_requests_get_documented_codes_only() {
     .await;
     t.run("ActivateCredential", &mut g, |g| {
         // Oversize blobs used to be INTERNAL (tss-esapi buffer conversion); now INVALID_ARGUMENT.
-        let r = pb::ActivateCredentialRequest { credential_blob: g.tpm2b(), encrypted_secret: g.tpm2b() };
+        let r = pb::ActivateCredentialRequest {
+            credential_blob: g.tpm2b(),
+            encrypted_secret: g.tpm2b(),
+            ..Default::default()
+        };
         unary(c.attest.clone(), r, |mut s, r| async move { s.activate_credential(r).await })
     })
     .await;
@@ -1073,14 +1075,18 @@ impl Gen {
                 pb::SetCertificateRequest { name: "g-ecc".into(), chain_pem: huge() },
                 |mut s, r| async move { s.set_certificate(r).await },
             ),
-            "Quote" => {
-                unary(c.attest, pb::QuoteRequest { pcrs: None, nonce: vec![1; OVERSIZE] }, |mut s, r| async move {
-                    s.quote(r).await
-                })
-            }
+            "Quote" => unary(
+                c.attest,
+                pb::QuoteRequest { pcrs: None, nonce: vec![1; OVERSIZE], ..Default::default() },
+                |mut s, r| async move { s.quote(r).await },
+            ),
             "ActivateCredential" => unary(
                 c.attest,
-                pb::ActivateCredentialRequest { credential_blob: vec![1; OVERSIZE], encrypted_secret: vec![] },
+                pb::ActivateCredentialRequest {
+                    credential_blob: vec![1; OVERSIZE],
+                    encrypted_secret: vec![],
+                    ..Default::default()
+                },
                 |mut s, r| async move { s.activate_credential(r).await },
             ),
             "CheckAccess" => unary(

@@ -133,7 +133,9 @@ async fn sixty_four_clients_mixed_load() {
                     }
                     65..=72 => {
                         let nonce: [u8; 16] = rand::random();
-                        let r = attest.quote(pb::QuoteRequest { pcrs: None, nonce: nonce.to_vec() }).await;
+                        let r = attest
+                            .quote(pb::QuoteRequest { pcrs: None, nonce: nonce.to_vec(), ..Default::default() })
+                            .await;
                         ("quote", r.map(|_| ()).map_err(|e| e.to_string()))
                     }
                     73..=80 => {

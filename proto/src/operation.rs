@@ -18,7 +18,7 @@ pub enum Operation {
     /// Delete keys and data keys (DeleteKey, DeleteDataKey).
     Delete,
     /// Quote PCRs, read PCRs, use the attestation key (Quote, ReadPcrs, GetAttestationKey,
-    /// ActivateCredential, CertifySrk).
+    /// ActivateCredential, CertifySrk, CertifyAttestationKey, GetEventLog).
     Quote,
     /// Seal secrets, import secrets sealed elsewhere and delete sealed secrets (Seal,
     /// ImportSealed, DeleteSealed).

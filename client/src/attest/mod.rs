@@ -40,6 +40,40 @@ pub struct AttestationKey {
     pub ek_certificate: Option<Vec<u8>>,
     /// The daemon's remark, e.g. why there is no EK certificate; empty if none.
     pub note: String,
+    /// AK public area, marshalled TPM2B_PUBLIC (what a Keylime registrar takes as `aik_tpm`).
+    pub ak_tpm2b_public: Vec<u8>,
+    /// EK public area, marshalled TPM2B_PUBLIC (a Keylime registrar's `ek_tpm`).
+    pub ek_tpm2b_public: Vec<u8>,
+}
+
+/// Which of the device's attestation keys an attestation call uses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AkAlg {
+    /// The default AK: restricted ECC P-256, ECDSA-SHA256.
+    #[default]
+    EccP256,
+    /// A restricted RSA 2048 AK, RSASSA-SHA256, created on first use: the AK type a stock
+    /// Keylime verifier accepts (its proof of possession and default signing algorithms).
+    Rsa2048,
+}
+
+impl AkAlg {
+    /// The name the API uses (`ecc-p256`, `rsa-2048`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::EccP256 => "ecc-p256",
+            Self::Rsa2048 => "rsa-2048",
+        }
+    }
+}
+
+/// A TPM2_Certify of the attestation key by itself (its proof of possession).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Certification {
+    /// The marshalled TPMS_ATTEST (type TPM_ST_ATTEST_CERTIFY) the TPM signed.
+    pub attest: Vec<u8>,
+    /// The marshalled TPMT_SIGNATURE over `attest`.
+    pub signature: Vec<u8>,
 }
 
 impl From<proto::AttestationKey> for AttestationKey {
@@ -52,6 +86,8 @@ impl From<proto::AttestationKey> for AttestationKey {
             ek_public_pem: key.ek_public_pem,
             ek_certificate: Some(key.ek_certificate).filter(|cert| !cert.is_empty()),
             note: key.note,
+            ak_tpm2b_public: key.ak_tpm2b_public,
+            ek_tpm2b_public: key.ek_tpm2b_public,
         }
     }
 }
@@ -158,7 +194,15 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn attestation_key(&self) -> Result<AttestationKey, Error> {
-        let request = self.request(proto::GetAttestationKeyRequest {});
+        self.attestation_key_of(AkAlg::EccP256).await
+    }
+
+    /// The attestation key `alg` (created on first use) and the endorsement key.
+    ///
+    /// # Errors
+    /// As [`Client::attestation_key`].
+    pub async fn attestation_key_of(&self, alg: AkAlg) -> Result<AttestationKey, Error> {
+        let request = self.request(proto::GetAttestationKeyRequest { ak_alg: alg.as_str().into() });
         let key = self.attestation.clone().get_attestation_key(request).await?;
         Ok(key.into_inner().into())
     }
@@ -181,7 +225,19 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn quote(&self, pcrs: &PcrBinding, nonce: &[u8]) -> Result<Quote, Error> {
-        let request = self.request(proto::QuoteRequest { pcrs: Some(pcrs.to_proto()), nonce: nonce.to_vec() });
+        self.quote_with(AkAlg::EccP256, pcrs, nonce).await
+    }
+
+    /// Quotes PCRs with the attestation key `alg`.
+    ///
+    /// # Errors
+    /// As [`Client::quote`].
+    pub async fn quote_with(&self, alg: AkAlg, pcrs: &PcrBinding, nonce: &[u8]) -> Result<Quote, Error> {
+        let request = self.request(proto::QuoteRequest {
+            pcrs: Some(pcrs.to_proto()),
+            nonce: nonce.to_vec(),
+            ak_alg: alg.as_str().into(),
+        });
         let quote = self.attestation.clone().quote(request).await?;
         Ok(quote.into_inner().into())
     }
@@ -222,12 +278,39 @@ impl Client {
         credential_blob: &[u8],
         encrypted_secret: &[u8],
     ) -> Result<Zeroizing<Vec<u8>>, Error> {
+        self.activate_credential_with(AkAlg::EccP256, credential_blob, encrypted_secret).await
+    }
+
+    /// TPM2_ActivateCredential for a credential made for the attestation key `alg`.
+    ///
+    /// # Errors
+    /// As [`Client::activate_credential`].
+    pub async fn activate_credential_with(
+        &self,
+        alg: AkAlg,
+        credential_blob: &[u8],
+        encrypted_secret: &[u8],
+    ) -> Result<Zeroizing<Vec<u8>>, Error> {
         let request = self.request(proto::ActivateCredentialRequest {
             credential_blob: credential_blob.to_vec(),
             encrypted_secret: encrypted_secret.to_vec(),
+            ak_alg: alg.as_str().into(),
         });
         let response = self.attestation.clone().activate_credential(request).await?;
         Ok(response.into_inner().secret)
+    }
+
+    /// TPM2_Certify of the attestation key `alg` by itself over `nonce` (1 to 64 bytes): the
+    /// proof of possession a Keylime verifier asks for.
+    ///
+    /// # Errors
+    /// `InvalidArgument` (nonce size), `PermissionDenied` (the `quote` operation),
+    /// `Unavailable`.
+    pub async fn certify_attestation_key(&self, alg: AkAlg, nonce: &[u8]) -> Result<Certification, Error> {
+        let request =
+            self.request(proto::CertifyAttestationKeyRequest { nonce: nonce.to_vec(), ak_alg: alg.as_str().into() });
+        let c = self.attestation.clone().certify_attestation_key(request).await?.into_inner();
+        Ok(Certification { attest: c.attest, signature: c.signature })
     }
 
     /// The device's measured-boot event log, raw, and the path the daemon read it from.

@@ -54,6 +54,20 @@ pub(crate) enum CliError {
     /// ACME enrollment or renewal failed at the CA (or before reaching it).
     #[error("{0}")]
     Acme(AcmeError),
+    /// The Keylime agent stopped on something retrying cannot fix (settings, a registrar that
+    /// refuses this TPM for this UUID).
+    #[error("{0}")]
+    Keylime(crate::keylime::KeylimeError),
+}
+
+impl From<crate::keylime::KeylimeError> for CliError {
+    /// Vault errors keep their own exit statuses.
+    fn from(e: crate::keylime::KeylimeError) -> CliError {
+        match e {
+            crate::keylime::KeylimeError::Vault(e) => CliError::Client(e),
+            other => CliError::Keylime(other),
+        }
+    }
 }
 
 impl From<AcmeError> for CliError {
@@ -105,6 +119,8 @@ impl CliError {
             CliError::SignerNotEnrolled(_) => 12,
             CliError::Acme(AcmeError::Local(_)) => 1,
             CliError::Acme(_) => 11,
+            CliError::Keylime(crate::keylime::KeylimeError::Config(_)) => 2,
+            CliError::Keylime(_) => 11,
         }
     }
 

@@ -24,6 +24,7 @@ mod eventlog;
 mod files;
 mod kem;
 mod key;
+mod keylime;
 mod output;
 mod password;
 mod progress;
@@ -50,7 +51,8 @@ Exit status:
   8  TPM busy, in dictionary-attack lockout, or password attempts held back (retry later)
   9  not allowed to open the daemon's socket (join the group the message names; do not retry)
  10  wrong key password
- 11  the ACME CA refused (its problem is quoted) or could not be reached
+ 11  the ACME CA refused (its problem is quoted) or could not be reached; the Keylime registrar
+     refused this TPM for the agent's UUID
  12  verify-quote without --ak: the quote checks out, but its AK was not checked against an enrolled one";
 
 /// `tpm-vault`: use the keys of a TPM 2.0 through the tpm-vaultd daemon.
@@ -157,6 +159,8 @@ enum Command {
     Access(access::AccessCommand),
     /// Serve the vault's keys over the OpenSSH agent protocol (keys stay in the vault)
     SshAgent(ssh_agent::SshAgentArgs),
+    /// Be this device's Keylime agent (push model): register with a registrar, attest to a verifier
+    KeylimeAgent(keylime::KeylimeAgentArgs),
     /// Print a shell completion script
     Completions(completions::CompletionsArgs),
 }
@@ -199,6 +203,7 @@ impl Command {
             Command::Policy(command) => command.run(ctx).await,
             Command::Access(command) => command.run(ctx).await,
             Command::SshAgent(args) => args.run(ctx).await,
+            Command::KeylimeAgent(args) => args.run(ctx).await,
             Command::Completions(args) => args.run(ctx),
         }
     }

@@ -67,6 +67,16 @@ impl Daemon {
         Daemon::start_in(dir, rules, "state/swtpm", "state")
     }
 
+    /// A daemon granting the test's uid everything over the swtpm state already in
+    /// `dir/swtpm` (e.g. made by `swtpm_setup`, with an EK certificate).
+    pub fn start_in_dir(dir: TempDir) -> Daemon {
+        let rules = format!(
+            "[[rule]]\nname = \"test-self\"\nclients = [\"uid:{}\"]\nkeys = [\"*\"]\noperations = [\"*\"]\n",
+            nix::unistd::getuid().as_raw()
+        );
+        Daemon::start_in(dir, &rules, "swtpm", "state")
+    }
+
     /// A daemon in `dir` with the access policy `rules`, its swtpm's state in `dir/swtpm_dir`
     /// and its own in `dir/state_dir`.
     fn start_in(dir: TempDir, rules: &str, swtpm_dir: &str, state_dir: &str) -> Daemon {

@@ -1,5 +1,6 @@
-//! `tpmvault.v1.AttestationService`: the attestation key, quotes, PCR reads, credential
-//! activation and the device's measured-boot event log.
+//! `tpmvault.v1.AttestationService`: the attestation keys, quotes, PCR reads, credential
+//! activation, the AK's certification of itself (proof of possession) and the device's
+//! measured-boot event log.
 
 use tonic::{Request, Response, Status};
 use tpm_vault_proto::v1 as pb;
@@ -10,6 +11,7 @@ use super::{pcr_binding, Ctx};
 use crate::auth::Operation;
 use crate::error::Error;
 use crate::model::{PcrBank, PcrSelection};
+use crate::vault::attest::AkKind;
 
 /// The AttestationService implementation.
 #[derive(Debug, Clone)]
@@ -84,9 +86,10 @@ impl AttestationService for AttestRpc {
         req: Request<pb::GetAttestationKeyRequest>,
     ) -> Result<Response<pb::AttestationKey>, Status> {
         self.ctx
-            .on_vault("GetAttestationKey", req, Operation::Quote, |_| async move {
-                let ak = self.ctx.vault.attestation_key().await?;
-                let (ek, cert) = self.ctx.vault.endorsement_key().await?;
+            .on_vault("GetAttestationKey", req, Operation::Quote, |r| async move {
+                let ak = self.ctx.vault.attestation_key_of(AkKind::parse(&r.ak_alg)?).await?;
+                let ek = self.ctx.vault.endorsement_key_info().await?;
+                let cert = ek.certificate;
                 let note = if cert.is_none() {
                     "this TPM has no EK certificate in NV (common for firmware TPMs and swtpm without swtpm_setup): \
                      bind the EK out of band or by a first-use trust decision"
@@ -98,8 +101,10 @@ impl AttestationService for AttestRpc {
                     ak_public_pem: pem_public_key(&ak.spki),
                     ak_public_der: ak.spki,
                     ak_name: ak.name,
-                    ek_public_pem: pem_public_key(&ek),
-                    ek_public_der: ek,
+                    ak_tpm2b_public: ak.tpm2b_public,
+                    ek_public_pem: pem_public_key(&ek.spki),
+                    ek_public_der: ek.spki,
+                    ek_tpm2b_public: ek.tpm2b_public,
                     ek_certificate: cert.unwrap_or_default(),
                     note,
                 })
@@ -111,7 +116,8 @@ impl AttestationService for AttestRpc {
         self.ctx
             .on_vault("Quote", req, Operation::Quote, |r| async move {
                 let sel = selection(r.pcrs, &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9])?;
-                let q = self.ctx.vault.quote(sel.clone(), r.nonce).await?;
+                let kind = AkKind::parse(&r.ak_alg)?;
+                let q = self.ctx.vault.quote_with(kind, sel.clone(), r.nonce).await?;
                 Ok(pb::QuoteResponse {
                     attest: q.attest,
                     signature: q.signature,
@@ -142,8 +148,23 @@ impl AttestationService for AttestRpc {
         self.ctx
             .on_vault("ActivateCredential", req, Operation::Quote, |r| async move {
                 // The zeroizing buffer moves into the response (`tpm_vault_proto::secret`).
-                let secret = self.ctx.vault.activate_credential(&r.credential_blob, &r.encrypted_secret).await?;
+                let kind = AkKind::parse(&r.ak_alg)?;
+                let secret =
+                    self.ctx.vault.activate_credential_with(kind, &r.credential_blob, &r.encrypted_secret).await?;
                 Ok(pb::ActivateCredentialResponse { secret })
+            })
+            .await
+    }
+
+    async fn certify_attestation_key(
+        &self,
+        req: Request<pb::CertifyAttestationKeyRequest>,
+    ) -> Result<Response<pb::CertifyAttestationKeyResponse>, Status> {
+        self.ctx
+            .on_vault("CertifyAttestationKey", req, Operation::Quote, |r| async move {
+                let kind = AkKind::parse(&r.ak_alg)?;
+                let (attest, signature) = self.ctx.vault.certify_attestation_key(kind, r.nonce).await?;
+                Ok(pb::CertifyAttestationKeyResponse { attest, signature })
             })
             .await
     }

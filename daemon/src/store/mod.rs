@@ -3,7 +3,8 @@
 //! Layout under the state dir:
 //! - `srk.name`: the SRK's TPM name (hex), recorded at first start, checked at every start.
 //! - `keys/<name>.key`: one JSON [`KeyRecord`] per key (TPM-wrapped blobs plus metadata).
-//! - `ak.key`: the attestation key's record (restricted ECC P-256 signing key).
+//! - `ak.key`: the attestation key's record (restricted ECC P-256 signing key); `ak-rsa.key`:
+//!   the RSA 2048 one, created when first asked for (the Keylime agent uses it).
 //! - `sealed/<name>.sealed`: one JSON [`SealedRecord`] per sealed secret (sealed-object blobs
 //!   and the AES-256-GCM ciphertext, stored together so they change atomically).
 //! - `datakeys/<name>.datakey`: one JSON [`DataKeyRecord`] per data key (a TPM-sealed 256-bit
@@ -242,15 +243,16 @@ impl Store {
         atomic::write(&self.root, SRK_FILE, text.as_bytes(), atomic::Mode::Replace).map_err(StoreError::io(&self.root))
     }
 
-    /// The attestation key's record, if one was created.
+    /// An attestation key's record (`ak` or `ak-rsa`), if one was created.
     ///
     /// # Errors
     /// [`StoreError::Io`], [`StoreError::Corrupt`].
-    pub fn attestation_key(&self) -> Result<Option<KeyRecord>, StoreError> {
-        self.attestation.get(&ak_name())
+    pub fn attestation_key(&self, name: &KeyName) -> Result<Option<KeyRecord>, StoreError> {
+        self.attestation.get(name)
     }
 
-    /// Records the attestation key (named [`ak_name`]); fails if one exists (it is created once).
+    /// Records an attestation key (named [`ak_name`], or `ak-rsa` for the RSA one); fails if
+    /// one exists (each is created once).
     ///
     /// # Errors
     /// [`StoreError::Exists`], [`StoreError::Io`].

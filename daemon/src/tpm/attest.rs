@@ -56,6 +56,23 @@ pub fn quote(ctx: &mut Context, ak: KeyHandle, nonce: &[u8], sel: &PcrSelection)
     })
 }
 
+/// TPM2_Certify of the (loaded) attestation key by itself over `nonce`: the proof of
+/// possession a Keylime verifier asks for before it accepts evidence (the attest structure
+/// names the AK and carries the nonce, and the AK's signature covers it). Returns the
+/// marshalled TPMS_ATTEST and TPMT_SIGNATURE.
+///
+/// # Errors
+/// TPM errors.
+pub fn certify_self(ctx: &mut Context, ak: KeyHandle, nonce: &[u8]) -> Result<(Vec<u8>, Vec<u8>), TpmError> {
+    let data = Data::try_from(nonce.to_vec()).map_err(wrap("qualifying data"))?;
+    let (attest, signature) = ctx
+        .execute_with_sessions((Some(AuthSession::Password), Some(AuthSession::Password), None), |c| {
+            c.certify(ak.into(), ak, data, SignatureScheme::Null)
+        })
+        .map_err(wrap("TPM2_Certify"))?;
+    Ok((attest.marshall().map_err(wrap("marshal attest"))?, signature.marshall().map_err(wrap("marshal signature"))?))
+}
+
 /// Creates the RSA 2048 EK (TCG default template) as a transient primary. The caller flushes it.
 ///
 /// # Errors

@@ -571,6 +571,14 @@ impl Tpm {
         self.create(templates::attestation_key()?, None, None)
     }
 
+    /// Creates the RSA 2048 attestation key (RSASSA-SHA256) under the SRK.
+    ///
+    /// # Errors
+    /// TPM errors.
+    pub fn create_attestation_key_rsa(&mut self) -> Result<TpmObject, TpmError> {
+        self.create(templates::attestation_key_rsa()?, None, None)
+    }
+
     /// Seals `key` in a new sealed-data object under the SRK: bound to `auth_policy` (a
     /// PolicyPCR or PolicyAuthorize digest), or usable without a policy when `None`. Created
     /// through the encrypted session, so the key never crosses the TPM interface in clear.
@@ -744,6 +752,17 @@ impl Tpm {
             while conn.evict_oldest() {}
             let handle = conn.load(ak)?;
             super::attest::activate_credential(&mut conn.ctx, conn.srk, handle, blob, secret)
+        })
+    }
+
+    /// TPM2_Certify of the attestation key by itself over `nonce` (proof of possession).
+    ///
+    /// # Errors
+    /// TPM errors.
+    pub fn certify_attestation_key(&mut self, ak: &KeyBlob, nonce: &[u8]) -> Result<(Vec<u8>, Vec<u8>), TpmError> {
+        self.with_conn(|conn| {
+            let handle = conn.load(ak)?;
+            super::attest::certify_self(&mut conn.ctx, handle, nonce)
         })
     }
 

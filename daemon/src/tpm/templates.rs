@@ -235,3 +235,41 @@ pub fn attestation_key() -> Result<Public, TpmError> {
         .build()
         .map_err(wrap("AK template"))
 }
+
+/// Template for the RSA attestation key: a restricted RSA 2048 signing key with the
+/// RSASSA-SHA256 scheme fixed, the key type Keylime's verifier expects by default (its
+/// proof-of-possession check and its tenant's `accept_tpm_signing_algs` default both name
+/// `rsassa`). Created only when a caller asks for it (`tpm-vault keylime-agent`).
+///
+/// # Errors
+/// Only if tss-esapi rejects the template (a bug).
+pub fn attestation_key_rsa() -> Result<Public, TpmError> {
+    let attributes = ObjectAttributesBuilder::new()
+        .with_fixed_tpm(true)
+        .with_fixed_parent(true)
+        .with_sensitive_data_origin(true)
+        .with_user_with_auth(true)
+        .with_restricted(true)
+        .with_sign_encrypt(true)
+        .build()
+        .map_err(wrap("RSA AK attributes"))?;
+    PublicBuilder::new()
+        .with_public_algorithm(PublicAlgorithm::Rsa)
+        .with_name_hashing_algorithm(HashingAlgorithm::Sha256)
+        .with_object_attributes(attributes)
+        .with_rsa_parameters(
+            PublicRsaParametersBuilder::new()
+                .with_symmetric(SymmetricDefinitionObject::Null)
+                .with_scheme(RsaScheme::RsaSsa(tss_esapi::structures::HashScheme::new(HashingAlgorithm::Sha256)))
+                .with_key_bits(RsaKeyBits::Rsa2048)
+                .with_exponent(RsaExponent::default())
+                .with_is_signing_key(true)
+                .with_is_decryption_key(false)
+                .with_restricted(true)
+                .build()
+                .map_err(wrap("RSA AK parameters"))?,
+        )
+        .with_rsa_unique_identifier(PublicKeyRsa::default())
+        .build()
+        .map_err(wrap("RSA AK template"))
+}

@@ -1,5 +1,7 @@
-//! Attestation: the attestation key (created once, kept like other keys), quotes over caller
-//! nonces with the PCR values that match them, the endorsement key, and credential activation.
+//! Attestation: the attestation keys (an ECC one and, on request, an RSA one for Keylime; each
+//! created once, kept like other keys), quotes over caller nonces with the PCR values that match
+//! them, the AK's certification of itself (proof of possession), the endorsement key, and
+//! credential activation.
 
 use std::sync::Arc;
 
@@ -15,6 +17,53 @@ use crate::tpm::convert;
 /// Largest nonce accepted (TPM2B_DATA holds at most a digest of the largest hash, 64 bytes).
 pub const MAX_NONCE: usize = 64;
 
+/// Which attestation key: the vault keeps one of each kind, each created on first use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AkKind {
+    /// Restricted ECC P-256, ECDSA-SHA256 (`ak.key`): the default.
+    #[default]
+    Ecc,
+    /// Restricted RSA 2048, RSASSA-SHA256 (`ak-rsa.key`): what Keylime expects by default.
+    Rsa,
+}
+
+impl AkKind {
+    /// Parses the `ak_alg` field of the attestation RPCs: empty or `ecc-p256`, or `rsa-2048`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for anything else.
+    pub fn parse(s: &str) -> Result<Self, Error> {
+        match s {
+            "" | "ecc-p256" => Ok(Self::Ecc),
+            "rsa-2048" => Ok(Self::Rsa),
+            other => Err(Error::InvalidArgument(format!(
+                "unknown attestation key algorithm {other:?}: expected ecc-p256 or rsa-2048"
+            ))),
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Self::Ecc => 0,
+            Self::Rsa => 1,
+        }
+    }
+
+    fn record_name(self) -> crate::model::KeyName {
+        match self {
+            Self::Ecc => ak_name(),
+            Self::Rsa => crate::model::KeyName::attestation_key_rsa(),
+        }
+    }
+
+    fn alg(self) -> KeyAlg {
+        match self {
+            Self::Ecc => KeyAlg::EccP256,
+            Self::Rsa => KeyAlg::Rsa2048,
+        }
+    }
+}
+
 /// The attestation key's public facts.
 #[derive(Debug, Clone)]
 pub struct AkInfo {
@@ -22,6 +71,18 @@ pub struct AkInfo {
     pub spki: Vec<u8>,
     /// TPM name.
     pub name: Vec<u8>,
+    /// Marshalled TPM2B_PUBLIC (what a Keylime registrar takes as `aik_tpm`).
+    pub tpm2b_public: Vec<u8>,
+}
+
+impl AkInfo {
+    fn of(loaded: &Loaded) -> Self {
+        Self {
+            spki: loaded.spki.clone(),
+            name: loaded.record.object.tpm_name.clone(),
+            tpm2b_public: loaded.record.object.public.clone(),
+        }
+    }
 }
 
 /// The storage root key's public parts.
@@ -54,33 +115,43 @@ impl Vault {
     /// # Errors
     /// TPM and store errors.
     pub async fn attestation_key(&self) -> Result<AkInfo, Error> {
-        let loaded = self.ak().await?;
-        Ok(AkInfo { spki: loaded.spki.clone(), name: loaded.record.object.tpm_name.clone() })
+        self.attestation_key_of(AkKind::Ecc).await
+    }
+
+    /// The attestation key of `kind`, created under the SRK on first use.
+    ///
+    /// # Errors
+    /// TPM and store errors.
+    pub async fn attestation_key_of(&self, kind: AkKind) -> Result<AkInfo, Error> {
+        Ok(AkInfo::of(&*self.ak(kind).await?))
     }
 
     /// The attestation key's parsed record: read (or created) once, then kept in memory, so a
     /// quote costs its TPM commands and no file read.
-    async fn ak(&self) -> Result<Arc<Loaded>, Error> {
-        if let Some(ak) = self.inner.ak.lock().ok().and_then(|a| a.clone()) {
+    async fn ak(&self, kind: AkKind) -> Result<Arc<Loaded>, Error> {
+        if let Some(ak) = self.inner.ak.lock().ok().and_then(|a| a[kind.index()].clone()) {
             return Ok(ak);
         }
-        let loaded = Arc::new(parse_record(self.ak_record().await?)?);
+        let loaded = Arc::new(parse_record(self.ak_record(kind).await?)?);
         if let Ok(mut slot) = self.inner.ak.lock() {
-            *slot = Some(loaded.clone());
+            slot[kind.index()] = Some(loaded.clone());
         }
         Ok(loaded)
     }
 
-    async fn ak_record(&self) -> Result<KeyRecord, Error> {
+    async fn ak_record(&self, kind: AkKind) -> Result<KeyRecord, Error> {
         let store = self.store().clone();
-        if let Some(r) = blocking(move || store.attestation_key()).await? {
+        if let Some(r) = blocking(move || store.attestation_key(&kind.record_name())).await? {
             return Ok(r);
         }
-        let object = self.tpm().call("create_ak", |tpm| tpm.create_attestation_key()).await?;
+        let object = match kind {
+            AkKind::Ecc => self.tpm().call("create_ak", |tpm| tpm.create_attestation_key()).await?,
+            AkKind::Rsa => self.tpm().call("create_ak", |tpm| tpm.create_attestation_key_rsa()).await?,
+        };
         let record = KeyRecord {
             version: RECORD_VERSION,
-            name: ak_name(),
-            alg: KeyAlg::EccP256,
+            name: kind.record_name(),
+            alg: kind.alg(),
             created_unix: unix_now(),
             owner_uid: 0,
             owner_certificate: None,
@@ -103,7 +174,9 @@ impl Vault {
             // A concurrent first use created it: use that one.
             Err(Error::KeyExists(_)) => {
                 let store = self.store().clone();
-                blocking(move || store.attestation_key()).await?.ok_or_else(|| Error::Internal("AK vanished".into()))
+                blocking(move || store.attestation_key(&kind.record_name()))
+                    .await?
+                    .ok_or_else(|| Error::Internal("AK vanished".into()))
             }
             Err(e) => Err(e),
         }
@@ -114,18 +187,35 @@ impl Vault {
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty or oversize nonce; TPM errors.
     pub async fn quote(&self, selection: PcrSelection, nonce: Vec<u8>) -> Result<QuoteOutput, Error> {
-        if nonce.is_empty() || nonce.len() > MAX_NONCE {
-            return Err(Error::InvalidArgument(format!("nonce must be 1 to {MAX_NONCE} bytes, got {}", nonce.len())));
-        }
-        let loaded = self.ak().await?;
+        self.quote_with(AkKind::Ecc, selection, nonce).await
+    }
+
+    /// Quotes `selection` over `nonce` with the attestation key of `kind`.
+    ///
+    /// # Errors
+    /// As [`Vault::quote`].
+    pub async fn quote_with(
+        &self,
+        kind: AkKind,
+        selection: PcrSelection,
+        nonce: Vec<u8>,
+    ) -> Result<QuoteOutput, Error> {
+        check_nonce(&nonce)?;
+        let loaded = self.ak(kind).await?;
         let ak = loaded.clone();
         let (quote, values) = self.tpm().call("quote", move |tpm| tpm.quote(&ak.blob, &nonce, &selection)).await?;
-        Ok(QuoteOutput {
-            attest: quote.attest,
-            signature: quote.signature,
-            values,
-            ak: AkInfo { spki: loaded.spki.clone(), name: loaded.record.object.tpm_name.clone() },
-        })
+        Ok(QuoteOutput { attest: quote.attest, signature: quote.signature, values, ak: AkInfo::of(&loaded) })
+    }
+
+    /// TPM2_Certify of the attestation key by itself over `nonce`: the proof of possession a
+    /// Keylime verifier asks for. Returns the marshalled TPMS_ATTEST and TPMT_SIGNATURE.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty or oversize nonce; TPM errors.
+    pub async fn certify_attestation_key(&self, kind: AkKind, nonce: Vec<u8>) -> Result<(Vec<u8>, Vec<u8>), Error> {
+        check_nonce(&nonce)?;
+        let ak = self.ak(kind).await?;
+        Ok(self.tpm().call("certify", move |tpm| tpm.certify_attestation_key(&ak.blob, &nonce)).await?)
     }
 
     /// The SRK's public area as `TPM2B_PUBLIC`, its DER SubjectPublicKeyInfo and TPM name.
@@ -165,8 +255,20 @@ impl Vault {
     /// # Errors
     /// TPM errors.
     pub async fn endorsement_key(&self) -> Result<(Vec<u8>, Option<Vec<u8>>), Error> {
+        let ek = self.endorsement_key_info().await?;
+        Ok((ek.spki, ek.certificate))
+    }
+
+    /// The EK's public key in both forms and its certificate, if the TPM has one.
+    ///
+    /// # Errors
+    /// TPM errors.
+    pub async fn endorsement_key_info(&self) -> Result<EkInfo, Error> {
         let (public, cert) = self.tpm().call("endorsement", |tpm| tpm.endorsement()).await?;
-        Ok((convert::public_key_der(KeyAlg::Rsa2048, &public)?, cert))
+        let tpm2b_public = tss_esapi::structures::PublicBuffer::try_from(public.clone())
+            .and_then(|b| tss_esapi::traits::Marshall::marshall(&b))
+            .map_err(|e| Error::Internal(format!("marshal EK public: {e}")))?;
+        Ok(EkInfo { spki: convert::public_key_der(KeyAlg::Rsa2048, &public)?, tpm2b_public, certificate: cert })
     }
 
     /// TPM2_ActivateCredential with the AK and EK. Inputs are the marshalled TPM2B_ID_OBJECT
@@ -177,10 +279,41 @@ impl Vault {
     /// (PERMISSION_DENIED) when the credential was not made for this TPM's AK and EK; other TPM
     /// errors as for any command.
     pub async fn activate_credential(&self, blob: &[u8], secret: &[u8]) -> Result<Zeroizing<Vec<u8>>, Error> {
+        self.activate_credential_with(AkKind::Ecc, blob, secret).await
+    }
+
+    /// TPM2_ActivateCredential with the attestation key of `kind` and the EK.
+    ///
+    /// # Errors
+    /// As [`Vault::activate_credential`].
+    pub async fn activate_credential_with(
+        &self,
+        kind: AkKind,
+        blob: &[u8],
+        secret: &[u8],
+    ) -> Result<Zeroizing<Vec<u8>>, Error> {
         let (blob, secret) = credential_inputs(blob, secret)?;
-        let ak = self.ak().await?;
+        let ak = self.ak(kind).await?;
         Ok(self.tpm().call("activate", move |tpm| tpm.activate_credential(&ak.blob, &blob, &secret)).await?)
     }
+}
+
+/// The endorsement key's public facts.
+#[derive(Debug, Clone)]
+pub struct EkInfo {
+    /// DER SubjectPublicKeyInfo.
+    pub spki: Vec<u8>,
+    /// Marshalled TPM2B_PUBLIC (what a Keylime registrar takes as `ek_tpm`).
+    pub tpm2b_public: Vec<u8>,
+    /// The EK certificate (DER) from NV, if the TPM has one.
+    pub certificate: Option<Vec<u8>>,
+}
+
+fn check_nonce(nonce: &[u8]) -> Result<(), Error> {
+    if nonce.is_empty() || nonce.len() > MAX_NONCE {
+        return Err(Error::InvalidArgument(format!("nonce must be 1 to {MAX_NONCE} bytes, got {}", nonce.len())));
+    }
+    Ok(())
 }
 
 /// ActivateCredential's inputs without their TPM2B size prefixes, within the sizes the TPM

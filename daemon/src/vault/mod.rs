@@ -207,8 +207,8 @@ pub(crate) struct Inner {
     page_key: crate::crypto::token::TokenKey,
     store: Store,
     cache: Mutex<cache::RecordCache<Loaded>>,
-    /// The attestation key's parsed record, once read or created.
-    ak: Mutex<Option<Arc<Loaded>>>,
+    /// The attestation keys' parsed records (ECC, RSA), once read or created.
+    ak: Mutex<[Option<Arc<Loaded>>; 2]>,
     pss: AtomicU8,
     /// Serialises certificate replacement with itself and with key deletion.
     cert_lock: tokio::sync::Mutex<()>,
@@ -270,7 +270,7 @@ impl Vault {
                 page_key,
                 store,
                 cache: Mutex::new(cache::RecordCache::new(CACHE_MAX)),
-                ak: Mutex::new(None),
+                ak: Mutex::new([None, None]),
                 pss: AtomicU8::new(PSS_UNKNOWN),
                 cert_lock: tokio::sync::Mutex::new(()),
                 lockout: lockout::Throttle::new(cfg.lockout),

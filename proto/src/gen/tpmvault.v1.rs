@@ -1863,8 +1863,13 @@ pub struct CertifySrkResponse {
 }
 /// GetAttestationKey input.
 #[allow(clippy::all)]
-#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
-pub struct GetAttestationKeyRequest {}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct GetAttestationKeyRequest {
+    /// Which attestation key: "" or "ecc-p256" (the default AK, ECDSA-SHA256), or "rsa-2048"
+    /// (RSASSA-SHA256, created on first use: the AK type Keylime expects by default).
+    #[prost(string, tag = "1")]
+    pub ak_alg: ::prost::alloc::string::String,
+}
 /// The attestation and endorsement keys.
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
@@ -1890,6 +1895,12 @@ pub struct AttestationKey {
     /// Human-readable note, e.g. why there is no EK certificate.
     #[prost(string, tag = "7")]
     pub note: ::prost::alloc::string::String,
+    /// AK public area, marshalled TPM2B_PUBLIC (Keylime's `aik_tpm`).
+    #[prost(bytes = "vec", tag = "8")]
+    pub ak_tpm2b_public: ::prost::alloc::vec::Vec<u8>,
+    /// EK public area, marshalled TPM2B_PUBLIC (Keylime's `ek_tpm`).
+    #[prost(bytes = "vec", tag = "9")]
+    pub ek_tpm2b_public: ::prost::alloc::vec::Vec<u8>,
 }
 /// Quote input.
 #[allow(clippy::all)]
@@ -1901,6 +1912,9 @@ pub struct QuoteRequest {
     /// Caller nonce (qualifying data), 1 to 64 bytes.
     #[prost(bytes = "vec", tag = "2")]
     pub nonce: ::prost::alloc::vec::Vec<u8>,
+    /// Which attestation key signs (as in GetAttestationKeyRequest).
+    #[prost(string, tag = "3")]
+    pub ak_alg: ::prost::alloc::string::String,
 }
 /// A quote.
 #[allow(clippy::all)]
@@ -1957,6 +1971,9 @@ pub struct ActivateCredentialRequest {
     /// TPM2B_ENCRYPTED_SECRET from TPM2_MakeCredential (with its size prefix).
     #[prost(bytes = "vec", tag = "2")]
     pub encrypted_secret: ::prost::alloc::vec::Vec<u8>,
+    /// Which attestation key the credential was made for (as in GetAttestationKeyRequest).
+    #[prost(string, tag = "3")]
+    pub ak_alg: ::prost::alloc::string::String,
 }
 /// GetEventLog input.
 #[allow(clippy::all)]
@@ -1972,6 +1989,28 @@ pub struct EventLog {
     /// Where the daemon read it (its `event_log` setting).
     #[prost(string, tag = "2")]
     pub path: ::prost::alloc::string::String,
+}
+/// CertifyAttestationKey input.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct CertifyAttestationKeyRequest {
+    /// Caller nonce (qualifying data), 1 to 64 bytes.
+    #[prost(bytes = "vec", tag = "1")]
+    pub nonce: ::prost::alloc::vec::Vec<u8>,
+    /// Which attestation key (as in GetAttestationKeyRequest).
+    #[prost(string, tag = "2")]
+    pub ak_alg: ::prost::alloc::string::String,
+}
+/// A TPM2_Certify of the attestation key by itself.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct CertifyAttestationKeyResponse {
+    /// TPMS_ATTEST (type TPM_ST_ATTEST_CERTIFY) as signed by the TPM.
+    #[prost(bytes = "vec", tag = "1")]
+    pub attest: ::prost::alloc::vec::Vec<u8>,
+    /// TPMT_SIGNATURE.
+    #[prost(bytes = "vec", tag = "2")]
+    pub signature: ::prost::alloc::vec::Vec<u8>,
 }
 /// Generated client implementations.
 pub mod attestation_service_client {
@@ -2250,6 +2289,38 @@ pub mod attestation_service_client {
                 .insert(GrpcMethod::new("tpmvault.v1.AttestationService", "CertifySrk"));
             self.inner.unary(req, path, codec).await
         }
+        /// TPM2_Certify of the attestation key by itself over the caller's nonce: the proof of
+        /// possession of the AK a Keylime verifier (push model) asks for before it accepts evidence.
+        /// Allowed by the `quote` operation.
+        pub async fn certify_attestation_key(
+            &mut self,
+            request: impl tonic::IntoRequest<super::CertifyAttestationKeyRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::CertifyAttestationKeyResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/tpmvault.v1.AttestationService/CertifyAttestationKey",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(
+                    GrpcMethod::new(
+                        "tpmvault.v1.AttestationService",
+                        "CertifyAttestationKey",
+                    ),
+                );
+            self.inner.unary(req, path, codec).await
+        }
     }
 }
 /// Generated server implementations.
@@ -2315,6 +2386,16 @@ pub mod attestation_service_server {
             request: tonic::Request<super::CertifySrkRequest>,
         ) -> std::result::Result<
             tonic::Response<super::CertifySrkResponse>,
+            tonic::Status,
+        >;
+        /// TPM2_Certify of the attestation key by itself over the caller's nonce: the proof of
+        /// possession of the AK a Keylime verifier (push model) asks for before it accepts evidence.
+        /// Allowed by the `quote` operation.
+        async fn certify_attestation_key(
+            &self,
+            request: tonic::Request<super::CertifyAttestationKeyRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::CertifyAttestationKeyResponse>,
             tonic::Status,
         >;
     }
@@ -2705,6 +2786,55 @@ pub mod attestation_service_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = CertifySrkSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/tpmvault.v1.AttestationService/CertifyAttestationKey" => {
+                    #[allow(non_camel_case_types)]
+                    struct CertifyAttestationKeySvc<T: AttestationService>(pub Arc<T>);
+                    impl<
+                        T: AttestationService,
+                    > tonic::server::UnaryService<super::CertifyAttestationKeyRequest>
+                    for CertifyAttestationKeySvc<T> {
+                        type Response = super::CertifyAttestationKeyResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::CertifyAttestationKeyRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as AttestationService>::certify_attestation_key(
+                                        &inner,
+                                        request,
+                                    )
+                                    .await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = CertifyAttestationKeySvc(inner);
                         let codec = tonic_prost::ProstCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(
