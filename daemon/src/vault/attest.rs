@@ -242,11 +242,11 @@ impl Vault {
         if nonce.is_empty() || nonce.len() > MAX_NONCE {
             return Err(Error::InvalidArgument(format!("nonce must be 1 to {MAX_NONCE} bytes, got {}", nonce.len())));
         }
-        let loaded = self.ak().await?;
+        let loaded = self.ak(AkKind::Ecc).await?;
         let ak = loaded.clone();
         let (attest, signature) = self.tpm().call("certify_srk", move |tpm| tpm.certify_srk(&ak.blob, &nonce)).await?;
         let srk = self.tpm().call("srk_public", |tpm| tpm.srk_public()).await?;
-        let info = AkInfo { spki: loaded.spki.clone(), name: loaded.record.object.tpm_name.clone() };
+        let info = AkInfo::of(&loaded);
         Ok((attest, signature, srk, info))
     }
 
