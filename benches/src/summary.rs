@@ -207,6 +207,8 @@ pub const AGENT_GOAL: Goal = Goal::AtLeast(0.9);
 pub const CLI_ONE_GOAL: Goal = Goal::AtLeast(0.8);
 /// `tpm-vault encrypt`/`decrypt` on two CPUs ÷ OpenSSL AES-256-GCM, one core (#18).
 pub const CLI_ALL_GOAL: Goal = Goal::AtLeast(1.4);
+/// `tpm-vault encrypt` of a file into a file ÷ `cat` of it into a file (#36 item 7).
+pub const CLI_FILE_GOAL: Goal = Goal::AtLeast(0.8);
 /// The client library from memory on one thread ÷ OpenSSL AES-256-GCM, one core (#18).
 pub const LIBRARY_GOAL: Goal = Goal::AtLeast(0.95);
 /// Daemon GetRandom with 1 MiB requests, MiB/s.
@@ -433,6 +435,16 @@ fn cli_figures(rounds: &[Round], ossl_aes: &[f64]) -> Vec<Figure> {
             goal: None,
             ratio: Some(ratio_of(&v, ossl_aes, "OpenSSL AES-256-GCM", Some(goal))),
         })
+        .chain(std::iter::once({
+            let (v, cat) = (col(|c| c.encrypt_file), col(|c| c.cat_file));
+            Figure {
+                label: format!("`tpm-vault encrypt` file → file ({file}, page cache), every CPU of {cpus}"),
+                unit: "MiB/s",
+                value: spread(v.iter().map(|b| b / MIB)),
+                goal: None,
+                ratio: Some(ratio_of(&v, &cat, "`cat` file → file", Some(CLI_FILE_GOAL))),
+            }
+        }))
         .collect()
 }
 
@@ -1086,6 +1098,8 @@ pub(crate) mod tests {
                     decrypt_one: 2700.0 * MIB,
                     encrypt_all: 4800.0 * MIB,
                     decrypt_all: 4600.0 * MIB,
+                    encrypt_file: 2600.0 * MIB,
+                    cat_file: 3100.0 * MIB,
                 }),
             },
         }
