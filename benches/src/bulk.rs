@@ -163,6 +163,10 @@ pub struct CliRound {
     pub encrypt_all: f64,
     /// `tpm-vault decrypt` on every CPU.
     pub decrypt_all: f64,
+    /// `tpm-vault encrypt` on every CPU of the file into a new file (issue #36 item 7).
+    pub encrypt_file: f64,
+    /// `cat` of the same file into a new file, timed alternately with `encrypt_file`.
+    pub cat_file: f64,
 }
 
 /// Whether `openssl` can run (for `openssl speed` here and `s_server`/`s_time` in the TLS phase).
@@ -527,6 +531,7 @@ pub fn cli_round(setup: &CliSetup, socket: &Path) -> Result<CliRound> {
     let decrypt = |pin| setup.time(socket, &["decrypt", "--context", "bench"], &setup.sealed, null, pin);
     let (encrypt_one, decrypt_one) =
         if setup.taskset { (rate(encrypt(true)?), rate(decrypt(true)?)) } else { (f64::NAN, f64::NAN) };
+    let (encrypt_file, cat_file) = file_to_file(setup, socket)?;
     Ok(CliRound {
         bytes: setup.bytes,
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -534,7 +539,39 @@ pub fn cli_round(setup: &CliSetup, socket: &Path) -> Result<CliRound> {
         decrypt_one,
         encrypt_all: rate(encrypt(false)?),
         decrypt_all: rate(decrypt(false)?),
+        encrypt_file: rate(encrypt_file),
+        cat_file: rate(cat_file),
     })
+}
+
+/// Runs of each side of the file-to-file comparison; the fastest of each counts (a shared
+/// machine only ever slows a run down).
+const FILE_RUNS: usize = 3;
+
+/// `tpm-vault encrypt < plain > new file` and `cat plain > new file`, alternately
+/// ([`FILE_RUNS`] each, the output removed before each run so every run writes a new file
+/// into the page cache); returns the best time of each.
+///
+/// # Errors
+/// A run failing.
+fn file_to_file(setup: &CliSetup, socket: &Path) -> Result<(Duration, Duration)> {
+    let out = setup.dir.join("copy");
+    let (mut encrypt, mut cat) = (Duration::MAX, Duration::MAX);
+    for _ in 0..FILE_RUNS {
+        std::fs::remove_file(&out).ok();
+        let t = setup.time(socket, &["encrypt", DATA_KEY, "--context", "bench"], &setup.plain, &out, false)?;
+        encrypt = encrypt.min(t);
+        std::fs::remove_file(&out).ok();
+        let input = std::fs::File::open(&setup.plain).with_context(|| format!("{}", setup.plain.display()))?;
+        let output = std::fs::File::create(&out).with_context(|| format!("{}", out.display()))?;
+        let start = Instant::now();
+        let status =
+            Command::new("cat").close_inherited_fds().stdin(input).stdout(output).status().context("running cat")?;
+        cat = cat.min(start.elapsed());
+        ensure!(status.success(), "cat exited with {status}");
+    }
+    std::fs::remove_file(&out).ok();
+    Ok((encrypt, cat))
 }
 
 /// Bytes per second, 0 for no time.

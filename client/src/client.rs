@@ -88,7 +88,7 @@ pub struct Client {
     /// `crate::crypto`); `None` for a client made [`from_channel`](Client::from_channel).
     pub(crate) dialer: Option<Dialer>,
     /// Threads that seal and open the chunks of an in-process stream (`crate::bulk`).
-    pub(crate) bulk_threads: usize,
+    pub(crate) bulk_threads: crate::bulk::Threads,
 }
 
 impl Client {
@@ -132,7 +132,7 @@ impl Client {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             create_timeout: DEFAULT_CREATE_TIMEOUT,
             dialer: None,
-            bulk_threads: crate::bulk::threads(),
+            bulk_threads: crate::bulk::Threads::new(crate::bulk::threads()),
         }
     }
 
@@ -141,7 +141,14 @@ impl Client {
     /// streams (at least 1). The default is one per CPU this process may run on (its
     /// affinity), at most 8; with 1 the calling thread does the AES work itself.
     pub fn with_bulk_threads(mut self, threads: usize) -> Client {
-        self.bulk_threads = threads.max(1);
+        self.bulk_threads = crate::bulk::Threads::new(threads);
+        self
+    }
+
+    /// The same client leaving one of its bulk threads' CPUs to the thread that reads and
+    /// writes the stream (for an output that costs a copy, like a file: see `bulk::Threads`).
+    pub(crate) fn with_bulk_io_core(mut self) -> Client {
+        self.bulk_threads.io_core = true;
         self
     }
 

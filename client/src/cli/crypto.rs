@@ -9,6 +9,7 @@
 use std::fs::File;
 use std::io::{self, IsTerminal, Write};
 use std::os::fd::AsFd;
+use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 
 use clap::{Args, Subcommand};
@@ -18,7 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::crypto::read_header;
 use crate::pcr::parse_selection;
 use crate::sync_io::SyncIo;
-use crate::{DataKey, Error, PcrBinding};
+use crate::{Client, DataKey, Error, PcrBinding};
 
 use super::error::CliError;
 use super::output::{fields, Report};
@@ -107,6 +108,16 @@ fn stdio() -> Result<(SyncIo<File>, SyncIo<File>), CliError> {
     Ok((SyncIo(File::from(input)), SyncIo(File::from(output))))
 }
 
+/// `client` for a stream written to `output`: unless that is a character device (`/dev/null`),
+/// where a `write` costs nothing, writing the stream costs this thread as much as a plain copy
+/// and it keeps a CPU to itself (see `bulk::Threads`).
+fn for_output(client: Client, output: &File) -> Client {
+    match output.metadata() {
+        Ok(m) if m.file_type().is_char_device() => client,
+        _ => client.with_bulk_io_core(),
+    }
+}
+
 impl EncryptArgs {
     pub(crate) async fn run(self, ctx: &mut Context) -> Result<(), CliError> {
         if io::stdout().is_terminal() {
@@ -115,8 +126,8 @@ impl EncryptArgs {
             )
             .into());
         }
-        let client = ctx.client().await?;
         let (stdin, mut output) = stdio()?;
+        let client = for_output(ctx.client().await?, &output.0);
         let mut input = Progress::new(stdin, "encrypting", stdin_size());
         let context = self.context.as_bytes();
         let done = if self.in_daemon {
@@ -161,7 +172,7 @@ impl DecryptArgs {
                 .into());
             }
         }
-        let client = ctx.client().await?;
+        let client = for_output(ctx.client().await?, &output.0);
         let mut input = Progress::new(io::Cursor::new(head).chain(stdin), "decrypting", stdin_size());
         let context = self.context.as_bytes();
         let done = if self.in_daemon {
