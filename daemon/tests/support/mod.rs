@@ -66,6 +66,10 @@ impl TpmEnv {
         VaultConfig {
             queue: QueueConfig { capacity: 1024, timeout: Duration::from_secs(30) },
             simulator: true,
+            // Through the model the vault is configured as on the device: `auto` takes
+            // `device:/dev/tpmrm0` for the kernel's resource manager, and here the TCTI is the
+            // model's swtpm endpoint.
+            resource_manager: self.model.as_ref().map(|_| tpm_vault_daemon::daemon::ResourceManager::Kernel),
             ..VaultConfig::new(self.state_dir(), self.tcti())
         }
     }
