@@ -121,6 +121,8 @@ impl Daemon {
         let config = VaultConfig {
             queue: QueueConfig { capacity: 1024, timeout: Duration::from_secs(30) },
             simulator: true,
+            // Through the model, configured as on the device (the kernel's resource manager).
+            resource_manager: model.as_ref().map(|_| tpm_vault_daemon::daemon::ResourceManager::Kernel),
             ..VaultConfig::new(dir.path().join(state_dir), tcti)
         };
         let socket = dir.path().join("vault.sock");

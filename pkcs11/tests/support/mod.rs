@@ -340,7 +340,13 @@ impl Daemon {
         let swtpm = Swtpm::start(&dir.path().join("swtpm")).expect("swtpm");
         std::fs::create_dir_all(dir.path().join("policies")).expect("policies dir");
         std::fs::write(dir.path().join("policies/test.toml"), policy).expect("policy file");
-        std::fs::write(dir.path().join("config.toml"), "log_format = \"plain\"\n").expect("config");
+        // Through the model the daemon is configured as on the device (the kernel's resource
+        // manager).
+        let config = match model_speed {
+            Some(_) => "log_format = \"plain\"\nresource_manager = \"kernel\"\n",
+            None => "log_format = \"plain\"\n",
+        };
+        std::fs::write(dir.path().join("config.toml"), config).expect("config");
         let audit_log = audit.then(|| dir.path().join("audit.log"));
         let socket = dir.path().join("vault.sock");
         let model = model_speed.map(|speed| {
