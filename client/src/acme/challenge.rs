@@ -108,6 +108,8 @@ pub(crate) struct Responder {
     certs: Arc<Mutex<HashMap<String, Arc<CertifiedKey>>>>,
     /// dns-01: the records published, to remove.
     records: Vec<(String, String)>,
+    /// The identifiers of the order: a dns-01 identifier from the CA must be one of them.
+    ordered: Vec<Identifier>,
     server: Option<JoinHandle<()>>,
 }
 
@@ -118,18 +120,24 @@ impl std::fmt::Debug for Responder {
 }
 
 impl Responder {
-    /// Starts answering with `method` (binds its listener now, so a busy port fails early).
-    pub(crate) async fn start(method: &Method) -> Result<Responder, AcmeError> {
-        Responder::start_with(method, Limits::default()).await
+    /// Starts answering with `method` for an order of `ordered` (binds its listener now, so a
+    /// busy port fails early).
+    pub(crate) async fn start(method: &Method, ordered: &[Identifier]) -> Result<Responder, AcmeError> {
+        Responder::start_with(method, ordered, Limits::default()).await
     }
 
     /// [`Responder::start`] with the servers bounded by `limits`.
-    pub(crate) async fn start_with(method: &Method, limits: Limits) -> Result<Responder, AcmeError> {
+    pub(crate) async fn start_with(
+        method: &Method,
+        ordered: &[Identifier],
+        limits: Limits,
+    ) -> Result<Responder, AcmeError> {
         let mut responder = Responder {
             method: method.clone(),
             tokens: Arc::default(),
             certs: Arc::default(),
             records: Vec::new(),
+            ordered: ordered.to_vec(),
             server: None,
         };
         match method {
@@ -154,10 +162,12 @@ impl Responder {
         Ok(responder)
     }
 
-    /// Publishes the answer to one challenge.
+    /// Publishes the answer to one challenge (`wildcard`: the CA's authorization is for the
+    /// wildcard name of `identifier`).
     pub(crate) async fn present(
         &mut self,
         identifier: &Identifier,
+        wildcard: bool,
         token: &str,
         key_authorization: &str,
     ) -> Result<(), AcmeError> {
@@ -177,7 +187,7 @@ impl Responder {
                 let Identifier::Dns(domain) = identifier else {
                     return Err(AcmeError::Challenge("dns-01 proves DNS names only, not IP addresses".into()));
                 };
-                let name = format!("_acme-challenge.{}", domain.trim_start_matches("*."));
+                let name = dns01_record_name(domain, wildcard, &self.ordered)?;
                 let value = BASE64_URL_SAFE_NO_PAD.encode(Sha256::digest(key_authorization.as_bytes()));
                 run_hook(hook, "add", &name, &value).await?;
                 self.records.push((name, value));
@@ -354,6 +364,38 @@ fn reverse_name(ip: IpAddr) -> String {
     }
 }
 
+/// The TXT record name of a dns-01 challenge for the CA's `domain`: the CA's answer reaches a
+/// hook run as root, so `domain` must be a strict LDH name (labels of 1 to 63 `[a-z0-9-]`, not
+/// starting or ending with `-`, 253 bytes at most; a leading `*.` only for a wildcard) and one of
+/// the `ordered` names (a wildcard only if `*.domain` was ordered). Compared without case.
+fn dns01_record_name(domain: &str, wildcard: bool, ordered: &[Identifier]) -> Result<String, AcmeError> {
+    let shown: String = domain.chars().take(80).flat_map(char::escape_debug).collect();
+    let lower = domain.to_ascii_lowercase();
+    let (base, wildcard) = match lower.strip_prefix("*.") {
+        Some(base) => (base, true),
+        None => (lower.as_str(), wildcard),
+    };
+    let ldh_label = |label: &str| {
+        (1..=63).contains(&label.len())
+            && label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+    };
+    if base.len() > 253 || !base.split('.').all(ldh_label) {
+        return Err(AcmeError::Protocol(format!(
+            "the CA asks dns-01 for \"{shown}\", which is no DNS name (letters, digits, '-' and '.'): the hook is not run"
+        )));
+    }
+    let wanted = if wildcard { format!("*.{base}") } else { base.to_owned() };
+    let was_ordered = ordered.iter().any(|o| matches!(o, Identifier::Dns(name) if name.eq_ignore_ascii_case(&wanted)));
+    if !was_ordered {
+        return Err(AcmeError::Protocol(format!(
+            "the CA asks dns-01 for \"{wanted}\", which was not ordered: the hook is not run"
+        )));
+    }
+    Ok(format!("_acme-challenge.{base}"))
+}
+
 /// Runs the dns-01 hook; a non-zero exit is an error naming its stderr.
 async fn run_hook(hook: &str, action: &str, name: &str, value: &str) -> Result<(), AcmeError> {
     let output = tokio::process::Command::new("sh")
@@ -390,7 +432,7 @@ mod tests {
     /// The real http-01 responder on a loopback port.
     async fn http01(limits: Limits) -> (Responder, SocketAddr) {
         let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-        let responder = Responder::start_with(&Method::Http01 { listen: addr }, limits).await.unwrap();
+        let responder = Responder::start_with(&Method::Http01 { listen: addr }, &[], limits).await.unwrap();
         (responder, addr)
     }
 
@@ -426,7 +468,7 @@ mod tests {
     async fn silent_and_slow_clients_are_closed_at_the_deadline() {
         let (mut responder, addr) = http01(limits(500, 64)).await;
         let identifier = Identifier::Dns("a.test".into());
-        responder.present(&identifier, "tok", "tok.thumb").await.unwrap();
+        responder.present(&identifier, false, "tok", "tok.thumb").await.unwrap();
         assert!(get(addr, "/.well-known/acme-challenge/tok").await.ends_with("\r\n\r\ntok.thumb"));
         let mut silent = TcpStream::connect(addr).await.unwrap();
         let mut slow = TcpStream::connect(addr).await.unwrap();
@@ -480,6 +522,51 @@ mod tests {
         }
         assert_eq!(metrics.num_alive_tasks(), 0, "tasks left after finish()");
         assert!(TcpStream::connect(addr).await.is_err(), "still listening after finish()");
+    }
+
+    #[test]
+    fn dns01_names_must_be_ordered_ldh_names() {
+        let ordered = [
+            Identifier::Dns("Example.COM".into()),
+            Identifier::Dns("*.wild.test".into()),
+            Identifier::Ip([127, 0, 0, 1].into()),
+        ];
+        let name = |domain: &str, wildcard: bool| dns01_record_name(domain, wildcard, &ordered);
+        assert_eq!(name("example.com", false).unwrap(), "_acme-challenge.example.com");
+        assert_eq!(name("EXAMPLE.com", false).unwrap(), "_acme-challenge.example.com");
+        assert_eq!(name("wild.test", true).unwrap(), "_acme-challenge.wild.test");
+        assert_eq!(name("*.wild.test", false).unwrap(), "_acme-challenge.wild.test");
+        for (hostile, wildcard) in [
+            ("other.test", false),
+            ("wild.test", false),
+            ("example.com", true),
+            ("*.example.com", false),
+            ("127.0.0.1", false),
+        ] {
+            let e = name(hostile, wildcard).unwrap_err().to_string();
+            assert!(e.contains("which was not ordered: the hook is not run"), "{hostile}: {e}");
+        }
+        let long_label = format!("{}.com", "a".repeat(64));
+        let long_name = format!("{}com", "abcdefghi.".repeat(26));
+        for hostile in [
+            "example.com; reboot",
+            "$(id).example.com",
+            "a\u{1b}[2J.example.com",
+            "-a.example.com",
+            "a-.example.com",
+            "a..example.com",
+            "example.com.",
+            "",
+            "a_b.example.com",
+            "a.*.example.com",
+            "**.example.com",
+            "ex\u{e4}mple.com",
+            &long_label,
+            &long_name,
+        ] {
+            let e = name(hostile, false).unwrap_err().to_string();
+            assert!(e.contains("which is no DNS name") && !e.contains('\u{1b}'), "{hostile:?}: {e}");
+        }
     }
 
     #[test]
