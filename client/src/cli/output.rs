@@ -201,3 +201,19 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 fn day_or_month(n: i64) -> u32 {
     u32::try_from(n).unwrap_or(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_output_escapes_every_control_and_means_the_same() {
+        let hostile = "a\u{1b}[2J\u{7f}\u{9b}31m\u{202e}é\n\\";
+        let json = serde_json::to_string(&json!({ "name": hostile })).unwrap();
+        let safe = json_for_terminal(&json);
+        assert!(!safe.chars().any(|c| c.is_control() || c == '\u{202e}'), "{safe}");
+        assert!(safe.contains("\\u007f\\u009b31m\\u202eé"), "{safe}");
+        assert_eq!(serde_json::from_str::<Value>(&safe).unwrap()["name"], hostile);
+        assert!(matches!(json_for_terminal(r#"{"a":"é"}"#), std::borrow::Cow::Borrowed(_)));
+    }
+}
