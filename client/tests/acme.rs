@@ -381,11 +381,27 @@ fn tls_alpn_01_and_dns_01_are_validated_by_pebble() {
         pebble.dns_management
     );
     let mut args = pebble.enroll_args("dns", "dns.test");
-    args.extend(["--challenge".into(), "dns-01".into(), "--dns-hook".into(), hook]);
+    args.extend(["--challenge".into(), "dns-01".into(), "--dns-hook".into(), hook.clone()]);
     let out = ok(&cli(&daemon, &args));
     assert!(out.starts_with("dns: enrolled"), "{out}");
     let sans = leaf_sans(&daemon, "dns");
     assert!(sans.contains("DNS:dns.test"), "{sans}");
+
+    // A wildcard with its base name: the CA's identifiers, checked against the order (issue
+    // #31 item 7), reach the hook as the two record names, nothing else.
+    let calls = pebble.dir.path().join("hook-calls");
+    let logging = format!("g() {{ echo \"$1 $2\" >> {}; {hook} \"$@\"; }}; g", calls.display());
+    let mut args = pebble.enroll_args("wild", "*.wild.test");
+    args.extend(["--domain".into(), "wild.test".into()]);
+    args.extend(["--challenge".into(), "dns-01".into(), "--dns-hook".into(), logging]);
+    let out = ok(&cli(&daemon, &args));
+    assert!(out.starts_with("wild: enrolled"), "{out}");
+    let sans = leaf_sans(&daemon, "wild");
+    assert!(sans.contains("DNS:*.wild.test") && sans.contains("DNS:wild.test"), "{sans}");
+    let calls = std::fs::read_to_string(calls).unwrap();
+    let mut names: Vec<&str> = calls.lines().filter_map(|l| l.strip_prefix("add ")).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["_acme-challenge.wild.test", "_acme-challenge.wild.test"], "{calls}");
 }
 
 #[test]

@@ -659,3 +659,56 @@ fn bad_logs_are_clear_errors() {
         "{line}"
     );
 }
+
+/// A hostile log (issue #31 item 7): a UEFI variable name and a device-path file name carrying
+/// terminal escapes (ESC sequences, BEL, DEL, a C1 CSI, a bidi override) reach `eventlog show`'s
+/// text output escaped, with no raw control byte; JSON keeps the exact name, all escaped too.
+#[test]
+fn hostile_names_are_escaped_in_text_output() {
+    let d = Daemon::start();
+    let hostile = "Secure\u{1b}[2J\u{1b}]0;owned\u{7}Boot\u{7f}\u{9b}31m\u{202e}é";
+    let utf16 = |s: &str| -> Vec<u8> { s.encode_utf16().flat_map(u16::to_le_bytes).collect() };
+    let guid = hex::decode("61dfe48bca93d211aa0d00e098032b8c").unwrap();
+    let name = utf16(hostile);
+    let chars = hostile.encode_utf16().count() as u64;
+    let variable = [&guid[..], &chars.to_le_bytes(), &1u64.to_le_bytes(), &name, &[1]].concat();
+    let file = utf16("\\EFI\u{1b}[31m\\evil\r.efi\0");
+    let mut path = vec![4, 4];
+    path.extend_from_slice(&((file.len() + 4) as u16).to_le_bytes());
+    path.extend_from_slice(&file);
+    path.extend_from_slice(&[0x7f, 0xff, 4, 0]);
+    let image = [
+        &0u64.to_le_bytes()[..],
+        &0x1000u64.to_le_bytes(),
+        &0u64.to_le_bytes(),
+        &(path.len() as u64).to_le_bytes(),
+        &path,
+    ]
+    .concat();
+    let mut w = LogWriter::agile(&d, &[SHA256]);
+    w.event(7, EV_EFI_VARIABLE_DRIVER_CONFIG, &variable);
+    w.event(4, EV_EFI_BOOT_SERVICES_APPLICATION, &image);
+    let log = d.dir.path().join("hostile.bin");
+    std::fs::write(&log, &w.bytes).unwrap();
+
+    let out = ok(d.cli(&["eventlog", "show", "--log", log.to_str().unwrap()]));
+    let text = String::from_utf8(out.clone()).unwrap();
+    let raw: Vec<char> =
+        text.chars().filter(|&c| (c.is_control() && c != '\n') || ('\u{202a}'..='\u{202e}').contains(&c)).collect();
+    assert!(raw.is_empty(), "raw control characters {raw:?} in:\n{text}");
+    assert!(
+        text.contains("variable 8be4df61-93ca-11d2-aa0d-00e098032b8c:Secure\\x1b[2J\\x1b]0;owned\\x07Boot\\x7f\\u{9b}31m\\u{202e}é (1 bytes)"),
+        "{text}"
+    );
+    assert!(text.contains("image \\EFI\\x1b[31m\\evil\\x0d.efi (4096 bytes)"), "{text}");
+
+    let out = ok(d.cli(&["eventlog", "show", "--log", log.to_str().unwrap(), "--output", "json"]));
+    let text = String::from_utf8(out.clone()).unwrap();
+    let raw: Vec<char> =
+        text.chars().filter(|&c| (c.is_control() && c != '\n') || ('\u{202a}'..='\u{202e}').contains(&c)).collect();
+    assert!(raw.is_empty(), "raw control characters {raw:?} in:\n{text}");
+    let events = json(out);
+    let events = events["events"].as_array().unwrap();
+    assert!(events.iter().any(|e| e["data"]["name"] == hostile), "{events:?}");
+    assert!(events.iter().any(|e| e["data"]["device_path"] == "\\EFI\u{1b}[31m\\evil\r.efi"), "{events:?}");
+}

@@ -5,12 +5,18 @@
 //!
 //! The servers run only while an order is validated. The certificates of `tls-alpn-01` use
 //! throwaway software keys (rcgen): they prove control of the name, not of the vault key.
+//!
+//! The servers face the Internet: each connection has a deadline ([`Limits::deadline`],
+//! covering the request headers or the TLS handshake), at most [`Limits::max_connections`]
+//! are served at once (more are closed at accept), a failing accept (EMFILE) backs off
+//! instead of spinning, and [`Responder::finish`] ends every connection task with the server.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use base64::prelude::{Engine as _, BASE64_URL_SAFE_NO_PAD};
 use bytes::Bytes;
@@ -21,12 +27,30 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use sha2::{Digest as _, Sha256};
 use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
 
 use super::AcmeError;
 
 /// The ALPN protocol of `tls-alpn-01`.
 const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
+
+/// Bounds of the challenge servers, against a peer that holds connections open.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    /// A connection is closed this long after it was accepted (an http-01 request or a
+    /// tls-alpn-01 handshake takes milliseconds).
+    pub(crate) deadline: Duration,
+    /// Connections served at once; more are closed at accept.
+    pub(crate) max_connections: usize,
+    /// The pause after a failing accept (EMFILE, ENFILE...).
+    pub(crate) accept_backoff: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits { deadline: Duration::from_secs(10), max_connections: 64, accept_backoff: Duration::from_millis(100) }
+    }
+}
 
 /// How the CA's challenges are answered.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -84,6 +108,8 @@ pub(crate) struct Responder {
     certs: Arc<Mutex<HashMap<String, Arc<CertifiedKey>>>>,
     /// dns-01: the records published, to remove.
     records: Vec<(String, String)>,
+    /// The identifiers of the order: a dns-01 identifier from the CA must be one of them.
+    ordered: Vec<Identifier>,
     server: Option<JoinHandle<()>>,
 }
 
@@ -94,19 +120,30 @@ impl std::fmt::Debug for Responder {
 }
 
 impl Responder {
-    /// Starts answering with `method` (binds its listener now, so a busy port fails early).
-    pub(crate) async fn start(method: &Method) -> Result<Responder, AcmeError> {
+    /// Starts answering with `method` for an order of `ordered` (binds its listener now, so a
+    /// busy port fails early).
+    pub(crate) async fn start(method: &Method, ordered: &[Identifier]) -> Result<Responder, AcmeError> {
+        Responder::start_with(method, ordered, Limits::default()).await
+    }
+
+    /// [`Responder::start`] with the servers bounded by `limits`.
+    pub(crate) async fn start_with(
+        method: &Method,
+        ordered: &[Identifier],
+        limits: Limits,
+    ) -> Result<Responder, AcmeError> {
         let mut responder = Responder {
             method: method.clone(),
             tokens: Arc::default(),
             certs: Arc::default(),
             records: Vec::new(),
+            ordered: ordered.to_vec(),
             server: None,
         };
         match method {
             Method::Http01 { listen } => {
                 let listener = bind(*listen).await?;
-                responder.server = Some(tokio::spawn(serve_http(listener, responder.tokens.clone())));
+                responder.server = Some(tokio::spawn(serve_http(listener, responder.tokens.clone(), limits)));
             }
             Method::TlsAlpn01 { listen } => {
                 let listener = bind(*listen).await?;
@@ -118,17 +155,19 @@ impl Responder {
                     .with_cert_resolver(resolver);
                 config.alpn_protocols = vec![ACME_TLS_ALPN.to_vec()];
                 let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-                responder.server = Some(tokio::spawn(serve_tls(listener, acceptor)));
+                responder.server = Some(tokio::spawn(serve_tls(listener, acceptor, limits)));
             }
             Method::Dns01 { .. } => {}
         }
         Ok(responder)
     }
 
-    /// Publishes the answer to one challenge.
+    /// Publishes the answer to one challenge (`wildcard`: the CA's authorization is for the
+    /// wildcard name of `identifier`).
     pub(crate) async fn present(
         &mut self,
         identifier: &Identifier,
+        wildcard: bool,
         token: &str,
         key_authorization: &str,
     ) -> Result<(), AcmeError> {
@@ -148,7 +187,7 @@ impl Responder {
                 let Identifier::Dns(domain) = identifier else {
                     return Err(AcmeError::Challenge("dns-01 proves DNS names only, not IP addresses".into()));
                 };
-                let name = format!("_acme-challenge.{}", domain.trim_start_matches("*."));
+                let name = dns01_record_name(domain, wildcard, &self.ordered)?;
                 let value = BASE64_URL_SAFE_NO_PAD.encode(Sha256::digest(key_authorization.as_bytes()));
                 run_hook(hook, "add", &name, &value).await?;
                 self.records.push((name, value));
@@ -187,12 +226,45 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, AcmeError> {
         .map_err(|e| AcmeError::Challenge(format!("cannot listen on {addr}: {}", crate::error::io_reason(&e))))
 }
 
-/// The http-01 server: the key authorization for a known token, 404 otherwise.
-async fn serve_http(listener: TcpListener, tokens: Arc<Mutex<HashMap<String, String>>>) {
+/// Accepts connections for `serve` under `limits`: each runs at most `limits.deadline`, at most
+/// `limits.max_connections` at once (more are closed at once), an accept error backs off. The
+/// connection tasks live in a [`JoinSet`] owned by this loop, so aborting the loop's task
+/// (`finish`, drop) aborts them and closes their sockets.
+async fn accept_loop<F, Fut>(listener: TcpListener, limits: Limits, serve: F)
+where
+    F: Fn(tokio::net::TcpStream) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let mut connections = JoinSet::new();
     loop {
-        let Ok((tcp, _)) = listener.accept().await else { continue };
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+        };
+        let tcp = match accepted {
+            Ok((tcp, _)) => tcp,
+            Err(_) => {
+                tokio::time::sleep(limits.accept_backoff).await;
+                continue;
+            }
+        };
+        while connections.try_join_next().is_some() {}
+        if connections.len() >= limits.max_connections {
+            drop(tcp);
+            continue;
+        }
+        let connection = serve(tcp);
+        connections.spawn(async move {
+            let _ = tokio::time::timeout(limits.deadline, connection).await;
+        });
+    }
+}
+
+/// The http-01 server: the key authorization for a known token, 404 otherwise.
+async fn serve_http(listener: TcpListener, tokens: Arc<Mutex<HashMap<String, String>>>, limits: Limits) {
+    accept_loop(listener, limits, move |tcp| {
         let tokens = tokens.clone();
-        tokio::spawn(async move {
+        async move {
             let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                 let answer = req
                     .uri()
@@ -212,21 +284,22 @@ async fn serve_http(listener: TcpListener, tokens: Arc<Mutex<HashMap<String, Str
                 }
             });
             let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tcp), service).await;
-        });
-    }
+        }
+    })
+    .await;
 }
 
 /// The tls-alpn-01 server: completes handshakes (the certificate is the answer) and closes.
-async fn serve_tls(listener: TcpListener, acceptor: tokio_rustls::TlsAcceptor) {
-    loop {
-        let Ok((tcp, _)) = listener.accept().await else { continue };
+async fn serve_tls(listener: TcpListener, acceptor: tokio_rustls::TlsAcceptor, limits: Limits) {
+    accept_loop(listener, limits, move |tcp| {
         let acceptor = acceptor.clone();
-        tokio::spawn(async move {
+        async move {
             if let Ok(mut tls) = acceptor.accept(tcp).await {
                 let _ = tokio::io::AsyncWriteExt::shutdown(&mut tls).await;
             }
-        });
-    }
+        }
+    })
+    .await;
 }
 
 /// Serves the tls-alpn-01 certificate of the SNI name asked for.
@@ -291,6 +364,38 @@ fn reverse_name(ip: IpAddr) -> String {
     }
 }
 
+/// The TXT record name of a dns-01 challenge for the CA's `domain`: the CA's answer reaches a
+/// hook run as root, so `domain` must be a strict LDH name (labels of 1 to 63 `[a-z0-9-]`, not
+/// starting or ending with `-`, 253 bytes at most; a leading `*.` only for a wildcard) and one of
+/// the `ordered` names (a wildcard only if `*.domain` was ordered). Compared without case.
+fn dns01_record_name(domain: &str, wildcard: bool, ordered: &[Identifier]) -> Result<String, AcmeError> {
+    let shown: String = domain.chars().take(80).flat_map(char::escape_debug).collect();
+    let lower = domain.to_ascii_lowercase();
+    let (base, wildcard) = match lower.strip_prefix("*.") {
+        Some(base) => (base, true),
+        None => (lower.as_str(), wildcard),
+    };
+    let ldh_label = |label: &str| {
+        (1..=63).contains(&label.len())
+            && label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+    };
+    if base.len() > 253 || !base.split('.').all(ldh_label) {
+        return Err(AcmeError::Protocol(format!(
+            "the CA asks dns-01 for \"{shown}\", which is no DNS name (letters, digits, '-' and '.'): the hook is not run"
+        )));
+    }
+    let wanted = if wildcard { format!("*.{base}") } else { base.to_owned() };
+    let was_ordered = ordered.iter().any(|o| matches!(o, Identifier::Dns(name) if name.eq_ignore_ascii_case(&wanted)));
+    if !was_ordered {
+        return Err(AcmeError::Protocol(format!(
+            "the CA asks dns-01 for \"{wanted}\", which was not ordered: the hook is not run"
+        )));
+    }
+    Ok(format!("_acme-challenge.{base}"))
+}
+
 /// Runs the dns-01 hook; a non-zero exit is an error naming its stderr.
 async fn run_hook(hook: &str, action: &str, name: &str, value: &str) -> Result<(), AcmeError> {
     let output = tokio::process::Command::new("sh")
@@ -319,6 +424,150 @@ async fn run_hook(hook: &str, action: &str, name: &str, value: &str) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use std::time::Instant;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    use tokio::net::TcpStream;
+
+    /// The real http-01 responder on a loopback port.
+    async fn http01(limits: Limits) -> (Responder, SocketAddr) {
+        let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let responder = Responder::start_with(&Method::Http01 { listen: addr }, &[], limits).await.unwrap();
+        (responder, addr)
+    }
+
+    /// Reads until the server closes (`Some(elapsed)`) or `wait` passes (`None`: still open).
+    async fn closed_within(tcp: &mut TcpStream, wait: Duration) -> Option<Duration> {
+        let started = Instant::now();
+        let mut buf = [0u8; 1024];
+        loop {
+            match tokio::time::timeout(wait.saturating_sub(started.elapsed()), tcp.read(&mut buf)).await {
+                Err(_) => return None,
+                Ok(Ok(0) | Err(_)) => return Some(started.elapsed()),
+                Ok(Ok(_)) => {}
+            }
+        }
+    }
+
+    /// A GET on a new connection: the status line.
+    async fn get(addr: SocketAddr, path: &str) -> String {
+        let mut tcp = TcpStream::connect(addr).await.unwrap();
+        tcp.write_all(format!("GET {path} HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        tokio::time::timeout(Duration::from_secs(5), tcp.read_to_string(&mut answer)).await.unwrap().unwrap();
+        answer
+    }
+
+    fn limits(deadline_ms: u64, max_connections: usize) -> Limits {
+        Limits { deadline: Duration::from_millis(deadline_ms), max_connections, ..Limits::default() }
+    }
+
+    #[tokio::test]
+    async fn silent_and_slow_clients_are_closed_at_the_deadline() {
+        let (mut responder, addr) = http01(limits(500, 64)).await;
+        let identifier = Identifier::Dns("a.test".into());
+        responder.present(&identifier, false, "tok", "tok.thumb").await.unwrap();
+        assert!(get(addr, "/.well-known/acme-challenge/tok").await.ends_with("\r\n\r\ntok.thumb"));
+        let mut silent = TcpStream::connect(addr).await.unwrap();
+        let mut slow = TcpStream::connect(addr).await.unwrap();
+        slow.write_all(b"GET /.well-known/acme-challenge/tok HTTP/1.1\r\nHost: a").await.unwrap();
+        for tcp in [&mut silent, &mut slow] {
+            let closed = closed_within(tcp, Duration::from_secs(5)).await;
+            assert!(closed.is_some_and(|t| t < Duration::from_secs(2)), "still open after 5 s: {closed:?}");
+        }
+        responder.finish().await;
+    }
+
+    #[tokio::test]
+    async fn connections_over_the_cap_are_closed_at_accept() {
+        let (responder, addr) = http01(limits(10_000, 4)).await;
+        let mut held = Vec::new();
+        for _ in 0..4 {
+            held.push(TcpStream::connect(addr).await.unwrap());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut extra = TcpStream::connect(addr).await.unwrap();
+        assert!(closed_within(&mut extra, Duration::from_secs(2)).await.is_some(), "a 5th connection is served");
+        for tcp in &mut held {
+            assert_eq!(closed_within(tcp, Duration::from_millis(100)).await, None, "a held connection was closed");
+        }
+        // A slot freed is served again.
+        drop(held.pop());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(get(addr, "/x").await.starts_with("HTTP/1.1 404"));
+        responder.finish().await;
+    }
+
+    #[tokio::test]
+    async fn finish_ends_every_connection_task() {
+        let (responder, addr) = http01(limits(60_000, 64)).await;
+        let mut open = Vec::new();
+        for _ in 0..3 {
+            open.push(TcpStream::connect(addr).await.unwrap());
+        }
+        open[0].write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let metrics = tokio::runtime::Handle::current().metrics();
+        assert!(metrics.num_alive_tasks() >= 4, "{} tasks", metrics.num_alive_tasks());
+        responder.finish().await;
+        for tcp in &mut open {
+            let closed = closed_within(tcp, Duration::from_secs(2)).await;
+            assert!(closed.is_some(), "a connection outlives finish()");
+        }
+        let started = Instant::now();
+        while metrics.num_alive_tasks() > 0 && started.elapsed() < Duration::from_secs(2) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(metrics.num_alive_tasks(), 0, "tasks left after finish()");
+        assert!(TcpStream::connect(addr).await.is_err(), "still listening after finish()");
+    }
+
+    #[test]
+    fn dns01_names_must_be_ordered_ldh_names() {
+        let ordered = [
+            Identifier::Dns("Example.COM".into()),
+            Identifier::Dns("*.wild.test".into()),
+            Identifier::Ip([127, 0, 0, 1].into()),
+        ];
+        let name = |domain: &str, wildcard: bool| dns01_record_name(domain, wildcard, &ordered);
+        assert_eq!(name("example.com", false).unwrap(), "_acme-challenge.example.com");
+        assert_eq!(name("EXAMPLE.com", false).unwrap(), "_acme-challenge.example.com");
+        assert_eq!(name("wild.test", true).unwrap(), "_acme-challenge.wild.test");
+        assert_eq!(name("*.wild.test", false).unwrap(), "_acme-challenge.wild.test");
+        for (hostile, wildcard) in [
+            ("other.test", false),
+            ("wild.test", false),
+            ("example.com", true),
+            ("*.example.com", false),
+            ("127.0.0.1", false),
+        ] {
+            let e = name(hostile, wildcard).unwrap_err().to_string();
+            assert!(e.contains("which was not ordered: the hook is not run"), "{hostile}: {e}");
+        }
+        let long_label = format!("{}.com", "a".repeat(64));
+        let long_name = format!("{}com", "abcdefghi.".repeat(26));
+        for hostile in [
+            "example.com; reboot",
+            "$(id).example.com",
+            "a\u{1b}[2J.example.com",
+            "-a.example.com",
+            "a-.example.com",
+            "a..example.com",
+            "example.com.",
+            "",
+            "a_b.example.com",
+            "a.*.example.com",
+            "**.example.com",
+            "ex\u{e4}mple.com",
+            &long_label,
+            &long_name,
+        ] {
+            let e = name(hostile, false).unwrap_err().to_string();
+            assert!(e.contains("which is no DNS name") && !e.contains('\u{1b}'), "{hostile:?}: {e}");
+        }
+    }
 
     #[test]
     fn reverse_names() {

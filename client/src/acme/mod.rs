@@ -196,7 +196,7 @@ impl Ca {
             new_order = new_order.replaces(replaces);
         }
         let mut order = self.account.new_order(&new_order).await.map_err(|e| self.ca_error(e))?;
-        let mut responder = challenge::Responder::start(method).await?;
+        let mut responder = challenge::Responder::start(method, &identifiers).await?;
         let validated = self.validate(&mut order, &mut responder, method).await;
         responder.finish().await;
         validated?;
@@ -235,6 +235,7 @@ impl Ca {
                 }
             }
             let identifier = authorization.identifier().identifier.clone();
+            let wildcard = authorization.identifier().wildcard;
             let offered: Vec<String> = authorization.challenges.iter().map(|c| format!("{:?}", c.r#type)).collect();
             let Some(mut challenge) = authorization.challenge(method.challenge_type()) else {
                 return Err(AcmeError::Challenge(format!(
@@ -244,7 +245,7 @@ impl Ca {
                 )));
             };
             let key_authorization = self.key.key_authorization(&challenge.token);
-            responder.present(&identifier, &challenge.token, &key_authorization).await?;
+            responder.present(&identifier, wildcard, &challenge.token, &key_authorization).await?;
             challenge.set_ready().await.map_err(|e| self.ca_error(e))?;
         }
         let retries = RetryPolicy::new().timeout(ORDER_TIMEOUT);

@@ -25,10 +25,32 @@ pub(crate) fn render(format: OutputFormat, report: &dyn Report, out: &mut dyn Wr
     match format {
         OutputFormat::Text => report.text(out),
         OutputFormat::Json => {
-            serde_json::to_writer(&mut *out, &report.json())?;
-            writeln!(out)
+            let json = serde_json::to_string(&report.json())?;
+            writeln!(out, "{}", json_for_terminal(&json))
         }
     }
+}
+
+/// serde_json escapes C0 controls but writes DEL, C1 controls (U+0080-U+009F, `\u{9b}` is a CSI
+/// on some terminals) and bidirectional overrides raw: they become `\uXXXX` escapes too, so JSON
+/// of hostile data (an event log's names) is safe to show on a terminal. Such characters occur
+/// only inside JSON strings, where the escape means the same character.
+fn json_for_terminal(json: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| {
+        c.is_control() || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !json.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(json);
+    }
+    let mut escaped = String::with_capacity(json.len() + 16);
+    for c in json.chars() {
+        if unsafe_char(c) {
+            escaped.push_str(&format!("\\u{:04x}", u32::from(c)));
+        } else {
+            escaped.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(escaped)
 }
 
 /// A key's metadata as JSON.
@@ -178,4 +200,20 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 
 fn day_or_month(n: i64) -> u32 {
     u32::try_from(n).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_output_escapes_every_control_and_means_the_same() {
+        let hostile = "a\u{1b}[2J\u{7f}\u{9b}31m\u{202e}é\n\\";
+        let json = serde_json::to_string(&json!({ "name": hostile })).unwrap();
+        let safe = json_for_terminal(&json);
+        assert!(!safe.chars().any(|c| c.is_control() || c == '\u{202e}'), "{safe}");
+        assert!(safe.contains("\\u007f\\u009b31m\\u202eé"), "{safe}");
+        assert_eq!(serde_json::from_str::<Value>(&safe).unwrap()["name"], hostile);
+        assert!(matches!(json_for_terminal(r#"{"a":"é"}"#), std::borrow::Cow::Borrowed(_)));
+    }
 }

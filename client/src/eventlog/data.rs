@@ -110,16 +110,37 @@ impl fmt::Display for EventData {
             EventData::Signature(signature) => write!(f, "{signature:?}"),
             EventData::StartupLocality(locality) => write!(f, "StartupLocality {locality}"),
             EventData::UefiVariable { guid, name, value } => {
-                write!(f, "variable {guid}:{name} ({} bytes)", value.len())
+                write!(f, "variable {guid}:{} ({} bytes)", escape_text(name), value.len())
             }
             EventData::ImageLoad { length, device_path, .. } => {
-                write!(f, "image {} ({length} bytes)", EventData::device_path_text(device_path))
+                write!(f, "image {} ({length} bytes)", escape_text(&EventData::device_path_text(device_path)))
             }
             EventData::FirmwareBlob { base, length } => write!(f, "firmware blob at {base:#x}, {length} bytes"),
             EventData::Raw(data) if data.len() <= 64 => write!(f, "{}", hex::encode(data)),
             EventData::Raw(data) => write!(f, "{}... ({} bytes)", hex::encode(&data[..64]), data.len()),
         }
     }
+}
+
+/// `text` for a terminal: control characters (C0 incl. ESC, DEL, C1) and the bidirectional
+/// overrides become `\x1b` / `\u{9b}` escapes, so a hostile log cannot drive the terminal
+/// that shows it; other printable Unicode is kept as is.
+pub(crate) fn escape_text(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        let bidi = matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        if c.is_control() || bidi {
+            let code = u32::from(c);
+            if code < 0x80 {
+                out.push_str(&format!("\\x{code:02x}"));
+            } else {
+                out.push_str(&format!("\\u{{{code:x}}}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// EV_NO_ACTION: a signature (Spec ID, StartupLocality, ...), or raw.
