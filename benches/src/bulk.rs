@@ -296,11 +296,13 @@ fn bench_header(key: &[u8; 32], id: [u8; 16]) -> Result<Header> {
 }
 
 /// Ciphertext length of a stream of `plain` bytes under [`DATA_KEY`]: header, then every
-/// 64 KiB chunk and a final (possibly empty) one, each with its tag.
+/// 64 KiB chunk and a final (possibly empty) one, each with its tag, then the commitment of a
+/// v3 stream.
 fn sealed_len(plain: u64) -> Result<u64> {
-    let header = bench_header(&[0; 32], [0; 16])?.encode().len() as u64;
+    let header = bench_header(&[0; 32], [0; 16])?;
+    let commitment = if header.is_committed() { tpm_vault_proto::stream::COMMITMENT as u64 } else { 0 };
     let chunks = plain / CHUNK as u64 + 1;
-    Ok(header + plain + chunks * TAG as u64)
+    Ok(header.encode().len() as u64 + plain + chunks * TAG as u64 + commitment)
 }
 
 /// Creates [`DATA_KEY`] unless the daemon has it.

@@ -10,7 +10,7 @@
 //! device has one; the next round when the verifier says; `Retry-After` on 429/503; a new
 //! session on 401). It does not own the TPM (the daemon does, and its access policy and audit
 //! log apply: the `quote` operation covers every call made here), the command line
-//! (`crate::cli`) or the HTTP transport ([`http`]). It moves with the CLI into the application
+//! (`crate::cli`) or the HTTP transport (`http`). It moves with the CLI into the application
 //! crate when the library is split from it (issue #33).
 //!
 //! The AK is the vault's RSA 2048 attestation key (RSASSA-SHA256, created on first use):
