@@ -13,6 +13,7 @@ use std::time::Duration;
 use clap::Parser;
 use serde::Deserialize;
 
+use crate::auth::limits::KeygenLimit;
 use crate::tpm::ResourceManager;
 use crate::vault::LockoutConfig;
 
@@ -222,6 +223,11 @@ pub struct FileConfig {
     pub datakey_idle_secs: Option<u64>,
     /// See [`Args::event_log`].
     pub event_log: Option<PathBuf>,
+    /// Key creations (CreateKey) one client may make per minute (file only; see
+    /// [`crate::auth::limits::KeygenLimit`]).
+    pub keygen_per_minute: Option<u32>,
+    /// Key creations one client may make at once before `keygen_per_minute` applies (file only).
+    pub keygen_burst: Option<u32>,
 }
 
 /// Validated configuration.
@@ -262,6 +268,8 @@ pub struct Config {
     pub limits: ServeLimits,
     /// The dictionary-attack guard on key passwords.
     pub lockout: LockoutConfig,
+    /// The per-client quota of key creations.
+    pub keygen: KeygenLimit,
     /// Idle time after which an unsealed data key is dropped from memory.
     pub datakey_idle: Duration,
     /// The event log GetEventLog serves, if any.
@@ -344,6 +352,7 @@ impl Config {
         };
         let limits = ServeLimits::resolve(args, &file)?;
         let lockout = lockout_config(args, &file)?;
+        let keygen = keygen_limit(&file)?;
         let tcti = args.tcti.clone().or(file.tcti);
         let simulator =
             args.simulator || file.simulator.unwrap_or(false) || (tcti.is_none() && !Path::new(TPM_DEVICE).exists());
@@ -416,6 +425,7 @@ impl Config {
             audit_log: args.audit_log.clone().or(file.audit_log),
             limits,
             lockout,
+            keygen,
             datakey_idle: Duration::from_secs(args.datakey_idle_secs.or(file.datakey_idle_secs).unwrap_or(300)),
             event_log: match args.event_log.clone().or(file.event_log) {
                 Some(path) if path.as_os_str().is_empty() => None,
@@ -488,6 +498,23 @@ impl ServeLimits {
         }
         Ok(limits)
     }
+}
+
+/// The per-client quota of key creations (`keygen_per_minute`, `keygen_burst`), checked.
+fn keygen_limit(file: &FileConfig) -> Result<KeygenLimit, ConfigError> {
+    let d = KeygenLimit::default();
+    let limit = KeygenLimit {
+        per_minute: file.keygen_per_minute.unwrap_or(d.per_minute),
+        burst: file.keygen_burst.unwrap_or(d.burst),
+    };
+    let invalid = |field, reason: &str| Err(ConfigError::Invalid { field, reason: reason.into() });
+    if !(1..=60_000).contains(&limit.per_minute) {
+        return invalid("keygen_per_minute", "must be 1 to 60000");
+    }
+    if !(1..=10_000).contains(&limit.burst) {
+        return invalid("keygen_burst", "must be 1 to 10000");
+    }
+    Ok(limit)
 }
 
 /// The dictionary-attack guard's settings ([`crate::vault::lockout`]), checked.
@@ -683,6 +710,24 @@ mod tests {
         std::fs::write(&path, "max_loaded_objects = \"many\"\n").ok();
         let err = Config::load(&args(&["--config", &p])).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains("line 1") && !err.contains('\n'), "{err}");
+    }
+
+    #[test]
+    fn keygen_quota_default_file_and_bounds() {
+        let d = Config::load(&args(&[])).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(d.keygen, KeygenLimit { per_minute: 60, burst: 30 });
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("c.toml");
+        let p = path.to_string_lossy().to_string();
+        std::fs::write(&path, "keygen_per_minute = 6\nkeygen_burst = 2\n").ok();
+        let c = Config::load(&args(&["--config", &p])).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.keygen, KeygenLimit { per_minute: 6, burst: 2 });
+        for (text, field) in [("keygen_per_minute = 0\n", "keygen_per_minute"), ("keygen_burst = 0\n", "keygen_burst")]
+        {
+            std::fs::write(&path, text).ok();
+            let err = Config::load(&args(&["--config", &p]));
+            assert!(matches!(err, Err(ConfigError::Invalid { field: f, .. }) if f == field), "{text}: {err:?}");
+        }
     }
 
     #[test]

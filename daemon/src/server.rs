@@ -213,7 +213,8 @@ pub async fn run(
         }
         None => AuditLog::tracing_only(),
     };
-    let access = Arc::new(Access::load(&config.policies, config.policies_configured, audit)?);
+    let access =
+        Arc::new(Access::load(&config.policies, config.policies_configured, audit)?.with_keygen_limit(config.keygen));
     // Then the state directory: one others could change is not used at all (not even for the
     // simulator's state).
     crate::store::check_state_dir(&config.state_dir).map_err(Error::from)?;
