@@ -16,9 +16,9 @@
 //! buffered response per HTTP/2 stream.
 //!
 //! Key generations (issue #31, item 7): an RSA key generation holds the TPM for seconds on a
-//! real TPM, so each client has at most one key creation in flight (more wait their turn) and a
-//! token bucket of creations ([`KeygenLimit`]: `keygen_per_minute`, `keygen_burst`); past it,
-//! CreateKey is refused with RESOURCE_EXHAUSTED ([`ClientLimits::acquire_keygen`]). With the TPM
+//! real TPM, so each client has at most one RSA key creation in flight (more wait their turn)
+//! and a token bucket of them ([`KeygenLimit`]: `rsa_keygen_per_minute`, `rsa_keygen_burst`);
+//! past it, CreateKey is refused with RESOURCE_EXHAUSTED ([`ClientLimits::acquire_keygen`]). With the TPM
 //! queue's round robin, another client's signature waits behind at most one key generation.
 
 use std::cell::RefCell;
@@ -43,13 +43,13 @@ pub const DEFAULT_CALLS_PER_CLIENT: usize = 32;
 /// allocated, given back once the transport sent it.
 pub const DEFAULT_RESPONSE_BYTES: usize = 8 * 1024 * 1024;
 
-/// Default key creations per minute per client (the bucket's refill).
+/// Default RSA key creations per minute per client (the bucket's refill).
 pub const DEFAULT_KEYGEN_PER_MINUTE: u32 = 60;
 
-/// Default key creations a client may make at once before the per-minute rate applies.
+/// Default RSA key creations a client may make at once before the per-minute rate applies.
 pub const DEFAULT_KEYGEN_BURST: u32 = 30;
 
-/// The per-client quota of key creations: a token bucket of `burst` creations, refilled at
+/// The per-client quota of RSA key creations: a token bucket of `burst` creations, refilled at
 /// `per_minute`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KeygenLimit {
@@ -223,7 +223,7 @@ impl ClientLimits {
             Ok(Err(_)) => return Err(Error::Internal("limits semaphore closed".into())),
             Err(_) => {
                 return Err(Error::ClientBusy(
-                    "this client's earlier key creation is still running (one at a time); retry later".into(),
+                    "this client's earlier RSA key creation is still running (one at a time); retry later".into(),
                 ))
             }
         };
@@ -232,7 +232,7 @@ impl ClientLimits {
         match taken {
             Ok(()) => Ok(permit),
             Err(wait) => Err(Error::ClientBusy(format!(
-                "key creation quota spent: at most {} key creations per minute per client (bursts of {}); retry in {} s",
+                "RSA key creation quota spent: at most {} RSA key creations per minute per client (bursts of {}); retry in {} s",
                 self.keygen.per_minute,
                 self.keygen.burst,
                 wait.as_secs().max(1)

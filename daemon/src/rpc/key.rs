@@ -217,9 +217,10 @@ impl KeyService for KeyRpc {
                     let alg = key_alg(r.algorithm)?;
                     let pcr = r.pcr_binding.map(super::pcr_binding).transpose()?;
                     let usages = usages(&r.usages, Some(Usages::DEFAULT))?;
-                    // Once the request is allowed and well-formed: one creation in flight per
-                    // client, within its quota (issue #31, item 7).
-                    let _keygen = self.ctx.access.take_keygen_slot(&who).await?;
+                    // Once the request is allowed and well-formed, an RSA key generation (seconds
+                    // of TPM time on a real TPM): one in flight per client, within its quota
+                    // (issue #31, item 7).
+                    let _keygen = if alg.is_rsa() { Some(self.ctx.access.take_keygen_slot(&who).await?) } else { None };
                     let vault = &self.ctx.vault;
                     vault.create_key_with_usages(n, alg, owner?, auth(r.auth), pcr, usages).await.map(key_to_pb)
                 },
