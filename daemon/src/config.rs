@@ -187,6 +187,9 @@ pub struct FileConfig {
     pub listen_key: Option<String>,
     /// See [`Args::listen_client_ca`].
     pub listen_client_ca: Option<PathBuf>,
+    /// CA pins of the TLS listener (file only): a PEM file of CAs → the client identities
+    /// (globs) only those CAs may vouch for (see [`TlsListen::pins`]).
+    pub listen_client_ca_pins: Option<std::collections::BTreeMap<PathBuf, Vec<String>>>,
     /// See [`Args::max_loaded_objects`].
     pub max_loaded_objects: Option<usize>,
     /// See [`Args::resource_manager`].
@@ -223,11 +226,12 @@ pub struct FileConfig {
     pub datakey_idle_secs: Option<u64>,
     /// See [`Args::event_log`].
     pub event_log: Option<PathBuf>,
-    /// Key creations (CreateKey) one client may make per minute (file only; see
+    /// RSA key creations (CreateKey) one client may make per minute (file only; see
     /// [`crate::auth::limits::KeygenLimit`]).
-    pub keygen_per_minute: Option<u32>,
-    /// Key creations one client may make at once before `keygen_per_minute` applies (file only).
-    pub keygen_burst: Option<u32>,
+    pub rsa_keygen_per_minute: Option<u32>,
+    /// RSA key creations one client may make at once before `rsa_keygen_per_minute` applies
+    /// (file only).
+    pub rsa_keygen_burst: Option<u32>,
 }
 
 /// Validated configuration.
@@ -268,7 +272,7 @@ pub struct Config {
     pub limits: ServeLimits,
     /// The dictionary-attack guard on key passwords.
     pub lockout: LockoutConfig,
-    /// The per-client quota of key creations.
+    /// The per-client quota of RSA key creations.
     pub keygen: KeygenLimit,
     /// Idle time after which an unsealed data key is dropped from memory.
     pub datakey_idle: Duration,
@@ -288,6 +292,9 @@ pub struct TlsListen {
     pub key: crate::model::KeyName,
     /// PEM file of the CAs trusted to issue client certificates (read at start).
     pub client_ca: PathBuf,
+    /// CA pins: each a PEM file of CAs and the client identity globs only they may vouch for
+    /// (`listen_client_ca_pins`; [`crate::tls::TlsListener::with_pins`]).
+    pub pins: Vec<(PathBuf, Vec<String>)>,
 }
 
 /// Why the configuration is unusable.
@@ -401,7 +408,16 @@ impl Config {
                         field: "listen_client_ca",
                         reason: "required with listen: client certificates are mandatory on the TLS listener".into(),
                     })?;
-                Some(TlsListen { addr, key, client_ca })
+                let pins = file.listen_client_ca_pins.clone().unwrap_or_default().into_iter().collect::<Vec<_>>();
+                if let Some((path, _)) =
+                    pins.iter().find(|(_, globs)| globs.is_empty() || globs.iter().any(String::is_empty))
+                {
+                    return Err(ConfigError::Invalid {
+                        field: "listen_client_ca_pins",
+                        reason: format!("{}: name at least one non-empty identity glob", path.display()),
+                    });
+                }
+                Some(TlsListen { addr, key, client_ca, pins })
             }
         };
         if tcti.as_deref().is_some_and(str::is_empty) {
@@ -500,19 +516,19 @@ impl ServeLimits {
     }
 }
 
-/// The per-client quota of key creations (`keygen_per_minute`, `keygen_burst`), checked.
+/// The per-client quota of RSA key creations (`rsa_keygen_per_minute`, `rsa_keygen_burst`), checked.
 fn keygen_limit(file: &FileConfig) -> Result<KeygenLimit, ConfigError> {
     let d = KeygenLimit::default();
     let limit = KeygenLimit {
-        per_minute: file.keygen_per_minute.unwrap_or(d.per_minute),
-        burst: file.keygen_burst.unwrap_or(d.burst),
+        per_minute: file.rsa_keygen_per_minute.unwrap_or(d.per_minute),
+        burst: file.rsa_keygen_burst.unwrap_or(d.burst),
     };
     let invalid = |field, reason: &str| Err(ConfigError::Invalid { field, reason: reason.into() });
     if !(1..=60_000).contains(&limit.per_minute) {
-        return invalid("keygen_per_minute", "must be 1 to 60000");
+        return invalid("rsa_keygen_per_minute", "must be 1 to 60000");
     }
     if !(1..=10_000).contains(&limit.burst) {
-        return invalid("keygen_burst", "must be 1 to 10000");
+        return invalid("rsa_keygen_burst", "must be 1 to 10000");
     }
     Ok(limit)
 }
@@ -719,10 +735,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let path = dir.path().join("c.toml");
         let p = path.to_string_lossy().to_string();
-        std::fs::write(&path, "keygen_per_minute = 6\nkeygen_burst = 2\n").ok();
+        std::fs::write(&path, "rsa_keygen_per_minute = 6\nrsa_keygen_burst = 2\n").ok();
         let c = Config::load(&args(&["--config", &p])).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(c.keygen, KeygenLimit { per_minute: 6, burst: 2 });
-        for (text, field) in [("keygen_per_minute = 0\n", "keygen_per_minute"), ("keygen_burst = 0\n", "keygen_burst")]
+        for (text, field) in
+            [("rsa_keygen_per_minute = 0\n", "rsa_keygen_per_minute"), ("rsa_keygen_burst = 0\n", "rsa_keygen_burst")]
         {
             std::fs::write(&path, text).ok();
             let err = Config::load(&args(&["--config", &p]));

@@ -277,7 +277,8 @@ async fn serve_vault(
     };
     let tls = match &config.listen {
         Some(l) => {
-            let tls = crate::tls::TlsListener::bind(&vault, l.addr, &l.key, &l.client_ca).await?;
+            let tls =
+                crate::tls::TlsListener::bind(&vault, l.addr, &l.key, &l.client_ca).await?.with_pins(&l.pins).await?;
             tracing::info!(addr = %l.addr, key = %l.key, "TLS listener bound (client certificates required)");
             Some(tls)
         }
