@@ -826,6 +826,36 @@ mod tests {
     }
 
     #[test]
+    fn listen_client_ca_pins_from_the_file() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("c.toml");
+        let p = path.to_string_lossy().to_string();
+        std::fs::write(
+            &path,
+            "listen = \"127.0.0.1:8443\"\nlisten_key = \"web\"\nlisten_client_ca = \"/all.pem\"\n\
+             [listen_client_ca_pins]\n\"/team.pem\" = [\"CN=agent-*,O=Example\", \"spiffe://example.org/*\"]\n",
+        )
+        .ok();
+        let c = Config::load(&args(&["--config", &p])).unwrap_or_else(|e| panic!("{e}"));
+        let tls = c.listen.unwrap_or_else(|| panic!("no listener"));
+        assert_eq!(
+            tls.pins,
+            vec![(
+                PathBuf::from("/team.pem"),
+                vec!["CN=agent-*,O=Example".to_owned(), "spiffe://example.org/*".to_owned()]
+            )]
+        );
+        std::fs::write(
+            &path,
+            "listen = \"127.0.0.1:8443\"\nlisten_key = \"web\"\nlisten_client_ca = \"/all.pem\"\n\
+             [listen_client_ca_pins]\n\"/team.pem\" = []\n",
+        )
+        .ok();
+        let err = Config::load(&args(&["--config", &p]));
+        assert!(matches!(err, Err(ConfigError::Invalid { field: "listen_client_ca_pins", .. })), "{err:?}");
+    }
+
+    #[test]
     fn policy_dir_checks() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let missing = dir.path().join("none");
