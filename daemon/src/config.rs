@@ -13,6 +13,7 @@ use std::time::Duration;
 use clap::Parser;
 use serde::Deserialize;
 
+use crate::auth::limits::KeygenLimit;
 use crate::tpm::ResourceManager;
 use crate::vault::LockoutConfig;
 
@@ -186,6 +187,9 @@ pub struct FileConfig {
     pub listen_key: Option<String>,
     /// See [`Args::listen_client_ca`].
     pub listen_client_ca: Option<PathBuf>,
+    /// CA pins of the TLS listener (file only): a PEM file of CAs → the client identities
+    /// (globs) only those CAs may vouch for (see [`TlsListen::pins`]).
+    pub listen_client_ca_pins: Option<std::collections::BTreeMap<PathBuf, Vec<String>>>,
     /// See [`Args::max_loaded_objects`].
     pub max_loaded_objects: Option<usize>,
     /// See [`Args::resource_manager`].
@@ -222,6 +226,12 @@ pub struct FileConfig {
     pub datakey_idle_secs: Option<u64>,
     /// See [`Args::event_log`].
     pub event_log: Option<PathBuf>,
+    /// RSA key creations (CreateKey) one client may make per minute (file only; see
+    /// [`crate::auth::limits::KeygenLimit`]).
+    pub rsa_keygen_per_minute: Option<u32>,
+    /// RSA key creations one client may make at once before `rsa_keygen_per_minute` applies
+    /// (file only).
+    pub rsa_keygen_burst: Option<u32>,
 }
 
 /// Validated configuration.
@@ -262,6 +272,8 @@ pub struct Config {
     pub limits: ServeLimits,
     /// The dictionary-attack guard on key passwords.
     pub lockout: LockoutConfig,
+    /// The per-client quota of RSA key creations.
+    pub keygen: KeygenLimit,
     /// Idle time after which an unsealed data key is dropped from memory.
     pub datakey_idle: Duration,
     /// The event log GetEventLog serves, if any.
@@ -280,6 +292,9 @@ pub struct TlsListen {
     pub key: crate::model::KeyName,
     /// PEM file of the CAs trusted to issue client certificates (read at start).
     pub client_ca: PathBuf,
+    /// CA pins: each a PEM file of CAs and the client identity globs only they may vouch for
+    /// (`listen_client_ca_pins`; [`crate::tls::TlsListener::with_pins`]).
+    pub pins: Vec<(PathBuf, Vec<String>)>,
 }
 
 /// Why the configuration is unusable.
@@ -344,6 +359,7 @@ impl Config {
         };
         let limits = ServeLimits::resolve(args, &file)?;
         let lockout = lockout_config(args, &file)?;
+        let keygen = keygen_limit(&file)?;
         let tcti = args.tcti.clone().or(file.tcti);
         let simulator =
             args.simulator || file.simulator.unwrap_or(false) || (tcti.is_none() && !Path::new(TPM_DEVICE).exists());
@@ -392,7 +408,16 @@ impl Config {
                         field: "listen_client_ca",
                         reason: "required with listen: client certificates are mandatory on the TLS listener".into(),
                     })?;
-                Some(TlsListen { addr, key, client_ca })
+                let pins = file.listen_client_ca_pins.clone().unwrap_or_default().into_iter().collect::<Vec<_>>();
+                if let Some((path, _)) =
+                    pins.iter().find(|(_, globs)| globs.is_empty() || globs.iter().any(String::is_empty))
+                {
+                    return Err(ConfigError::Invalid {
+                        field: "listen_client_ca_pins",
+                        reason: format!("{}: name at least one non-empty identity glob", path.display()),
+                    });
+                }
+                Some(TlsListen { addr, key, client_ca, pins })
             }
         };
         if tcti.as_deref().is_some_and(str::is_empty) {
@@ -416,6 +441,7 @@ impl Config {
             audit_log: args.audit_log.clone().or(file.audit_log),
             limits,
             lockout,
+            keygen,
             datakey_idle: Duration::from_secs(args.datakey_idle_secs.or(file.datakey_idle_secs).unwrap_or(300)),
             event_log: match args.event_log.clone().or(file.event_log) {
                 Some(path) if path.as_os_str().is_empty() => None,
@@ -488,6 +514,23 @@ impl ServeLimits {
         }
         Ok(limits)
     }
+}
+
+/// The per-client quota of RSA key creations (`rsa_keygen_per_minute`, `rsa_keygen_burst`), checked.
+fn keygen_limit(file: &FileConfig) -> Result<KeygenLimit, ConfigError> {
+    let d = KeygenLimit::default();
+    let limit = KeygenLimit {
+        per_minute: file.rsa_keygen_per_minute.unwrap_or(d.per_minute),
+        burst: file.rsa_keygen_burst.unwrap_or(d.burst),
+    };
+    let invalid = |field, reason: &str| Err(ConfigError::Invalid { field, reason: reason.into() });
+    if !(1..=60_000).contains(&limit.per_minute) {
+        return invalid("rsa_keygen_per_minute", "must be 1 to 60000");
+    }
+    if !(1..=10_000).contains(&limit.burst) {
+        return invalid("rsa_keygen_burst", "must be 1 to 10000");
+    }
+    Ok(limit)
 }
 
 /// The dictionary-attack guard's settings ([`crate::vault::lockout`]), checked.
@@ -686,6 +729,25 @@ mod tests {
     }
 
     #[test]
+    fn keygen_quota_default_file_and_bounds() {
+        let d = Config::load(&args(&[])).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(d.keygen, KeygenLimit { per_minute: 60, burst: 30 });
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("c.toml");
+        let p = path.to_string_lossy().to_string();
+        std::fs::write(&path, "rsa_keygen_per_minute = 6\nrsa_keygen_burst = 2\n").ok();
+        let c = Config::load(&args(&["--config", &p])).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.keygen, KeygenLimit { per_minute: 6, burst: 2 });
+        for (text, field) in
+            [("rsa_keygen_per_minute = 0\n", "rsa_keygen_per_minute"), ("rsa_keygen_burst = 0\n", "rsa_keygen_burst")]
+        {
+            std::fs::write(&path, text).ok();
+            let err = Config::load(&args(&["--config", &p]));
+            assert!(matches!(err, Err(ConfigError::Invalid { field: f, .. }) if f == field), "{text}: {err:?}");
+        }
+    }
+
+    #[test]
     fn lockout_keys_default_file_flag_and_bounds() {
         let d = Config::load(&args(&[])).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(d.lockout, LockoutConfig::default());
@@ -761,6 +823,36 @@ mod tests {
         let tls = ok.listen.unwrap_or_else(|| panic!("no listener"));
         assert_eq!((tls.key.as_str(), tls.client_ca.as_path()), ("web", Path::new("/ca.pem")));
         assert!(Config::load(&args(&[])).map(|c| c.listen.is_none()).unwrap_or(false));
+    }
+
+    #[test]
+    fn listen_client_ca_pins_from_the_file() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("c.toml");
+        let p = path.to_string_lossy().to_string();
+        std::fs::write(
+            &path,
+            "listen = \"127.0.0.1:8443\"\nlisten_key = \"web\"\nlisten_client_ca = \"/all.pem\"\n\
+             [listen_client_ca_pins]\n\"/team.pem\" = [\"CN=agent-*,O=Example\", \"spiffe://example.org/*\"]\n",
+        )
+        .ok();
+        let c = Config::load(&args(&["--config", &p])).unwrap_or_else(|e| panic!("{e}"));
+        let tls = c.listen.unwrap_or_else(|| panic!("no listener"));
+        assert_eq!(
+            tls.pins,
+            vec![(
+                PathBuf::from("/team.pem"),
+                vec!["CN=agent-*,O=Example".to_owned(), "spiffe://example.org/*".to_owned()]
+            )]
+        );
+        std::fs::write(
+            &path,
+            "listen = \"127.0.0.1:8443\"\nlisten_key = \"web\"\nlisten_client_ca = \"/all.pem\"\n\
+             [listen_client_ca_pins]\n\"/team.pem\" = []\n",
+        )
+        .ok();
+        let err = Config::load(&args(&["--config", &p]));
+        assert!(matches!(err, Err(ConfigError::Invalid { field: "listen_client_ca_pins", .. })), "{err:?}");
     }
 
     #[test]

@@ -81,7 +81,7 @@ pub use vault::{SealTarget, SignRequest, Vault, VaultConfig};
 /// wire in or check.
 pub mod daemon {
     pub use crate::auth::audit::AuditLog;
-    pub use crate::auth::limits::{ClientLimits, DEFAULT_PER_CLIENT};
+    pub use crate::auth::limits::{ClientLimits, KeygenLimit, DEFAULT_PER_CLIENT};
     pub use crate::auth::{Access, Decision, GroupsSource, Identity, Operation, Policy, UnixIdentity};
     pub use crate::config::{
         check_audit_log, check_policies, check_state_dir, default_worker_threads, Args, Config, FileConfig, LogFormat,

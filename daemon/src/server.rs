@@ -213,7 +213,8 @@ pub async fn run(
         }
         None => AuditLog::tracing_only(),
     };
-    let access = Arc::new(Access::load(&config.policies, config.policies_configured, audit)?);
+    let access =
+        Arc::new(Access::load(&config.policies, config.policies_configured, audit)?.with_keygen_limit(config.keygen));
     // Then the state directory: one others could change is not used at all (not even for the
     // simulator's state).
     crate::store::check_state_dir(&config.state_dir).map_err(Error::from)?;
@@ -276,7 +277,8 @@ async fn serve_vault(
     };
     let tls = match &config.listen {
         Some(l) => {
-            let tls = crate::tls::TlsListener::bind(&vault, l.addr, &l.key, &l.client_ca).await?;
+            let tls =
+                crate::tls::TlsListener::bind(&vault, l.addr, &l.key, &l.client_ca).await?.with_pins(&l.pins).await?;
             tracing::info!(addr = %l.addr, key = %l.key, "TLS listener bound (client certificates required)");
             Some(tls)
         }

@@ -13,6 +13,10 @@
 //!   hands [`TlsConn`]s to tonic's `serve_with_incoming`; each carries the client's
 //!   [`Identity`], which tonic inserts into every request's extensions, where
 //!   [`crate::auth::identity`] finds it, so `cert:SUBJECT` access rules apply.
+//! - CA pins ([`TlsListener::with_pins`], issue #31 item 7): every CA in the client CA file may
+//!   issue a certificate for any identity, so an identity that only one CA should vouch for is
+//!   pinned to that CA's file: a client certificate whose identity matches one of the file's
+//!   patterns must chain to a CA of that file, or the connection is closed after the handshake.
 //!
 //! It does not own certificates (see [`crate::vault::cert`]) or the server lifecycle
 //! ([`crate::server`]).
@@ -27,7 +31,9 @@ use std::time::Duration;
 
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::UnixTime;
 use rustls::pki_types::{CertificateDer, SubjectPublicKeyInfoDer};
+use rustls::server::danger::ClientCertVerifier;
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::{CertifiedKey, Signer, SigningKey};
 use rustls::{RootCertStore, ServerConfig, SignatureAlgorithm, SignatureScheme};
@@ -40,6 +46,7 @@ use x509_cert::der::Decode as _;
 
 use tpm_vault_proto::tls_scheme;
 
+use crate::auth::policy::Glob;
 use crate::auth::Identity;
 use crate::bounds::{Held, Tally};
 use crate::error::Error;
@@ -309,6 +316,35 @@ pub struct TlsListener {
     listener: TcpListener,
     acceptor: TlsAcceptor,
     resolver: Arc<TpmCertResolver>,
+    pins: Arc<Vec<CaPin>>,
+}
+
+/// Identities only the CAs of one file may vouch for ([`TlsListener::with_pins`]).
+struct CaPin {
+    /// The CA file (for logs).
+    path: PathBuf,
+    /// Verifies a client chain against that file's CAs only.
+    verifier: Arc<dyn ClientCertVerifier>,
+    /// The identities pinned to them.
+    patterns: Vec<Glob>,
+}
+
+/// Whether a client certificate chain (end entity first) may stand for `identity`: when
+/// `identity` matches a pin's patterns, the chain must verify against one of the matching pins'
+/// CAs; an identity no pin names is accepted from any CA of the client CA file. `Err` names the
+/// pinned CA files.
+fn check_pins(pins: &[CaPin], identity: &str, chain: &[CertificateDer<'_>]) -> Result<(), String> {
+    let pinned: Vec<&CaPin> = pins.iter().filter(|p| p.patterns.iter().any(|g| g.matches(identity))).collect();
+    if pinned.is_empty() {
+        return Ok(());
+    }
+    let Some((end_entity, intermediates)) = chain.split_first() else {
+        return Err("no client certificate".into());
+    };
+    if pinned.iter().any(|p| p.verifier.verify_client_cert(end_entity, intermediates, UnixTime::now()).is_ok()) {
+        return Ok(());
+    }
+    Err(pinned.iter().map(|p| p.path.display().to_string()).collect::<Vec<_>>().join(", "))
 }
 
 impl std::fmt::Debug for TlsListener {
@@ -335,7 +371,29 @@ impl TlsListener {
             other => other,
         })?;
         let listener = TcpListener::bind(addr).await.map_err(|source| TlsError::Bind { addr, source })?;
-        Ok(Self { listener, acceptor, resolver })
+        Ok(Self { listener, acceptor, resolver, pins: Arc::new(Vec::new()) })
+    }
+
+    /// This listener with CA pins: each entry is a PEM file of CAs and the identity globs
+    /// (`CN=agent-*`, `spiffe://example.org/*`) only those CAs may vouch for. A client
+    /// certificate whose identity matches an entry's globs must chain to one of that entry's
+    /// CAs (the CAs must also be in the client CA file, which the handshake checks first).
+    ///
+    /// # Errors
+    /// [`TlsError::ClientCa`] naming a file that cannot be read or holds no usable CA.
+    pub async fn with_pins(mut self, pins: &[(PathBuf, Vec<String>)]) -> Result<Self, TlsError> {
+        let mut out = Vec::new();
+        for (path, patterns) in pins {
+            let ca_err = |reason: String| TlsError::ClientCa { path: path.clone(), reason };
+            let pem = tokio::fs::read(path).await.map_err(|e| ca_err(e.to_string()))?;
+            let verifier = client_verifier(&pem).map_err(|e| match e {
+                TlsError::ClientCa { reason, .. } => ca_err(reason),
+                other => other,
+            })?;
+            out.push(CaPin { path: path.clone(), verifier, patterns: patterns.iter().map(|p| Glob::new(p)).collect() });
+        }
+        self.pins = Arc::new(out);
+        Ok(self)
     }
 
     /// The bound address (the port, when bound to port 0).
@@ -373,6 +431,23 @@ pub async fn server_config(
     key: &KeyName,
     client_ca_pem: &[u8],
 ) -> Result<(TlsAcceptor, Arc<TpmCertResolver>), TlsError> {
+    let verifier = client_verifier(client_ca_pem)?;
+    let provider = Arc::new(provider());
+    let resolver = Arc::new(TpmCertResolver::new(vault, key).await?);
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| TlsError::Config(e.to_string()))?
+        .with_client_cert_verifier(verifier)
+        .with_cert_resolver(resolver.clone());
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok((TlsAcceptor::from(Arc::new(config)), resolver))
+}
+
+/// A verifier of client certificates issued by the CAs in `client_ca_pem`.
+///
+/// # Errors
+/// [`TlsError::ClientCa`] (without its path) when the PEM holds no usable CA.
+fn client_verifier(client_ca_pem: &[u8]) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
     let ca_err = |reason: String| TlsError::ClientCa { path: PathBuf::new(), reason };
     let mut roots = RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(client_ca_pem) {
@@ -382,18 +457,9 @@ pub async fn server_config(
     if roots.is_empty() {
         return Err(ca_err("no CERTIFICATE in the file".into()));
     }
-    let provider = Arc::new(provider());
-    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), Arc::new(provider()))
         .build()
-        .map_err(|e| TlsError::Config(e.to_string()))?;
-    let resolver = Arc::new(TpmCertResolver::new(vault, key).await?);
-    let mut config = ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(|e| TlsError::Config(e.to_string()))?
-        .with_client_cert_verifier(verifier)
-        .with_cert_resolver(resolver.clone());
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    Ok((TlsAcceptor::from(Arc::new(config)), resolver))
+        .map_err(|e| TlsError::Config(e.to_string()))
 }
 
 async fn accept_loop(
@@ -419,6 +485,7 @@ async fn accept_loop(
         };
         let acceptor = listener.acceptor.clone();
         let resolver = listener.resolver.clone();
+        let pins = listener.pins.clone();
         let tx = tx.clone();
         tokio::spawn(async move {
             let _handshake = handshake;
@@ -428,13 +495,20 @@ async fn accept_loop(
             let _ = tcp.set_nodelay(true);
             match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                 Ok(Ok(stream)) => {
-                    let identity = stream
-                        .get_ref()
-                        .1
-                        .peer_certificates()
-                        .and_then(|c| c.first())
+                    let chain = stream.get_ref().1.peer_certificates().unwrap_or_default();
+                    let identity = chain
+                        .first()
                         .and_then(|c| client_identity(c.as_ref()))
                         .map_or(Identity::Unknown, |subject| Identity::Cert { subject });
+                    if let Identity::Cert { subject } = &identity {
+                        if let Err(cas) = check_pins(&pins, subject, chain) {
+                            tracing::warn!(
+                                %peer, client = %identity,
+                                "TLS client refused: its certificate is not issued by the CA pinned for this identity ({cas})"
+                            );
+                            return;
+                        }
+                    }
                     tracing::debug!(%peer, client = %identity, "TLS client connected");
                     drop(_handshake);
                     let _ = tx.send(Ok(TlsConn { stream, identity, _slot: slot })).await;

@@ -146,6 +146,12 @@ struct TlsDaemon {
 
 impl TlsDaemon {
     async fn start() -> TlsDaemon {
+        Self::start_with(None).await
+    }
+
+    /// With `partner`, a second CA in the client CA file, and `CN=agent-1,O=Example` pinned to
+    /// the first (`listen_client_ca_pins`).
+    async fn start_with(partner: Option<&TestCa>) -> TlsDaemon {
         let env = TpmEnv::start();
         let vault = env.vault().await;
         let uid = nix::unistd::getuid().as_raw();
@@ -158,12 +164,22 @@ impl TlsDaemon {
         let leaf = server_leaf(&vault, &listener_key, &server_ca).await;
         vault.set_certificate(&listener_key, &format!("{leaf}{}", server_ca.pem)).await.unwrap();
         let ca_path = env.path().join("client-ca.pem");
-        std::fs::write(&ca_path, &client_ca.pem).unwrap();
+        std::fs::write(&ca_path, format!("{}{}", client_ca.pem, partner.map_or("", |p| p.pem.as_str()))).unwrap();
+        let team_ca_path = env.path().join("team-ca.pem");
+        std::fs::write(&team_ca_path, &client_ca.pem).unwrap();
+        let pins = match partner {
+            Some(_) => {
+                vec![(team_ca_path, vec!["CN=agent-1,O=Example".to_owned(), "spiffe://example.org/*".to_owned()])]
+            }
+            None => Vec::new(),
+        };
 
         let policy_text = format!(
             "[[rule]]\nname = \"self\"\nclients = [\"uid:{uid}\"]\nkeys = [\"*\"]\noperations = [\"*\"]\n\n\
              [[rule]]\nname = \"agent-1\"\nclients = [\"cert:CN=agent-1,O=Example\"]\nkeys = [\"svc\"]\n\
              operations = [\"sign\", \"public\"]\n\n\
+             [[rule]]\nname = \"partner-1\"\nclients = [\"cert:CN=partner-1,O=Example\"]\nkeys = [\"svc\"]\n\
+             operations = [\"sign\"]\n\n\
              [[rule]]\nname = \"spiffe\"\nclients = [\"cert:spiffe://example.org/agent-3\"]\nkeys = [\"svc\"]\n\
              operations = [\"sign\"]\n\n\
              [[rule]]\nname = \"own\"\nclients = [\"any\"]\nkeys = [\"own-*\"]\n\
@@ -174,7 +190,8 @@ impl TlsDaemon {
         let access = Arc::new(Access::with_policy(policy, AuditLog::tracing_only()));
 
         let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let tls = TlsListener::bind(&vault, addr, &listener_key, &ca_path).await.unwrap();
+        let tls =
+            TlsListener::bind(&vault, addr, &listener_key, &ca_path).await.unwrap().with_pins(&pins).await.unwrap();
         let addr = tls.local_addr().unwrap();
         let unix = tpm_vault_daemon::daemon::bind_unix(&env.path().join("vault.sock")).unwrap();
         let unix = tokio::net::UnixListener::from_std(unix).unwrap();
@@ -517,4 +534,28 @@ async fn a_tls_flood_leaves_descriptors_for_the_unix_socket_and_the_store() {
     }
     assert!(tls_open <= 16, "TLS connections past the bound in force: {tls_open}");
     drop((tls, tcp));
+}
+
+/// Issue #31, item 7: with two CAs in the client CA file, either could issue a certificate for
+/// any identity. `CN=agent-1,O=Example` (and every SPIFFE ID) is pinned to the team CA: a
+/// certificate for it from the partner CA is refused after the handshake, while the partner CA
+/// still vouches for the identities no pin names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pinned_identity_is_only_accepted_from_its_ca() {
+    let partner = TestCa::new("Partner CA");
+    let d = TlsDaemon::start_with(Some(&partner)).await;
+    // The team CA's agent-1 signs, as before.
+    sign(d.addr, client_config(&d.server_ca, Some(agent(&d.client_ca, "agent-1"))), "svc").await.unwrap();
+    // The partner CA's certificate for its own identity works too.
+    sign(d.addr, client_config(&d.server_ca, Some(agent(&partner, "partner-1"))), "svc").await.unwrap();
+    // The partner CA claiming agent-1, or a pinned SPIFFE ID: refused (the connection closes).
+    let forged = sign(d.addr, client_config(&d.server_ca, Some(agent(&partner, "agent-1"))), "svc").await;
+    assert!(forged.is_err(), "a partner-issued agent-1 certificate got through: {forged:?}");
+    assert_ne!(forged.unwrap_err().code(), Code::Ok);
+    let spiffe = partner.client(&[(DnType::CommonName, "whatever")], Some("spiffe://example.org/agent-3"));
+    assert!(sign(d.addr, client_config(&d.server_ca, Some(spiffe)), "svc").await.is_err());
+    // The team CA's SPIFFE ID still works.
+    let spiffe = d.client_ca.client(&[(DnType::CommonName, "whatever")], Some("spiffe://example.org/agent-3"));
+    sign(d.addr, client_config(&d.server_ca, Some(spiffe)), "svc").await.unwrap();
+    d.stop().await;
 }

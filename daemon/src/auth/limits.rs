@@ -14,12 +14,18 @@
 //! the transport sent it ([`reserve`], [`InFlight`]). A client that asks for answers and never
 //! reads them holds at most its budget (or one response larger than it) in the daemon, not one
 //! buffered response per HTTP/2 stream.
+//!
+//! Key generations (issue #31, item 7): an RSA key generation holds the TPM for seconds on a
+//! real TPM, so each client has at most one RSA key creation in flight (more wait their turn)
+//! and a token bucket of them ([`KeygenLimit`]: `rsa_keygen_per_minute`, `rsa_keygen_burst`);
+//! past it, CreateKey is refused with RESOURCE_EXHAUSTED ([`ClientLimits::acquire_keygen`]). With the TPM
+//! queue's round robin, another client's signature waits behind at most one key generation.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -37,6 +43,55 @@ pub const DEFAULT_CALLS_PER_CLIENT: usize = 32;
 /// allocated, given back once the transport sent it.
 pub const DEFAULT_RESPONSE_BYTES: usize = 8 * 1024 * 1024;
 
+/// Default RSA key creations per minute per client (the bucket's refill).
+pub const DEFAULT_KEYGEN_PER_MINUTE: u32 = 60;
+
+/// Default RSA key creations a client may make at once before the per-minute rate applies.
+pub const DEFAULT_KEYGEN_BURST: u32 = 30;
+
+/// The per-client quota of RSA key creations: a token bucket of `burst` creations, refilled at
+/// `per_minute`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeygenLimit {
+    /// Creations the bucket gains per minute (at least 1).
+    pub per_minute: u32,
+    /// The bucket's size (at least 1).
+    pub burst: u32,
+}
+
+impl Default for KeygenLimit {
+    fn default() -> Self {
+        Self { per_minute: DEFAULT_KEYGEN_PER_MINUTE, burst: DEFAULT_KEYGEN_BURST }
+    }
+}
+
+/// One client's bucket of key creations.
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    fn full(limit: KeygenLimit) -> Self {
+        Self { tokens: f64::from(limit.burst), at: Instant::now() }
+    }
+
+    /// Takes one creation, or says how long until one is there.
+    fn take(&mut self, limit: KeygenLimit, now: Instant) -> Result<(), Duration> {
+        let rate = f64::from(limit.per_minute.max(1)) / 60.0;
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * rate).min(f64::from(limit.burst.max(1)));
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(Duration::from_secs_f64(((1.0 - self.tokens) / rate).max(0.0)))
+        }
+    }
+}
+
 /// One client's semaphores.
 #[derive(Debug, Clone)]
 struct PerClient {
@@ -48,6 +103,10 @@ struct PerClient {
     bytes: Arc<Semaphore>,
     /// The client's key in the TPM queue.
     queue_key: ClientKey,
+    /// Key creations in flight (one).
+    keygen: Arc<Semaphore>,
+    /// The client's quota of key creations.
+    keygen_bucket: Arc<Mutex<Bucket>>,
 }
 
 /// Per-client concurrency limits.
@@ -56,6 +115,7 @@ pub struct ClientLimits {
     per_client: usize,
     calls_per_client: usize,
     response_bytes: usize,
+    keygen: KeygenLimit,
     wait: Duration,
     /// Each client's semaphores and queue key (entries are never removed, so the map's length
     /// numbers the next client).
@@ -76,6 +136,7 @@ impl ClientLimits {
             per_client: per_client.max(1),
             calls_per_client: DEFAULT_CALLS_PER_CLIENT,
             response_bytes: DEFAULT_RESPONSE_BYTES,
+            keygen: KeygenLimit::default(),
             wait,
             slots: Mutex::new(HashMap::new()),
         }
@@ -92,6 +153,17 @@ impl ClientLimits {
     pub fn with_response_bytes(mut self, bytes: usize) -> Self {
         self.response_bytes = bytes.clamp(64 * 1024, 1 << 30);
         self
+    }
+
+    /// These limits with the per-client quota of key creations `keygen` (each figure at least 1).
+    pub fn with_keygen(mut self, keygen: KeygenLimit) -> Self {
+        self.keygen = KeygenLimit { per_minute: keygen.per_minute.max(1), burst: keygen.burst.max(1) };
+        self
+    }
+
+    /// The per-client quota of key creations.
+    pub fn keygen(&self) -> KeygenLimit {
+        self.keygen
     }
 
     /// The per-client budget of response bytes in flight.
@@ -115,6 +187,8 @@ impl ClientLimits {
                 calls: Arc::new(Semaphore::new(self.calls_per_client)),
                 bytes: Arc::new(Semaphore::new(self.response_bytes)),
                 queue_key: next,
+                keygen: Arc::new(Semaphore::new(1)),
+                keygen_bucket: Arc::new(Mutex::new(Bucket::full(self.keygen))),
             })
             .clone())
     }
@@ -132,6 +206,36 @@ impl ClientLimits {
             Err(_) => Err(Error::ClientBusy(format!(
                 "too many requests in flight from this client (at most {} at once); retry later",
                 self.calls_per_client
+            ))),
+        }
+    }
+
+    /// Takes `who`'s key-creation slot (one creation in flight per client; a second waits for
+    /// the first), then one creation from its quota; held until the creation ended.
+    ///
+    /// # Errors
+    /// [`Error::ClientBusy`] (RESOURCE_EXHAUSTED) when the client's quota is spent (the message
+    /// names the quota and when to retry), or after waiting too long for its slot.
+    pub async fn acquire_keygen(&self, who: &Identity) -> Result<OwnedSemaphorePermit, Error> {
+        let PerClient { keygen: sem, keygen_bucket: bucket, .. } = self.client(who)?;
+        let permit = match tokio::time::timeout(self.wait, sem.acquire_owned()).await {
+            Ok(Ok(permit)) => permit,
+            Ok(Err(_)) => return Err(Error::Internal("limits semaphore closed".into())),
+            Err(_) => {
+                return Err(Error::ClientBusy(
+                    "this client's earlier RSA key creation is still running (one at a time); retry later".into(),
+                ))
+            }
+        };
+        let taken =
+            bucket.lock().map_err(|_| Error::Internal("keygen quota lock".into()))?.take(self.keygen, Instant::now());
+        match taken {
+            Ok(()) => Ok(permit),
+            Err(wait) => Err(Error::ClientBusy(format!(
+                "RSA key creation quota spent: at most {} RSA key creations per minute per client (bursts of {}); retry in {} s",
+                self.keygen.per_minute,
+                self.keygen.burst,
+                wait.as_secs().max(1)
             ))),
         }
     }
@@ -312,6 +416,42 @@ mod tests {
 
     fn budget(total: usize) -> Budget {
         Budget { bytes: Arc::new(Semaphore::new(total)), total, wait: Duration::from_millis(50) }
+    }
+
+    /// The quota: a burst, then refused with the time to wait; refilled at the rate.
+    #[test]
+    fn keygen_bucket_refills_at_the_rate() {
+        let limit = KeygenLimit { per_minute: 60, burst: 2 };
+        let mut b = Bucket::full(limit);
+        let t0 = b.at;
+        assert!(b.take(limit, t0).is_ok());
+        assert!(b.take(limit, t0).is_ok());
+        let wait = b.take(limit, t0).expect_err("spent");
+        assert!(wait > Duration::from_millis(900) && wait <= Duration::from_secs(1), "{wait:?}");
+        assert!(b.take(limit, t0 + Duration::from_millis(1001)).is_ok(), "one a second");
+        assert!(b.take(limit, t0 + Duration::from_millis(1002)).is_err());
+        // Never more than the burst, however long the client was idle.
+        let later = t0 + Duration::from_secs(3600);
+        assert!(b.take(limit, later).is_ok());
+        assert!(b.take(limit, later).is_ok());
+        assert!(b.take(limit, later).is_err());
+    }
+
+    /// One creation in flight per client; another client is not held up; the quota refuses.
+    #[tokio::test]
+    async fn one_keygen_in_flight_per_client_and_a_quota() {
+        let limits =
+            ClientLimits::new(16, Duration::from_millis(50)).with_keygen(KeygenLimit { per_minute: 1, burst: 2 });
+        let a = Identity::Cert { subject: "CN=a".into() };
+        let b = Identity::Cert { subject: "CN=b".into() };
+        let first = limits.acquire_keygen(&a).await.expect("first");
+        let busy = limits.acquire_keygen(&a).await;
+        assert!(matches!(&busy, Err(Error::ClientBusy(m)) if m.contains("one at a time")), "{busy:?}");
+        let other = limits.acquire_keygen(&b).await.expect("another client");
+        drop((first, other));
+        drop(limits.acquire_keygen(&a).await.expect("second of the burst"));
+        let spent = limits.acquire_keygen(&a).await;
+        assert!(matches!(&spent, Err(Error::ClientBusy(m)) if m.contains("quota")), "{spent:?}");
     }
 
     /// Reservations come from the budget and go back when dropped; a response larger than the

@@ -90,6 +90,21 @@ impl Access {
         self
     }
 
+    /// These limits with the per-client quota of key creations (see [`limits`]).
+    pub fn with_keygen_limit(mut self, keygen: limits::KeygenLimit) -> Self {
+        self.limits = std::mem::take(&mut self.limits).with_keygen(keygen);
+        self
+    }
+
+    /// Takes `who`'s key-creation slot and one creation from its quota (see
+    /// [`limits::ClientLimits::acquire_keygen`]): hold it until the creation ended.
+    ///
+    /// # Errors
+    /// RESOURCE_EXHAUSTED when the quota is spent or the client's previous creation still runs.
+    pub async fn take_keygen_slot(&self, who: &Identity) -> Result<tokio::sync::OwnedSemaphorePermit, Error> {
+        self.limits.acquire_keygen(who).await
+    }
+
     /// Takes a TPM slot for the granted client (fairness between clients) and returns the
     /// client's key in the TPM queue ([`crate::tpm::queue`]).
     ///

@@ -96,6 +96,11 @@ impl ClientMatch {
 pub struct Glob(String);
 
 impl Glob {
+    /// The glob `pattern` (`*` any run, `?` one character).
+    pub fn new(pattern: &str) -> Self {
+        Self(pattern.to_owned())
+    }
+
     /// True if `name` matches.
     pub fn matches(&self, name: &str) -> bool {
         glob_match(self.0.as_bytes(), name.as_bytes())

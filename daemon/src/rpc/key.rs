@@ -206,6 +206,7 @@ fn password(client: Client, bytes: Vec<u8>) -> Option<Password> {
 impl KeyService for KeyRpc {
     async fn create_key(&self, req: Request<pb::CreateKeyRequest>) -> Result<Response<pb::Key>, Status> {
         let owner = owner_of(&req);
+        let who = identity(&req).unwrap_or(Identity::Unknown);
         self.ctx
             .on_key(
                 "CreateKey",
@@ -216,6 +217,10 @@ impl KeyService for KeyRpc {
                     let alg = key_alg(r.algorithm)?;
                     let pcr = r.pcr_binding.map(super::pcr_binding).transpose()?;
                     let usages = usages(&r.usages, Some(Usages::DEFAULT))?;
+                    // Once the request is allowed and well-formed, an RSA key generation (seconds
+                    // of TPM time on a real TPM): one in flight per client, within its quota
+                    // (issue #31, item 7).
+                    let _keygen = if alg.is_rsa() { Some(self.ctx.access.take_keygen_slot(&who).await?) } else { None };
                     let vault = &self.ctx.vault;
                     vault.create_key_with_usages(n, alg, owner?, auth(r.auth), pcr, usages).await.map(key_to_pb)
                 },
