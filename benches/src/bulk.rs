@@ -672,11 +672,12 @@ mod tests {
 
     #[test]
     fn stream_length() {
-        let header = 8 + 1 + 1 + DATA_KEY.len() as u64 + 16 + 4 + 12 + 48; // format v2: the wrapped stream key
+        // Format v3: the wrapped stream key in the header, a 32-byte commitment at the end.
+        let header = 8 + 1 + 1 + DATA_KEY.len() as u64 + 16 + 4 + 12 + 48;
         let len = |n| sealed_len(n).unwrap_or_else(|e| panic!("{e:#}"));
-        assert_eq!(len(0), header + 16);
-        assert_eq!(len(CHUNK as u64), header + CHUNK as u64 + 32);
-        assert_eq!(len(1 << 30), header + (1 << 30) + ((1 << 30) / CHUNK as u64 + 1) * 16);
+        assert_eq!(len(0), header + 16 + 32);
+        assert_eq!(len(CHUNK as u64), header + CHUNK as u64 + 32 + 32);
+        assert_eq!(len(1 << 30), header + (1 << 30) + ((1 << 30) / CHUNK as u64 + 1) * 16 + 32);
     }
 
     #[test]
