@@ -25,7 +25,7 @@ use rcgen::{
 use spki::der::Decode as _;
 use x509_cert::der::Encode as _;
 
-use super::{blocking, Loaded, Password, SignRequest, Vault};
+use super::{Loaded, Password, SignRequest, Vault};
 use crate::error::Error;
 use crate::model::{HashAlg, KeyAlg, KeyName, Scheme, SignInput};
 
@@ -221,17 +221,8 @@ impl Vault {
         let mut record = loaded.record.clone();
         record.cert_chain_pem = Some(normalized);
         record.cert_version = record.cert_version.saturating_add(1);
-        let store = self.inner.store.clone();
-        let r = record.clone();
-        // Under `cert_lock`, so a delete cannot slip in between the check and the write.
-        let n = name.clone();
-        blocking(move || match store.keys().get(&n)? {
-            Some(_) => store.keys().replace(&r).map(|()| true),
-            None => Ok(false),
-        })
-        .await?
-        .then_some(())
-        .ok_or_else(|| Error::not_found(name))?;
+        // Under `cert_lock`, so a delete cannot slip in between the read and the write.
+        self.replace_record(name, &record).await?;
         let stored = chain_of(&record).ok_or_else(|| Error::Internal("stored chain vanished".into()))?;
         let fresh = Arc::new(Loaded {
             record,

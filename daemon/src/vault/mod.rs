@@ -745,17 +745,8 @@ impl Vault {
             )));
         }
         record.usages = Some(usages);
-        let store = self.inner.store.clone();
-        let r = record.clone();
         // Under `cert_lock`, so a delete cannot slip in between the read and the write.
-        let n = name.clone();
-        blocking(move || match store.keys().get(&n)? {
-            Some(_) => store.keys().replace(&r).map(|()| true),
-            None => Ok(false),
-        })
-        .await?
-        .then_some(())
-        .ok_or_else(|| Error::not_found(name))?;
+        self.replace_record(name, &record).await?;
         let info = KeyInfo::from(&record);
         let fresh = Arc::new(Loaded {
             record,
@@ -977,6 +968,23 @@ fn page_binding(caller: &str) -> Vec<u8> {
 
 pub(crate) fn unix_now() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
+}
+
+impl Vault {
+    /// Writes `record` in place of key `name`'s stored record, unless the key was deleted
+    /// meanwhile ([`Error::not_found`]). Callers hold `cert_lock`, so no delete slips in between
+    /// their read and this write.
+    async fn replace_record(&self, name: &KeyName, record: &KeyRecord) -> Result<(), Error> {
+        let store = self.inner.store.clone();
+        let (n, r) = (name.clone(), record.clone());
+        blocking(move || match store.keys().get(&n)? {
+            Some(_) => store.keys().replace(&r).map(|()| true),
+            None => Ok(false),
+        })
+        .await?
+        .then_some(())
+        .ok_or_else(|| Error::not_found(name))
+    }
 }
 
 /// Runs blocking (file) work off the async workers.
