@@ -50,7 +50,7 @@ pub(crate) struct KeylimeAgentArgs {
     /// Least time between attestation rounds; the verifier's interval wins when it is longer [default: 60 when the verifier sets none]
     #[arg(long, value_name = "SECONDS")]
     interval: Option<u64>,
-    /// The sha256 PCRs offered to the verifier [default: 0-9]
+    /// The sha256 PCRs offered to the verifier [default: 0-9,11-15: not IMA's 10]
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     pcrs: Option<Vec<u32>>,
     /// Where the agent records its last round (status.json)
