@@ -796,3 +796,70 @@ fn attest_request(rt: &tokio::runtime::Runtime, agent: &mut Agent) -> tpm_vault_
         }
     }
 }
+
+/// What one attestation round costs the device, on the TPM device model (the Jetson Orin
+/// fTPM's command times at speed 1, behind the kernel's resource manager): the daemon calls
+/// the agent makes per round (the event log, TPM2_Quote of the default PCRs with the RSA AK)
+/// and per session (TPM2_Certify of the AK), counted by TPM command and timed. No Keylime
+/// here: the verifier's side costs the device nothing but the two HTTPS requests.
+/// Recorded in docs/BENCHMARKS.md ("Keylime round on the device model").
+#[test]
+fn one_round_on_the_orin_ftpm_model_costs_one_quote_and_a_certify_per_session() {
+    use tpm_vault_client::attest::AkAlg;
+    use tpm_vault_tpm_model::wire::cc;
+    const ROUNDS: u64 = 5;
+    let daemon = Daemon::start_modeled(1.0);
+    // A boot's event log (the daemon reads it from disk per round: no TPM command).
+    BootLog::boot(&daemon, b"kernel 6.1").install();
+    let rt = runtime();
+    let pcrs: tpm_vault_client::PcrBinding = format!(
+        "sha256:{}",
+        tpm_vault_client::keylime::DEFAULT_PCRS.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+    )
+    .parse()
+    .expect("PCRs");
+    rt.block_on(async {
+        let client = daemon.client().await;
+        // Start-up: the EK and the RSA AK (created on first use), one quote and certify.
+        let started = Instant::now();
+        client.attestation_key_of(AkAlg::Rsa2048).await.expect("AK");
+        client.quote_with(AkAlg::Rsa2048, &pcrs, &[1; 32]).await.expect("quote");
+        client.certify_attestation_key(AkAlg::Rsa2048, &[2; 32]).await.expect("certify");
+        eprintln!("keylime agent start-up on the orin-ftpm model (EK, RSA AK, first quote): {:?}", started.elapsed());
+
+        let before = daemon.space().stats().tpm;
+        let started = Instant::now();
+        for i in 0..ROUNDS {
+            client.event_log().await.expect("event log");
+            client.quote_with(AkAlg::Rsa2048, &pcrs, &[i as u8; 32]).await.expect("quote");
+        }
+        let round = started.elapsed() / ROUNDS as u32;
+        let rounds = daemon.space().stats().tpm.since(&before);
+
+        let before = daemon.space().stats().tpm;
+        let started = Instant::now();
+        for i in 0..ROUNDS {
+            client.certify_attestation_key(AkAlg::Rsa2048, &[i as u8; 32]).await.expect("certify");
+        }
+        let session = started.elapsed() / ROUNDS as u32;
+        let sessions = daemon.space().stats().tpm.since(&before);
+
+        eprintln!(
+            "keylime round on the orin-ftpm model, speed 1: {round:?} per round (TPM held {:?}: {}); \
+             {session:?} more per new session (TPM held {:?}: {})",
+            rounds.time() / ROUNDS as u32,
+            rounds.describe(ROUNDS),
+            sessions.time() / ROUNDS as u32,
+            sessions.describe(ROUNDS),
+        );
+        assert_eq!(rounds.count(cc::QUOTE), ROUNDS, "{}", rounds.describe(ROUNDS));
+        assert_eq!(rounds.count(cc::CERTIFY), 0);
+        assert_eq!(sessions.count(cc::CERTIFY), ROUNDS, "{}", sessions.describe(ROUNDS));
+        assert_eq!(sessions.count(cc::QUOTE), 0);
+        // The AK stays loaded: no key is created or loaded again per round.
+        for code in [cc::CREATE, cc::CREATE_PRIMARY, cc::LOAD] {
+            assert_eq!(rounds.count(code) + sessions.count(code), 0, "{}", rounds.describe(ROUNDS));
+        }
+        assert_eq!(daemon.space().stats().failed, 0, "resource-manager failures");
+    });
+}
