@@ -16,7 +16,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::Daemon;
+use support::{fails, Daemon};
 use tempfile::TempDir;
 use tpm_vault_client::keylime::{Agent, AgentConfig, KeylimeError};
 
@@ -475,11 +475,16 @@ fn attest_when_allowed(rt: &tokio::runtime::Runtime, agent: &mut Agent) -> tpm_v
 }
 
 /// A provisioned swtpm (EK certificate from its own CA) and the daemon over it, with the CA
-/// certificates a verifier must trust for it.
+/// certificates a verifier must trust for it. The daemon grants the test's uid only what the
+/// agent needs (docs/INSTALL.md, "Fleet scale"): the `quote` operation.
 fn device() -> (Daemon, Vec<PathBuf>) {
     let dir = tempfile::tempdir().expect("tempdir");
     let ek_ca = provision_tpm(dir.path());
-    (Daemon::start_in_dir(dir), ek_ca)
+    let rules = format!(
+        "[[rule]]\nname = \"keylime-agent\"\nclients = [\"uid:{}\"]\nkeys = [\"*\"]\noperations = [\"quote\"]\n",
+        nix::unistd::getuid().as_raw()
+    );
+    (Daemon::start_in_dir_with_policy(dir, &rules), ek_ca)
 }
 
 const EV_NO_ACTION: u32 = 0x3;
@@ -678,6 +683,9 @@ fn wrong_ak_replayed_quote_dropped_connections_restarts_and_a_tpm_reset_end_as_k
     keylime.enroll(&uuid, &format!("{{\"9\": [\"{}\"]}}", pcr9(&daemon)));
     let round = attest_when_allowed(&rt, &mut agent);
     assert_eq!(keylime.evaluation(&uuid, &round.index), "pass", "{}", keylime.log("verifier.log"));
+    // With `quote` and nothing else: the vault's keys are out of the agent's reach.
+    fails(&daemon.cli(&["key", "create", "not-for-the-agent"]), 5);
+    fails(&daemon.cli(&["random", "16"]), 5);
 
     // Wrong AK: another TPM claims this UUID. The registrar refuses its keys (403, Keylime's
     // words passed on), and the agent's loop stops at once instead of retrying; without
