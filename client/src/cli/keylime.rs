@@ -24,6 +24,9 @@ goes through tpm-vaultd under this user's identity: the access policy must grant
 
 Enroll the device on the tenant's side:
   keylime_tenant -c add --push-model -u UUID --tpm_policy '{\"9\": [\"<sha256 of PCR 9>\"]}'
+and/or, with the daemon serving the UEFI event log, a measured-boot policy:
+  keylime-policy create measured-boot -e binary_bios_measurements -o mb.json
+  keylime_tenant -c add --push-model -u UUID --mb-policy mb.json
 
 Config file keys (TOML): uuid, registrar, verifier, verifier_ca, registrar_ca, interval, pcrs,
 state_dir. Flags win over the file.";
