@@ -180,6 +180,8 @@ pub struct Agent {
     /// The AK and EK as registered: read once (reading the EK re-derives it in the TPM, an
     /// RSA key generation on a firmware TPM), not every round.
     keys: Option<crate::attest::AttestationKey>,
+    /// The event log read for the capabilities of the round in progress, for its evidence.
+    log: Option<Vec<u8>>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -224,7 +226,7 @@ impl Agent {
                 config.verifier
             )));
         }
-        Ok(Self { client, config, registrar, verifier, token: None, keys: None })
+        Ok(Self { client, config, registrar, verifier, token: None, keys: None, log: None })
     }
 
     /// Registers the EK and the AK with the registrar and activates the AK: the registrar's
@@ -346,7 +348,8 @@ impl Agent {
                 k
             }
         };
-        let has_log = self.event_log().await?.is_some();
+        self.log = self.event_log().await?;
+        let has_log = self.log.is_some();
         let caps = protocol::capabilities(&keys, &self.config.pcrs, has_log, boot_time());
         let path = format!("{API}/agents/{uuid}/attestations");
         let r = self.verifier.send(Method::POST, &path, Some(&caps), token.as_deref()).await?;
@@ -385,7 +388,11 @@ impl Agent {
         }
         let mut sent_event_log = false;
         if request.uefi_log {
-            if let Some(log) = self.event_log().await? {
+            let log = match self.log.take() {
+                Some(log) => Some(log),
+                None => self.event_log().await?,
+            };
+            if let Some(log) = log {
                 items.push(protocol::uefi_log_evidence(&log));
                 sent_event_log = true;
             }
