@@ -52,7 +52,7 @@ pub(crate) fn shutting_down() -> Status {
 }
 
 /// The status of a request whose message declares `len` bytes where its method takes at most
-/// `limit` ([`crate::bounds::FrameLimit`], before the message is read).
+/// `limit` ([`crate::serve::bounds::FrameLimit`], before the message is read).
 pub(crate) fn message_too_large(len: usize, limit: usize) -> Status {
     Status::out_of_range(format!("message of {len} bytes declared; this method takes at most {limit}"))
 }

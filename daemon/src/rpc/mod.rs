@@ -24,8 +24,8 @@ use tpm_vault_proto::v1::status_service_server::StatusServiceServer;
 
 use crate::auth::{limits, Access, Operation};
 use crate::error::Error;
-use crate::metrics::Metrics;
 use crate::model::{KeyName, PcrBank, PcrSelection, PcrTarget};
+use crate::observe::metrics::Metrics;
 use crate::store::OwnerCheck;
 use crate::tpm::queue;
 use crate::vault::{Resource, Vault};

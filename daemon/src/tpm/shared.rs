@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use super::connection::{DaState, TpmInfo};
-use crate::metrics::Metrics;
+use crate::observe::metrics::Metrics;
 
 /// Connection state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,7 +9,7 @@
 //! ([`Vault::sign`], which handles passwords and PCR policies); the second pass replays that
 //! signature and checks that rcgen asked for exactly the same bytes. No thread blocks.
 //!
-//! This module does not do TLS (see [`crate::tls`]) and does not verify chain signatures: a
+//! This module does not do TLS (see [`crate::serve::tls`]) and does not verify chain signatures: a
 //! chain is checked for form (PEM, X.509), for its leaf holding the key's public key, and for
 //! leaf-first issuing order.
 

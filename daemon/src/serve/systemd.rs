@@ -8,7 +8,7 @@
 //! merely unreachable does not stop the keep-alives: the actor still answers (and reconnects
 //! on its own), so the unit does not restart-loop on a missing device.
 //!
-//! Socket activation (`LISTEN_FDS`) is in [`crate::server::activated_listener`].
+//! Socket activation (`LISTEN_FDS`) is in [`crate::serve::server::activated_listener`].
 
 use std::time::Duration;
 
