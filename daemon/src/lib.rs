@@ -65,6 +65,7 @@ pub mod daemon {
     pub use crate::observe::metrics::Metrics;
     pub use crate::observe::telemetry::MetricsSource;
     pub use crate::rpc::Ctx;
+    pub use crate::serve::app::main;
     pub use crate::serve::fdlimit::{
         fit as fit_connections, planned as planned_nofile, raise as raise_nofile, Fitted, NoFile, FD_RESERVE,
     };

@@ -1,5 +1,6 @@
 //! Serving: the listeners and the daemon's lifecycle around them.
 //!
+//! - [`app`]: the `tpm-vaultd` process: arguments, `--check-config`, logging, runtime, exit codes;
 //! - [`server`]: start (simulator, vault, listeners), serve, drain and stop;
 //! - [`tls`]: TPM-resident TLS keys in-process and the `--listen` gRPC-over-TLS listener;
 //! - [`bounds`]: connection and message bounds that hold before authorization;
@@ -8,6 +9,7 @@
 //!
 //! It does not answer RPCs (see [`crate::rpc`]) or keep counters (see [`crate::observe`]).
 
+pub mod app;
 pub mod bounds;
 pub mod fdlimit;
 pub mod server;
