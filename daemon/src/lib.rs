@@ -2,7 +2,8 @@
 //!
 //! # Public face
 //! The modules are private; what other crates use is re-exported here, and nothing more:
-//! - [`Vault`] with [`VaultConfig`], [`SignRequest`], [`SealTarget`], [`QueueConfig`] and the
+//! - [`Vault`] with [`VaultConfig`], [`SignRequest`], [`SealTarget`], [`QueueConfig`],
+//!   [`ClientKey`] (whose TPM jobs they are: [`ClientKey::DAEMON`] for in-process users) and the
 //!   errors [`Error`] (with [`Denied`]) and [`TpmError`]: key operations in-process, as the benches, the fuzz
 //!   seeds and the tests drive them; [`model`]: the validated domain types they take.
 //! - [`daemon`]: what the `tpm-vaultd` binary and the integration tests need to run and serve
@@ -47,7 +48,7 @@ mod vault;
 
 pub use auth::Denied;
 pub use error::Error;
-pub use tpm::{QueueConfig, TpmError};
+pub use tpm::{ClientKey, QueueConfig, TpmError};
 pub use vault::{SealTarget, SignRequest, Vault, VaultConfig};
 
 /// Running the daemon: what `tpm-vaultd` (`main.rs`) and the integration tests use to

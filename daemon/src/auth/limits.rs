@@ -194,14 +194,14 @@ impl ClientLimits {
     }
 
     /// Takes one of `who`'s slots for a request that needs no TPM, waiting for one if the
-    /// client is at its limit.
+    /// client is at its limit; with it, the client's key in the TPM queue.
     ///
     /// # Errors
     /// [`Error::ClientBusy`] (RESOURCE_EXHAUSTED) after waiting too long.
-    pub async fn acquire_call(&self, who: &Identity) -> Result<OwnedSemaphorePermit, Error> {
-        let sem = self.client(who)?.calls;
+    pub async fn acquire_call(&self, who: &Identity) -> Result<(OwnedSemaphorePermit, ClientKey), Error> {
+        let PerClient { calls: sem, queue_key, .. } = self.client(who)?;
         match tokio::time::timeout(self.wait, sem.acquire_owned()).await {
-            Ok(Ok(permit)) => Ok(permit),
+            Ok(Ok(permit)) => Ok((permit, queue_key)),
             Ok(Err(_)) => Err(Error::Internal("limits semaphore closed".into())),
             Err(_) => Err(Error::ClientBusy(format!(
                 "too many requests in flight from this client (at most {} at once); retry later",

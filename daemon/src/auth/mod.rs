@@ -117,14 +117,15 @@ impl Access {
     }
 
     /// Takes one of the granted client's slots for a request that needs no TPM (see
-    /// [`limits`]): held in the grant until the call ends.
+    /// [`limits`]): held in the grant until the call ends. Returns the client's key in the TPM
+    /// queue, for what such a request still queues there.
     ///
     /// # Errors
     /// RESOURCE_EXHAUSTED after waiting too long for a slot.
-    pub async fn take_call_slot(&self, grant: &mut Grant) -> Result<(), Error> {
-        let permit = self.limits.acquire_call(&grant.who).await?;
+    pub async fn take_call_slot(&self, grant: &mut Grant) -> Result<crate::tpm::ClientKey, Error> {
+        let (permit, queue_key) = self.limits.acquire_call(&grant.who).await?;
         grant.slot = Some(Arc::new(permit));
-        Ok(())
+        Ok(queue_key)
     }
 
     /// `who`'s budget of response bytes in flight (see [`limits`]).

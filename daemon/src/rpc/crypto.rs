@@ -21,7 +21,6 @@ use crate::auth::{owner_of, Operation};
 use crate::crypto::stream::{self, Decryptor, Encryptor, Header, MAX_HEADER};
 use crate::error::Error;
 use crate::model::KeyName;
-use crate::tpm::queue;
 use crate::vault::Resource;
 
 /// A response is sent once this much output is buffered. The client library's 256 KiB
@@ -198,9 +197,9 @@ impl CryptoService for CryptoRpc {
                 req,
                 (Operation::Create, Resource::DataKey),
                 |r| &r.name,
-                |r, name| async move {
+                |r, name, vault| async move {
                     let pcr = r.pcr_binding.map(pcr_binding).transpose()?;
-                    let key_id = self.ctx.vault.create_data_key(name.clone(), owner?, pcr).await?;
+                    let key_id = vault.create_data_key(name.clone(), owner?, pcr).await?;
                     Ok(pb::DataKey { name: name.to_string(), key_id })
                 },
             )
@@ -218,8 +217,8 @@ impl CryptoService for CryptoRpc {
                 req,
                 kind,
                 |r| &r.name,
-                |_, name, check| async move {
-                    self.ctx.vault.delete_data_key(&name, check).await.map(|()| pb::DeleteDataKeyResponse {})
+                |_, name, check, vault| async move {
+                    vault.delete_data_key(&name, check).await.map(|()| pb::DeleteDataKeyResponse {})
                 },
             )
             .await
@@ -236,13 +235,13 @@ impl CryptoService for CryptoRpc {
                 Error::InvalidArgument("empty stream: the first message must name the data key".into())
             })?;
             let name = KeyName::try_from(first.key_name.as_str())?;
-            call.authorize(Some((&name, Resource::DataKey))).await?;
-            let (header, key) = self.ctx.vault.new_stream(&name, &first.context).await?;
-            let mac_key = self.ctx.vault.stream_mac_key(&header, &first.context).await?;
+            let vault = call.authorize(Some((&name, Resource::DataKey))).await?;
+            let (header, key) = vault.new_stream(&name, &first.context).await?;
+            let mac_key = vault.stream_mac_key(&header, &first.context).await?;
             let encryptor = Encryptor::new(&key, &header, &first.context)?.with_mac_key(mac_key);
             Ok::<_, Error>((first, encryptor))
         };
-        let (first, encryptor) = match queue::scope(set_up).await {
+        let (first, encryptor) = match set_up.await {
             Ok(v) => v,
             Err(e) => return call.end(Err(e)),
         };
@@ -286,17 +285,17 @@ impl CryptoService for CryptoRpc {
                 }
             };
             let name = KeyName::try_from(header.key_name.as_str())?;
-            call.authorize(Some((&name, Resource::DataKey))).await?;
+            let vault = call.authorize(Some((&name, Resource::DataKey))).await?;
             let context = context.unwrap_or_default();
-            let key = self.ctx.vault.open_stream(&header, &context).await?;
+            let key = vault.open_stream(&header, &context).await?;
             let mut decryptor = Decryptor::new(&key, &header, &context)?;
             if header.is_committed() {
-                decryptor = decryptor.with_mac_key(self.ctx.vault.stream_mac_key(&header, &context).await?);
+                decryptor = decryptor.with_mac_key(vault.stream_mac_key(&header, &context).await?);
             }
             buf.drain(..used);
             Ok::<_, Error>((decryptor, buf))
         };
-        let (decryptor, rest) = match queue::scope(set_up).await {
+        let (decryptor, rest) = match set_up.await {
             Ok(v) => v,
             Err(e) => return call.end(Err(e)),
         };
@@ -325,8 +324,8 @@ impl CryptoService for CryptoRpc {
                 req,
                 (Operation::Encrypt, Resource::DataKey),
                 |r| &r.key_name,
-                |r, name| async move {
-                    let (header, key) = self.ctx.vault.new_stream(&name, &r.context).await?;
+                |r, name, vault| async move {
+                    let (header, key) = vault.new_stream(&name, &r.context).await?;
                     Ok(pb::StreamKey { header: header.encode(), key: key.to_vec() })
                 },
             )
@@ -340,7 +339,7 @@ impl CryptoService for CryptoRpc {
                 req,
                 (Operation::Decrypt, Resource::DataKey),
                 |r| &r.key_name,
-                |r, name| async move {
+                |r, name, vault| async move {
                     let header = match Header::parse(&r.header)? {
                         Some((h, used)) if used == r.header.len() => h,
                         _ => return Err(Error::InvalidArgument("not one whole tpm-vault stream header".into())),
@@ -356,7 +355,7 @@ impl CryptoService for CryptoRpc {
                             "a version 1 stream has no stream key: decrypt it with the Decrypt RPC".into(),
                         ));
                     }
-                    let key = self.ctx.vault.open_stream(&header, &r.context).await?;
+                    let key = vault.open_stream(&header, &r.context).await?;
                     Ok(pb::StreamKey { header: r.header, key: key.to_vec() })
                 },
             )
@@ -373,9 +372,9 @@ impl CryptoService for CryptoRpc {
                 req,
                 (Operation::Encrypt, Resource::DataKey),
                 |r| &r.key_name,
-                |r, name| async move {
+                |r, name, vault| async move {
                     let (header, tags) = committed_header(&r.header, &name, &r.tags_digest)?;
-                    let mac_key = self.ctx.vault.stream_mac_key(&header, &r.context).await?;
+                    let mac_key = vault.stream_mac_key(&header, &r.context).await?;
                     Ok(pb::StreamCommitment { commitment: stream::commit(&mac_key, &tags).to_vec() })
                 },
             )
@@ -392,9 +391,9 @@ impl CryptoService for CryptoRpc {
                 req,
                 (Operation::Decrypt, Resource::DataKey),
                 |r| &r.key_name,
-                |r, name| async move {
+                |r, name, vault| async move {
                     let (header, tags) = committed_header(&r.header, &name, &r.tags_digest)?;
-                    let mac_key = self.ctx.vault.stream_mac_key(&header, &r.context).await?;
+                    let mac_key = vault.stream_mac_key(&header, &r.context).await?;
                     stream::verify(&mac_key, &tags, &r.commitment)?;
                     Ok(pb::VerifyStreamResponse {})
                 },
@@ -404,7 +403,7 @@ impl CryptoService for CryptoRpc {
 
     async fn get_random(&self, req: Request<pb::GetRandomRequest>) -> Result<Response<pb::GetRandomResponse>, Status> {
         self.ctx
-            .on_vault("GetRandom", req, Operation::Random, |r| async move {
+            .on_vault("GetRandom", req, Operation::Random, |r, vault| async move {
                 let n = r.length as usize;
                 if n == 0 || n > MAX_RANDOM {
                     return Err(Error::InvalidArgument(format!(
@@ -414,7 +413,7 @@ impl CryptoService for CryptoRpc {
                 // The response's bytes count against the client's budget before they exist.
                 crate::auth::limits::reserve(n + 64).await?;
                 let mut data = vec![0u8; n];
-                self.ctx.vault.random(&mut data)?;
+                vault.random(&mut data)?;
                 Ok(pb::GetRandomResponse { data: data.into() })
             })
             .await

@@ -29,14 +29,14 @@ impl StatusRpc {
 #[tonic::async_trait]
 impl StatusService for StatusRpc {
     async fn get_status(&self, req: Request<pb::GetStatusRequest>) -> Result<Response<pb::Status>, Status> {
-        self.ctx.on_vault("GetStatus", req, Operation::Admin, |_| self.status()).await
+        self.ctx.on_vault("GetStatus", req, Operation::Admin, |_, _| self.status()).await
     }
 
     async fn check_access(
         &self,
         req: Request<pb::CheckAccessRequest>,
     ) -> Result<Response<pb::CheckAccessResponse>, Status> {
-        self.ctx.on_vault("CheckAccess", req, Operation::Admin, |r| self.check(r)).await
+        self.ctx.on_vault("CheckAccess", req, Operation::Admin, |r, _| self.check(r)).await
     }
 }
 

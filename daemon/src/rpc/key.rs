@@ -10,7 +10,6 @@ use super::{Call, Ctx};
 use crate::auth::{identity, owner_of, Decision, Identity, Operation, Peer};
 use crate::error::Error;
 use crate::model::{HashAlg, KeyAlg, KeyName, Scheme, SignInput, Usage, Usages};
-use crate::tpm::queue;
 use crate::vault::{CertSubject, Client, KeyInfo, Password, Resource, SignRequest, StoredChain, Visibility};
 
 /// Largest page of ListKeys.
@@ -213,7 +212,7 @@ impl KeyService for KeyRpc {
                 req,
                 Operation::Create,
                 |r| &r.name,
-                |r, n| async move {
+                |r, n, vault| async move {
                     let alg = key_alg(r.algorithm)?;
                     let pcr = r.pcr_binding.map(super::pcr_binding).transpose()?;
                     let usages = usages(&r.usages, Some(Usages::DEFAULT))?;
@@ -221,7 +220,6 @@ impl KeyService for KeyRpc {
                     // of TPM time on a real TPM): one in flight per client, within its quota
                     // (issue #31, item 7).
                     let _keygen = if alg.is_rsa() { Some(self.ctx.access.take_keygen_slot(&who).await?) } else { None };
-                    let vault = &self.ctx.vault;
                     vault.create_key_with_usages(n, alg, owner?, auth(r.auth), pcr, usages).await.map(key_to_pb)
                 },
             )
@@ -235,7 +233,7 @@ impl KeyService for KeyRpc {
                 req,
                 Operation::Public,
                 |r| &r.name,
-                |_, n| async move { self.ctx.vault.key(&n).await.map(key_to_pb) },
+                |_, n, vault| async move { vault.key(&n).await.map(key_to_pb) },
             )
             .await
     }
@@ -260,8 +258,8 @@ impl KeyService for KeyRpc {
                 req,
                 (Operation::Delete, Resource::Key),
                 |r| &r.name,
-                |_, n, check| async move {
-                    self.ctx.vault.delete_checked(&n, check).await.map(|()| pb::DeleteKeyResponse {})
+                |_, n, check, vault| async move {
+                    vault.delete_checked(&n, check).await.map(|()| pb::DeleteKeyResponse {})
                 },
             )
             .await
@@ -274,9 +272,9 @@ impl KeyService for KeyRpc {
                 req,
                 Operation::Public,
                 |r| &r.name,
-                |_, n| async move {
-                    let (alg, der) = self.ctx.vault.public_key(&n).await?;
-                    let ml_dsa_der = self.ctx.vault.hybrid_ml_dsa_public_key(&n).await?.unwrap_or_default();
+                |_, n, vault| async move {
+                    let (alg, der) = vault.public_key(&n).await?;
+                    let ml_dsa_der = vault.hybrid_ml_dsa_public_key(&n).await?.unwrap_or_default();
                     Ok(pb::PublicKey {
                         pem: pem_public_key(&der),
                         der,
@@ -297,13 +295,13 @@ impl KeyService for KeyRpc {
                 req,
                 Operation::Sign,
                 |r| &r.name,
-                |r, n| async move {
+                |r, n, vault| async move {
                     let request =
                         SignRequest { input: sign_input(r.input)?, hash: hash(r.hash)?, scheme: scheme(r.scheme)? };
                     let auth = password(client, r.auth);
                     let out = match pb::SignPurpose::try_from(r.purpose) {
-                        Ok(pb::SignPurpose::Unspecified) => self.ctx.vault.sign(&n, request, auth).await?,
-                        Ok(pb::SignPurpose::Ssh) => self.ctx.vault.sign_ssh(&n, request, auth).await?,
+                        Ok(pb::SignPurpose::Unspecified) => vault.sign(&n, request, auth).await?,
+                        Ok(pb::SignPurpose::Ssh) => vault.sign_ssh(&n, request, auth).await?,
                         Err(_) => return Err(Error::InvalidArgument(format!("unknown sign purpose {}", r.purpose))),
                     };
                     Ok(pb::SignResponse {
@@ -323,10 +321,9 @@ impl KeyService for KeyRpc {
                 req,
                 Operation::Public,
                 |r| &r.name,
-                |r, n| async move {
+                |r, n, vault| async move {
                     let input = verify_input(r.input)?;
-                    let valid =
-                        self.ctx.vault.verify(&n, input, &r.signature, hash(r.hash)?, scheme(r.scheme)?).await?;
+                    let valid = vault.verify(&n, input, &r.signature, hash(r.hash)?, scheme(r.scheme)?).await?;
                     Ok(pb::VerifyResponse { valid })
                 },
             )
@@ -341,9 +338,9 @@ impl KeyService for KeyRpc {
                 req,
                 Operation::Sign,
                 |r| &r.name,
-                |r, n| async move {
+                |r, n, vault| async move {
                     let subject = subject(r.subject)?;
-                    let (pem, der) = self.ctx.vault.create_csr(&n, subject, password(client, r.auth)).await?;
+                    let (pem, der) = vault.create_csr(&n, subject, password(client, r.auth)).await?;
                     Ok(pb::CreateCsrResponse { pem, der })
                 },
             )
@@ -360,7 +357,7 @@ impl KeyService for KeyRpc {
                 req,
                 Operation::Create,
                 |r| &r.name,
-                |r, n| async move { self.ctx.vault.set_certificate(&n, &r.chain_pem).await.map(chain_to_pb) },
+                |r, n, vault| async move { vault.set_certificate(&n, &r.chain_pem).await.map(chain_to_pb) },
             )
             .await
     }
@@ -375,7 +372,7 @@ impl KeyService for KeyRpc {
                 req,
                 Operation::Public,
                 |r| &r.name,
-                |_, n| async move { self.ctx.vault.certificate(&n).await.map(chain_to_pb) },
+                |_, n, vault| async move { vault.certificate(&n).await.map(chain_to_pb) },
             )
             .await
     }
@@ -387,15 +384,15 @@ impl KeyService for KeyRpc {
         let mut call = Call::start(&self.ctx, "CreateSelfSignedCertificate", Operation::Create, &req);
         let client = client_of(&req);
         let r = req.into_inner();
-        let result = queue::scope(async {
+        let result = async {
             let n = name(&r.name)?;
             // The TPM signs (sign) and the result replaces the stored chain (create): two
             // decisions, each audited.
             call.authorize_as(Operation::Sign, Some((&n, Resource::Key))).await?;
-            call.authorize(Some((&n, Resource::Key))).await?;
+            let vault = call.authorize(Some((&n, Resource::Key))).await?;
             let subject = subject(r.subject)?;
-            self.ctx.vault.self_sign(&n, subject, r.days, password(client, r.auth)).await
-        })
+            vault.self_sign(&n, subject, r.days, password(client, r.auth)).await
+        }
         .await;
         call.end(result.map(chain_to_pb))
     }
@@ -407,9 +404,9 @@ impl KeyService for KeyRpc {
                 req,
                 Operation::Create,
                 |r| &r.name,
-                |r, n| async move {
+                |r, n, vault| async move {
                     let usages = usages(&r.usages, None)?;
-                    self.ctx.vault.set_usages(&n, usages).await.map(key_to_pb)
+                    vault.set_usages(&n, usages).await.map(key_to_pb)
                 },
             )
             .await
@@ -425,9 +422,9 @@ impl KeyService for KeyRpc {
                 req,
                 Operation::Decrypt,
                 |r| &r.name,
-                |r, n| async move {
+                |r, n, vault| async move {
                     // The zeroizing buffer moves into the response (`tpm_vault_proto::secret`).
-                    let shared_secret = self.ctx.vault.decapsulate(&n, &r.ciphertext).await?;
+                    let shared_secret = vault.decapsulate(&n, &r.ciphertext).await?;
                     Ok(pb::DecapsulateResponse { shared_secret })
                 },
             )

@@ -27,7 +27,6 @@ use crate::error::Error;
 use crate::model::{KeyName, PcrBank, PcrSelection, PcrTarget};
 use crate::observe::metrics::Metrics;
 use crate::store::OwnerCheck;
-use crate::tpm::queue;
 use crate::vault::{Resource, Vault};
 
 use self::call::Call;
@@ -68,7 +67,7 @@ impl Ctx {
         req: Request<Req>,
         (op, kind): (Operation, Resource),
         target: impl FnOnce(&Req) -> Result<K, Error>,
-        work: impl FnOnce(Req, K) -> Fut,
+        work: impl FnOnce(Req, K, Vault) -> Fut,
     ) -> Result<Response<T>, Status>
     where
         K: Target,
@@ -77,13 +76,13 @@ impl Ctx {
     {
         let mut call = Call::start(self, rpc, op, &req);
         let r = req.into_inner();
-        let (result, reservation) = limits::response_scope(queue::scope(async {
+        let (result, reservation) = limits::response_scope(async {
             let target = target(&r)?;
-            call.authorize(target.key().map(|k| (k, kind))).await?;
-            let response = work(r, target).await?;
+            let vault = call.authorize(target.key().map(|k| (k, kind))).await?;
+            let response = work(r, target, vault).await?;
             limits::reserve_exactly(response.encoded_len()).await?;
             Ok(response)
-        }))
+        })
         .await;
         call.end_reserved(result, reservation)
     }
@@ -95,7 +94,7 @@ impl Ctx {
         req: Request<Req>,
         op: Operation,
         key_of: fn(&Req) -> &str,
-        work: impl FnOnce(Req, KeyName) -> Fut,
+        work: impl FnOnce(Req, KeyName, Vault) -> Fut,
     ) -> Result<Response<T>, Status>
     where
         T: prost::Message,
@@ -111,7 +110,7 @@ impl Ctx {
         req: Request<Req>,
         (op, kind): (Operation, Resource),
         name_of: fn(&Req) -> &str,
-        work: impl FnOnce(Req, KeyName) -> Fut,
+        work: impl FnOnce(Req, KeyName, Vault) -> Fut,
     ) -> Result<Response<T>, Status>
     where
         T: prost::Message,
@@ -129,7 +128,7 @@ impl Ctx {
         req: Request<Req>,
         (op, kind): (Operation, Resource),
         name_of: fn(&Req) -> &str,
-        work: impl FnOnce(Req, KeyName, OwnerCheck) -> Fut,
+        work: impl FnOnce(Req, KeyName, OwnerCheck, Vault) -> Fut,
     ) -> Result<Response<T>, Status>
     where
         T: prost::Message,
@@ -137,14 +136,14 @@ impl Ctx {
     {
         let mut call = Call::start(self, rpc, op, &req);
         let r = req.into_inner();
-        let (result, reservation) = limits::response_scope(queue::scope(async {
+        let (result, reservation) = limits::response_scope(async {
             let name = KeyName::try_from(name_of(&r))?;
-            call.authorize(Some((&name, kind))).await?;
+            let vault = call.authorize(Some((&name, kind))).await?;
             let check = call.recheck(op, &name);
-            let response = work(r, name, check).await?;
+            let response = work(r, name, check, vault).await?;
             limits::reserve_exactly(response.encoded_len()).await?;
             Ok(response)
-        }))
+        })
         .await;
         call.end_reserved(result, reservation)
     }
@@ -155,13 +154,13 @@ impl Ctx {
         rpc: &'static str,
         req: Request<Req>,
         op: Operation,
-        work: impl FnOnce(Req) -> Fut,
+        work: impl FnOnce(Req, Vault) -> Fut,
     ) -> Result<Response<T>, Status>
     where
         T: prost::Message,
         Fut: Future<Output = Result<T, Error>>,
     {
-        self.unary(rpc, req, (op, Resource::Key), |_| Ok(()), |r, ()| work(r)).await
+        self.unary(rpc, req, (op, Resource::Key), |_| Ok(()), |r, (), vault| work(r, vault)).await
     }
 }
 

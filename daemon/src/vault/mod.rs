@@ -30,7 +30,8 @@ use crate::error::Error;
 use crate::model::{HashAlg, KeyAlg, KeyName, Owner, PcrTarget, Scheme, SignInput, Usage, Usages};
 use crate::store::{KeyRecord, OwnerCheck, Record as _, SealPolicy, Store, StoreError};
 use crate::tpm::{
-    convert, ConnectionConfig, KeyBlob, PolicyAuth, QueueConfig, ResourceManager, SignJob, TpmError, TpmHandle, TpmInfo,
+    convert, ClientKey, ConnectionConfig, KeyBlob, PolicyAuth, QueueConfig, ResourceManager, SignJob, TpmError,
+    TpmHandle, TpmInfo,
 };
 
 /// Key generation can take seconds on a TPM (RSA-3072 especially).
@@ -225,6 +226,10 @@ pub(crate) struct Inner {
 #[derive(Clone)]
 pub struct Vault {
     inner: Arc<Inner>,
+    /// Whose TPM jobs this handle's operations are: every TPM call names it
+    /// ([`crate::tpm::queue`]). [`ClientKey::DAEMON`] for the vault [`Vault::open`] returns;
+    /// the RPC layer works through [`Vault::for_client`] with the caller's key.
+    client: ClientKey,
 }
 
 impl std::fmt::Debug for Vault {
@@ -262,6 +267,7 @@ impl Vault {
         let drbg = datakey::seeded_drbg(&tpm).await?;
         let page_key = crate::crypto::token::TokenKey::new(&drbg)?;
         let vault = Self {
+            client: ClientKey::DAEMON,
             inner: Arc::new(Inner {
                 tpm,
                 datakeys: datakey::KeyCache::default(),
@@ -282,6 +288,12 @@ impl Vault {
         };
         datakey::spawn_maintenance(Arc::downgrade(&vault.inner), cfg.datakey_idle);
         Ok(vault)
+    }
+
+    /// The same vault, its TPM jobs queued as `client`'s (the RPC layer's handle for one call).
+    #[must_use]
+    pub fn for_client(&self, client: ClientKey) -> Self {
+        Self { inner: self.inner.clone(), client }
     }
 
     /// The TPM actor handle (for status, metrics and in-process signing).
@@ -414,7 +426,7 @@ impl Vault {
                 let object = self
                     .inner
                     .tpm
-                    .call_with_timeout("create", CREATE_TIMEOUT, move |tpm| {
+                    .call_with_timeout(self.client, "create", CREATE_TIMEOUT, move |tpm| {
                         tpm.create_key(alg, auth_policy.as_deref(), tpm_auth.as_deref().map(Vec::as_slice))
                     })
                     .await?;
@@ -594,7 +606,7 @@ impl Vault {
             let _ = self
                 .inner
                 .tpm
-                .call("evict", move |tpm| {
+                .call(self.client, "evict", move |tpm| {
                     for tpm_name in &names {
                         tpm.evict(tpm_name);
                     }
@@ -703,7 +715,7 @@ impl Vault {
         let result = self
             .inner
             .tpm
-            .call("sign", move |tpm| {
+            .call(self.client, "sign", move |tpm| {
                 tpm.check_da_reserve(reserve)?;
                 tpm.sign(&job)
             })
@@ -776,7 +788,7 @@ impl Vault {
         // No password here, so nothing for the dictionary-attack guard to count.
         let (job, digest, _) = self.prepare_sign(&loaded, req, None)?;
         let done = SignJobDone { scheme: job.scheme, hash: job.hash, digest };
-        let sig = self.inner.tpm.call_blocking("sign", move |tpm| tpm.sign(&job))?;
+        let sig = self.inner.tpm.call_blocking(self.client, "sign", move |tpm| tpm.sign(&job))?;
         self.finish_sign(&loaded, done, sig)
     }
 
@@ -869,7 +881,7 @@ impl Vault {
     /// # Errors
     /// TPM errors.
     pub async fn transient_handles(&self) -> Result<usize, Error> {
-        Ok(self.inner.tpm.call("handles", |tpm| tpm.transient_handles()).await?)
+        Ok(self.inner.tpm.call(self.client, "handles", |tpm| tpm.transient_handles()).await?)
     }
 
     /// Flushes every loaded object (keys, sessions, transient SRK).

@@ -282,7 +282,7 @@ impl Vault {
             auth: None,
             policy: loaded.record.pcr_policy.as_ref().map(|p| PolicyAuth::Pcr(p.selection.clone())),
         };
-        let ecdsa = self.tpm().call("sign", move |tpm| tpm.sign(&job));
+        let ecdsa = self.tpm().call(self.client, "sign", move |tpm| tpm.sign(&job));
         let ml_dsa = async {
             let key = self.pq_private(loaded).await?;
             blocking(move || key.sign(&signed)).await

@@ -112,7 +112,7 @@ impl Vault {
     /// TPM errors.
     pub async fn pcr_read(&self, selection: &PcrSelection) -> Result<Vec<Vec<u8>>, Error> {
         let sel = selection.clone();
-        let (_, values) = self.tpm().call("pcr_read", move |tpm| tpm.pcr_read(&sel)).await?;
+        let (_, values) = self.tpm().call(self.client, "pcr_read", move |tpm| tpm.pcr_read(&sel)).await?;
         Ok(values)
     }
 
@@ -122,7 +122,7 @@ impl Vault {
     /// # Errors
     /// TPM errors.
     pub async fn pcr_extend(&self, bank: PcrBank, index: u8, digest: Vec<u8>) -> Result<(), Error> {
-        self.tpm().call("pcr_extend", move |tpm| tpm.pcr_extend(bank, index, &digest)).await?;
+        self.tpm().call(self.client, "pcr_extend", move |tpm| tpm.pcr_extend(bank, index, &digest)).await?;
         Ok(())
     }
 
@@ -180,7 +180,8 @@ impl Vault {
             }
             SealTarget::Authorized { selection, authority_spki } => {
                 let authority = authority_key(&authority_spki)?;
-                let key_name = self.tpm().call("load_external", move |tpm| tpm.external_name(&authority)).await?;
+                let key_name =
+                    self.tpm().call(self.client, "load_external", move |tpm| tpm.external_name(&authority)).await?;
                 let digest = pcr::policy_authorize_digest(&key_name, &[]);
                 let policy =
                     SealPolicy::Authorized { selection: selection.clone(), authority_spki, min_policy_version: 0 };
@@ -248,7 +249,7 @@ impl Vault {
                 (auth, raise)
             }
         };
-        let result = self.tpm().call("unseal", move |tpm| tpm.unseal(&blob, Some(&auth))).await;
+        let result = self.tpm().call(self.client, "unseal", move |tpm| tpm.unseal(&blob, Some(&auth))).await;
         let data_key = match result {
             Ok(k) => k,
             Err(e @ (TpmError::PolicyFailed | TpmError::Command { .. }))
@@ -324,7 +325,7 @@ impl Vault {
             return Err(Error::KeyExists(name));
         }
         let (public, duplicate, seed) = (blob.public.clone(), blob.duplicate.clone(), blob.encrypted_seed.clone());
-        let object = self.tpm().call("import", move |tpm| tpm.import(&public, &duplicate, &seed)).await?;
+        let object = self.tpm().call(self.client, "import", move |tpm| tpm.import(&public, &duplicate, &seed)).await?;
         let (owner_uid, owner_certificate) = owner.to_fields();
         let (nonce, ciphertext) = blob.payload.map(|(n, c)| (n.to_vec(), c)).unwrap_or_default();
         let record = SealedRecord {
@@ -425,16 +426,17 @@ impl Vault {
         pcr_policy: Option<&PcrPolicy>,
     ) -> Result<Zeroizing<[u8; 32]>, Error> {
         let auth = pcr_policy.map(|p| PolicyAuth::Pcr(p.selection.clone()));
-        let unsealed = match self.tpm().call("unseal_key256", move |tpm| tpm.unseal(&blob, auth.as_ref())).await {
-            Ok(k) => k,
-            Err(e @ (TpmError::PolicyFailed | TpmError::Command { .. })) => {
-                return Err(match pcr_policy {
-                    Some(pcr) => self.pcr_mismatch_error(&SealPolicy::Pcr { pcr: pcr.clone() }, e).await,
-                    None => e.into(),
-                });
-            }
-            Err(e) => return Err(e.into()),
-        };
+        let unsealed =
+            match self.tpm().call(self.client, "unseal_key256", move |tpm| tpm.unseal(&blob, auth.as_ref())).await {
+                Ok(k) => k,
+                Err(e @ (TpmError::PolicyFailed | TpmError::Command { .. })) => {
+                    return Err(match pcr_policy {
+                        Some(pcr) => self.pcr_mismatch_error(&SealPolicy::Pcr { pcr: pcr.clone() }, e).await,
+                        None => e.into(),
+                    });
+                }
+                Err(e) => return Err(e.into()),
+            };
         key256(&unsealed, what)
     }
 
@@ -452,7 +454,10 @@ impl Vault {
         let mut key = Zeroizing::new([0u8; 32]);
         self.random(key.as_mut())?;
         let sealed = key.clone();
-        let object = self.tpm().call(label, move |tpm| tpm.seal_key(auth_policy.as_deref(), sealed.as_slice())).await?;
+        let object = self
+            .tpm()
+            .call(self.client, label, move |tpm| tpm.seal_key(auth_policy.as_deref(), sealed.as_slice()))
+            .await?;
         Ok((object, key))
     }
 
