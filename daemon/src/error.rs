@@ -1,9 +1,9 @@
 //! The daemon's error type: every layer's error folds into [`Error`]; `rpc/error_status.rs` is the
 //! only place that turns it into a gRPC status.
 
-use crate::auth::Denied;
+use crate::auth::denied::Denied;
 use crate::model::KeyName;
-use crate::store::StoreError;
+use crate::store::error::StoreError;
 use crate::tpm::TpmError;
 
 /// Anything that can go wrong serving a request.

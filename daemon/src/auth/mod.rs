@@ -5,7 +5,7 @@
 //! [`Access::authorize`] before doing anything.
 
 pub mod audit;
-mod denied;
+pub mod denied;
 pub mod limits;
 pub mod peer;
 pub mod policy;
@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 pub use denied::Denied;
-pub use peer::{identity, owner_of, peer_groups, GroupsSource, Identity, Peer, UnixConnectInfo, UnixIdentity};
+pub use peer::{identity, peer_groups, GroupsSource, Identity, Peer, UnixConnectInfo, UnixIdentity};
 pub use policy::{Decision, Operation, Policy, PolicyError};
 
 use crate::error::Error;
@@ -234,6 +234,19 @@ impl Access {
     pub fn undecided(&self, who: Option<&Identity>, op: Operation, key: Option<&str>, outcome: &str) {
         self.audit.record(who.unwrap_or(&Identity::Unknown), op, key, "none", None, outcome);
     }
+}
+
+/// The owner a record made by the client of `req` gets ([`Identity::owner`]), without
+/// resolving names: the certificate identity the TLS listener attached, or the peer's uid.
+///
+/// # Errors
+/// [`Error::PermissionDenied`] for a client without identity (which no rule grants anyway).
+pub fn owner_of<T>(req: &tonic::Request<T>) -> Result<Owner, Error> {
+    let owner = match req.extensions().get::<Identity>() {
+        Some(id) => id.owner(),
+        None => peer::Peer::of(req).map(|p| Owner::Uid(p.uid)),
+    };
+    owner.ok_or(Error::from(Denied::IdentityUnknown { op: None }))
 }
 
 #[cfg(test)]

@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use super::connection::{ConnectionConfig, Tpm, TpmInfo};
+use super::connection::{ConnectionConfig, Tpm};
 use super::error::TpmError;
 use super::queue::{ClientKey, FairQueue, Refused};
 use super::shared::Shared;
+use super::shared::TpmInfo;
 
 /// A unit of TPM work: runs on the actor thread with exclusive access to the [`Tpm`].
 struct Job {

@@ -35,9 +35,9 @@ pub mod spawn;
 pub mod templates;
 
 pub use actor::{QueueConfig, TpmHandle};
-pub use connection::{ConnectionConfig, DaState, PolicyAuth, ResourceManager, SignJob, TpmInfo};
+pub use connection::{ConnectionConfig, PolicyAuth, ResourceManager, SignJob};
 pub use error::TpmError;
 pub use object::KeyBlob;
 pub use queue::ClientKey;
-pub use shared::TpmState;
+pub use shared::{DaState, TpmInfo, TpmState};
 pub use software::SoftwareTpm;

@@ -14,7 +14,7 @@
 
 use std::fmt;
 
-use super::connection::TpmInfo;
+use super::shared::TpmInfo;
 
 /// Why the TPM is taken for a software TPM: every sign found, in the order checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
