@@ -4,7 +4,7 @@
 //! The modules are private; what other crates use is re-exported here, and nothing more:
 //! - [`Vault`] with [`VaultConfig`], [`SignRequest`], [`SealTarget`], [`QueueConfig`],
 //!   [`ClientKey`] (whose TPM jobs they are: [`ClientKey::DAEMON`] for in-process users) and the
-//!   errors [`Error`] (with [`Denied`]) and [`TpmError`]: key operations in-process, as the benches, the fuzz
+//!   errors [`Error`] (with [`Denied`] and [`Invalid`]) and [`TpmError`]: key operations in-process, as the benches, the fuzz
 //!   seeds and the tests drive them; [`model`]: the validated domain types they take.
 //! - [`daemon`]: what the `tpm-vaultd` binary and the integration tests need to run and serve
 //!   the daemon (configuration, listeners, serving, access policies, audit, metrics).
@@ -47,7 +47,7 @@ mod tpm;
 mod vault;
 
 pub use auth::Denied;
-pub use error::Error;
+pub use error::{Busy, ChainArg, Error, Invalid, PcrArg, StreamArg, SubjectArg};
 pub use tpm::{ClientKey, QueueConfig, TpmError};
 pub use vault::{SealTarget, SignRequest, Vault, VaultConfig};
 

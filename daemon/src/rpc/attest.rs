@@ -9,7 +9,7 @@ use tpm_vault_proto::v1::attestation_service_server::AttestationService;
 use super::key::pem_public_key;
 use super::{pcr_binding, Ctx};
 use crate::auth::Operation;
-use crate::error::Error;
+use crate::error::{Error, Invalid, PcrArg};
 use crate::model::{PcrBank, PcrSelection};
 use crate::vault::attest::AkKind;
 
@@ -30,7 +30,7 @@ fn selection(b: Option<pb::PcrBinding>, default: &[u32]) -> Result<PcrSelection,
     match b {
         Some(b) if !b.pcrs.is_empty() => {
             if !b.values.is_empty() {
-                return Err(Error::InvalidArgument("PCR values are not accepted here".into()));
+                return Err(Invalid::from(PcrArg::ValuesNotAccepted).into());
             }
             Ok(pcr_binding(b)?.selection)
         }

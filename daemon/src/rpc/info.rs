@@ -43,7 +43,7 @@ impl StatusService for StatusRpc {
 impl StatusRpc {
     /// The answer of CheckAccess: what the policy decides for another client.
     async fn check(&self, r: pb::CheckAccessRequest) -> Result<pb::CheckAccessResponse, Error> {
-        let op = r.operation.parse::<Operation>().map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        let op = r.operation.parse::<Operation>().map_err(|e| Error::invalid(e.to_string()))?;
         let key = if r.key.is_empty() { None } else { Some(KeyName::try_from(r.key.as_str())?) };
         // The record the operation acts on: sealed secrets and data keys are namespaces of
         // their own (delete and create are answered for signing keys).

@@ -8,7 +8,7 @@ use zeroize::Zeroizing;
 
 use super::{Call, Ctx};
 use crate::auth::{identity, owner_of, Decision, Identity, Operation, Peer};
-use crate::error::Error;
+use crate::error::{Error, Invalid, SubjectArg};
 use crate::model::{HashAlg, KeyAlg, KeyName, Scheme, SignInput, Usage, Usages};
 use crate::vault::{CertSubject, Client, KeyInfo, Password, Resource, SignRequest, StoredChain, Visibility};
 
@@ -48,7 +48,7 @@ fn key_alg(v: i32) -> Result<KeyAlg, Error> {
         Ok(pb::KeyAlgorithm::MlKem768) => Ok(KeyAlg::MlKem768),
         Ok(pb::KeyAlgorithm::MlKem1024) => Ok(KeyAlg::MlKem1024),
         Ok(pb::KeyAlgorithm::HybridP256MlDsa65) => Ok(KeyAlg::HybridP256MlDsa65),
-        Err(_) => Err(Error::InvalidArgument(format!("unknown key algorithm {v}"))),
+        Err(_) => Err(Invalid::Unknown { what: "key algorithm", value: v }.into()),
     }
 }
 
@@ -74,7 +74,7 @@ fn hash(v: i32) -> Result<Option<HashAlg>, Error> {
         Ok(pb::HashAlgorithm::Sha384) => Ok(Some(HashAlg::Sha384)),
         Ok(pb::HashAlgorithm::Sha512) => Ok(Some(HashAlg::Sha512)),
         Ok(pb::HashAlgorithm::Sha1) => Ok(Some(HashAlg::Sha1)),
-        Err(_) => Err(Error::InvalidArgument(format!("unknown hash algorithm {v}"))),
+        Err(_) => Err(Invalid::Unknown { what: "hash algorithm", value: v }.into()),
     }
 }
 
@@ -96,7 +96,7 @@ fn scheme(v: i32) -> Result<Option<Scheme>, Error> {
         Ok(pb::SignatureScheme::RsaPkcs1) => Ok(Some(Scheme::RsaPkcs1)),
         Ok(pb::SignatureScheme::MlDsa) => Ok(Some(Scheme::MlDsa)),
         Ok(pb::SignatureScheme::Hybrid) => Ok(Some(Scheme::Hybrid)),
-        Err(_) => Err(Error::InvalidArgument(format!("unknown signature scheme {v}"))),
+        Err(_) => Err(Invalid::Unknown { what: "signature scheme", value: v }.into()),
     }
 }
 
@@ -115,16 +115,14 @@ fn usage(v: i32) -> Result<Usage, Error> {
         Ok(pb::KeyUsage::Sign) => Ok(Usage::Sign),
         Ok(pb::KeyUsage::Ssh) => Ok(Usage::Ssh),
         Ok(pb::KeyUsage::Policy) => Ok(Usage::Policy),
-        Ok(pb::KeyUsage::Unspecified) | Err(_) => Err(Error::InvalidArgument(format!("unknown key usage {v}"))),
+        Ok(pb::KeyUsage::Unspecified) | Err(_) => Err(Invalid::Unknown { what: "key usage", value: v }.into()),
     }
 }
 
 /// The usages of a request; `default` when the list is empty.
 fn usages(list: &[i32], default: Option<Usages>) -> Result<Usages, Error> {
     let parsed = list.iter().map(|&v| usage(v)).collect::<Result<Vec<_>, _>>()?;
-    Usages::new(parsed)
-        .or(default)
-        .ok_or_else(|| Error::InvalidArgument("at least one usage is required (sign, ssh, policy)".into()))
+    Usages::new(parsed).or(default).ok_or_else(|| Error::invalid("at least one usage is required (sign, ssh, policy)"))
 }
 
 fn usage_to_pb(u: Usage) -> pb::KeyUsage {
@@ -139,7 +137,7 @@ fn sign_input(message: Option<pb::sign_request::Input>) -> Result<SignInput, Err
     match message {
         Some(pb::sign_request::Input::Message(m)) => Ok(SignInput::Message(m)),
         Some(pb::sign_request::Input::Digest(d)) => Ok(SignInput::Digest(d)),
-        None => Err(Error::InvalidArgument("either message or digest is required".into())),
+        None => Err(Error::invalid("either message or digest is required")),
     }
 }
 
@@ -147,7 +145,7 @@ fn verify_input(message: Option<pb::verify_request::Input>) -> Result<SignInput,
     match message {
         Some(pb::verify_request::Input::Message(m)) => Ok(SignInput::Message(m)),
         Some(pb::verify_request::Input::Digest(d)) => Ok(SignInput::Digest(d)),
-        None => Err(Error::InvalidArgument("either message or digest is required".into())),
+        None => Err(Error::invalid("either message or digest is required")),
     }
 }
 
@@ -169,7 +167,7 @@ fn key_to_pb(k: KeyInfo) -> pb::Key {
 }
 
 fn subject(s: Option<pb::CertificateSubject>) -> Result<CertSubject, Error> {
-    let s = s.ok_or_else(|| Error::InvalidArgument("a subject is required, e.g. CN=device-1,O=Example".into()))?;
+    let s = s.ok_or_else(|| Error::from(Invalid::from(SubjectArg::Required)))?;
     CertSubject::parse(&s.subject, &s.dns_names, &s.ip_addresses, &s.uris)
 }
 
@@ -302,7 +300,7 @@ impl KeyService for KeyRpc {
                     let out = match pb::SignPurpose::try_from(r.purpose) {
                         Ok(pb::SignPurpose::Unspecified) => vault.sign(&n, request, auth).await?,
                         Ok(pb::SignPurpose::Ssh) => vault.sign_ssh(&n, request, auth).await?,
-                        Err(_) => return Err(Error::InvalidArgument(format!("unknown sign purpose {}", r.purpose))),
+                        Err(_) => return Err(Invalid::Unknown { what: "sign purpose", value: r.purpose }.into()),
                     };
                     Ok(pb::SignResponse {
                         signature: out.signature,

@@ -23,7 +23,7 @@ use tpm_vault_proto::v1::seal_service_server::SealServiceServer;
 use tpm_vault_proto::v1::status_service_server::StatusServiceServer;
 
 use crate::auth::{limits, Access, Operation};
-use crate::error::Error;
+use crate::error::{Error, Invalid, PcrArg};
 use crate::model::{KeyName, PcrBank, PcrSelection, PcrTarget};
 use crate::observe::metrics::Metrics;
 use crate::store::OwnerCheck;
@@ -191,16 +191,16 @@ pub(crate) fn pcr_binding(b: tpm_vault_proto::v1::PcrBinding) -> Result<PcrTarge
     let mut sorted = indices.clone();
     sorted.sort_unstable();
     if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
-        return Err(Error::InvalidArgument(format!("PCR {} is listed twice", w[0])));
+        return Err(Invalid::from(PcrArg::ListedTwice(w[0])).into());
     }
     if b.values.is_empty() {
         return Ok(PcrTarget { selection, values: None });
     }
     if b.values.len() != indices.len() {
-        return Err(Error::InvalidArgument(format!("{} PCR values given for {} PCRs", b.values.len(), indices.len())));
+        return Err(Invalid::from(PcrArg::ValueCount { values: b.values.len(), pcrs: indices.len() }).into());
     }
     if b.values.iter().any(|v| v.len() != bank.digest_len()) {
-        return Err(Error::InvalidArgument(format!("{} PCR values are {} bytes", bank.as_str(), bank.digest_len())));
+        return Err(Invalid::from(PcrArg::ValueLength { bank: bank.as_str(), len: bank.digest_len() }).into());
     }
     // Reorder the values to the selection's ascending order.
     let mut pairs: Vec<(u32, Vec<u8>)> = indices.into_iter().zip(b.values).collect();

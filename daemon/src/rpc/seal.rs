@@ -8,7 +8,7 @@ use zeroize::Zeroizing;
 
 use super::{pcr_binding, Call, Ctx};
 use crate::auth::{owner_of, Operation};
-use crate::error::Error;
+use crate::error::{Error, Invalid, PcrArg};
 use crate::model::{KeyName, PcrBank, PcrSelection, PcrTarget};
 use crate::vault::seal::{authority_der, SealTarget, SignedPolicy};
 use crate::vault::Resource;
@@ -105,7 +105,7 @@ impl SealService for SealRpc {
                     } else {
                         Some(
                             pb::SignedPolicy::decode(r.signed_policy.as_slice())
-                                .map_err(|e| Error::InvalidArgument(format!("signed policy does not decode: {e}")))?,
+                                .map_err(|e| Error::invalid(format!("signed policy does not decode: {e}")))?,
                         )
                     };
                     let approval = approval.map(SignedPolicy::from);
@@ -125,11 +125,9 @@ impl SealService for SealRpc {
                 Operation::Sign,
                 |r| &r.key_name,
                 |r, key, vault| async move {
-                    let binding =
-                        r.pcrs.ok_or_else(|| Error::InvalidArgument("pcrs with values are required".into()))?;
+                    let binding = r.pcrs.ok_or(Invalid::Pcr(PcrArg::BindingRequired))?;
                     let PcrTarget { selection, values } = pcr_binding(binding)?;
-                    let values =
-                        values.ok_or_else(|| Error::InvalidArgument("PCR values to approve are required".into()))?;
+                    let values = values.ok_or(Invalid::Pcr(PcrArg::ValuesRequired))?;
                     let signed = vault.sign_policy(&key, selection, values, r.policy_version, r.expires_unix);
                     signed.await.map(pb::SignedPolicy::from)
                 },

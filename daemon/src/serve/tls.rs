@@ -144,7 +144,7 @@ impl TpmSigningKey {
     pub async fn new(vault: &Vault, key: &KeyName) -> Result<Self, Error> {
         let (alg, spki) = vault.public_key(key).await?;
         if alg.has_pq() {
-            return Err(Error::InvalidArgument(format!("key {key} is a {alg} key; TLS needs an ECC or RSA key")));
+            return Err(Error::invalid(format!("key {key} is a {alg} key; TLS needs an ECC or RSA key")));
         }
         Ok(Self {
             vault: vault.clone(),

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use zeroize::Zeroizing;
 
 use super::{blocking, parse_record, unix_now, Loaded, Vault};
-use crate::error::Error;
+use crate::error::{Error, Invalid};
 use crate::model::{KeyAlg, PcrSelection};
 use crate::store::record::RECORD_VERSION;
 use crate::store::{ak_name, KeyRecord};
@@ -36,7 +36,7 @@ impl AkKind {
         match s {
             "" | "ecc-p256" => Ok(Self::Ecc),
             "rsa-2048" => Ok(Self::Rsa),
-            other => Err(Error::InvalidArgument(format!(
+            other => Err(Error::invalid(format!(
                 "unknown attestation key algorithm {other:?}: expected ecc-p256 or rsa-2048"
             ))),
         }
@@ -241,7 +241,7 @@ impl Vault {
     /// [`Error::InvalidArgument`] for a nonce of the wrong size; TPM errors.
     pub async fn certify_srk(&self, nonce: Vec<u8>) -> Result<(Vec<u8>, Vec<u8>, Vec<u8>, AkInfo), Error> {
         if nonce.is_empty() || nonce.len() > MAX_NONCE {
-            return Err(Error::InvalidArgument(format!("nonce must be 1 to {MAX_NONCE} bytes, got {}", nonce.len())));
+            return Err(Invalid::Nonce { max: MAX_NONCE, got: nonce.len() }.into());
         }
         let loaded = self.ak(AkKind::Ecc).await?;
         let ak = loaded.clone();
@@ -316,7 +316,7 @@ pub struct EkInfo {
 
 fn check_nonce(nonce: &[u8]) -> Result<(), Error> {
     if nonce.is_empty() || nonce.len() > MAX_NONCE {
-        return Err(Error::InvalidArgument(format!("nonce must be 1 to {MAX_NONCE} bytes, got {}", nonce.len())));
+        return Err(Invalid::Nonce { max: MAX_NONCE, got: nonce.len() }.into());
     }
     Ok(())
 }
@@ -336,10 +336,10 @@ fn strip_tpm2b(b: &[u8], what: &str, max: usize) -> Result<Vec<u8>, Error> {
     match b.split_first_chunk::<2>() {
         Some((len, rest)) if usize::from(u16::from_be_bytes(*len)) == rest.len() && !rest.is_empty() => {
             if rest.len() > max {
-                return Err(Error::InvalidArgument(format!("{what} is {} bytes; at most {max}", rest.len())));
+                return Err(Error::invalid(format!("{what} is {} bytes; at most {max}", rest.len())));
             }
             Ok(rest.to_vec())
         }
-        _ => Err(Error::InvalidArgument(format!("{what} is not a size-prefixed TPM2B"))),
+        _ => Err(Error::invalid(format!("{what} is not a size-prefixed TPM2B"))),
     }
 }

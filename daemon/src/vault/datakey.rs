@@ -48,7 +48,7 @@ impl DataKey {
     /// stream key does not open (wrong context, tampered header).
     pub fn chunk_key(&self, header: &Header, context: &[u8]) -> Result<Zeroizing<[u8; 32]>, Error> {
         if header.key_id != self.key_id {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::invalid(format!(
                 "the stream was encrypted with another generation of data key {} (deleted and re-created?)",
                 self.name
             )));

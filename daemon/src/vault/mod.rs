@@ -395,13 +395,13 @@ impl Vault {
         let (owner_uid, owner_certificate) = owner.into().to_fields();
         if let Some(a) = &auth {
             if a.len() > MAX_AUTH {
-                return Err(Error::InvalidArgument(format!("key password longer than {MAX_AUTH} bytes")));
+                return Err(Error::invalid(format!("key password longer than {MAX_AUTH} bytes")));
             }
             if pcr.is_some() && !a.is_empty() {
-                return Err(Error::InvalidArgument("a key is either PCR-bound or password-protected, not both".into()));
+                return Err(Error::invalid("a key is either PCR-bound or password-protected, not both"));
             }
             if alg.has_pq() && !a.is_empty() {
-                return Err(Error::InvalidArgument(format!(
+                return Err(Error::invalid(format!(
                     "{alg} keys cannot have a password (their TPM part is a sealed object); bind them to PCRs instead"
                 )));
             }
@@ -551,9 +551,7 @@ impl Vault {
     /// [`Error::InvalidArgument`] for any other string.
     pub fn page_position(&self, caller: &str, token: &str) -> Result<KeyName, Error> {
         let invalid = || {
-            Error::InvalidArgument(
-                "page_token is not one this daemon issued to this client (tokens do not survive a restart)".into(),
-            )
+            Error::invalid("page_token is not one this daemon issued to this client (tokens do not survive a restart)")
         };
         let plain = self.inner.page_key.open(&page_binding(caller), token).ok_or_else(invalid)?;
         let name = std::str::from_utf8(&plain).map_err(|_| invalid())?;
@@ -663,16 +661,15 @@ impl Vault {
         let loaded = self.load(name).await?;
         check_usage(&loaded.record, Usage::Ssh)?;
         let SignInput::Message(message) = &req.input else {
-            return Err(Error::InvalidArgument("an SSH signature takes the whole message, not a digest".into()));
+            return Err(Error::invalid("an SSH signature takes the whole message, not a digest"));
         };
         if message.len() > SignInput::MAX_MESSAGE {
-            return Err(Error::InvalidArgument(format!("message larger than {} bytes", SignInput::MAX_MESSAGE)));
+            return Err(Error::invalid(format!("message larger than {} bytes", SignInput::MAX_MESSAGE)));
         }
-        let not_ssh =
-            |e: crate::crypto::ssh::SshDataError| Error::InvalidArgument(format!("not SSH signing data: {e}"));
+        let not_ssh = |e: crate::crypto::ssh::SshDataError| Error::invalid(format!("not SSH signing data: {e}"));
         let signed = crate::crypto::ssh::parse(message).map_err(not_ssh)?;
         let blob = crate::crypto::ssh::public_key_blob(loaded.record.alg, &loaded.spki)
-            .ok_or_else(|| Error::InvalidArgument(format!("{} keys cannot make SSH signatures", loaded.record.alg)))?;
+            .ok_or_else(|| Error::invalid(format!("{} keys cannot make SSH signatures", loaded.record.alg)))?;
         let (scheme, hash) = crate::crypto::ssh::signing_plan(loaded.record.alg, &blob, &signed, req.scheme, req.hash)
             .map_err(not_ssh)?;
         // Hashed here, so that SHA-1 (`ssh-rsa`) passes as the digest it is for PKCS#1 v1.5.
@@ -751,7 +748,7 @@ impl Vault {
         let loaded = self.load(name).await?;
         let mut record = loaded.record.clone();
         if !usages.is_subset_of(record.usages()) {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::invalid(format!(
                 "key {name} has usages {}: usages can only be narrowed, not widened to {usages}",
                 record.usages()
             )));
@@ -783,7 +780,7 @@ impl Vault {
         let loaded = self.cached(name).ok_or_else(|| Error::not_found(name))?;
         check_usage(&loaded.record, Usage::Sign)?;
         if loaded.record.alg.has_pq() {
-            return Err(Error::InvalidArgument(format!("{} keys cannot sign TLS handshakes", loaded.record.alg)));
+            return Err(Error::invalid(format!("{} keys cannot sign TLS handshakes", loaded.record.alg)));
         }
         // No password here, so nothing for the dictionary-attack guard to count.
         let (job, digest, _) = self.prepare_sign(&loaded, req, None)?;
@@ -810,7 +807,7 @@ impl Vault {
         }
         let (client, auth) = match (loaded.record.has_auth, auth.map(Password::into_parts)) {
             (true, Some((_, a))) if a.len() > MAX_AUTH_VALUE => {
-                return Err(Error::InvalidArgument("key password too long".into()));
+                return Err(Error::invalid("key password too long"));
             }
             (true, Some((client, a))) if !a.is_empty() => (Some(client), Some(a)),
             (true, _) => return Err(Error::from(Denied::NeedsPassword(loaded.record.name.clone()))),
@@ -963,10 +960,10 @@ fn check_usages_suit(alg: KeyAlg, usages: Usages) -> Result<(), Error> {
     if usages.contains(Usage::Ssh)
         && !matches!(alg, KeyAlg::EccP256 | KeyAlg::EccP384 | KeyAlg::Rsa2048 | KeyAlg::Rsa3072)
     {
-        return Err(Error::InvalidArgument(format!("usage ssh needs an ECC or RSA key, not {alg}")));
+        return Err(Error::invalid(format!("usage ssh needs an ECC or RSA key, not {alg}")));
     }
     if usages.contains(Usage::Policy) && alg != KeyAlg::EccP256 {
-        return Err(Error::InvalidArgument(format!("usage policy needs an ecc-p256 key, not {alg}")));
+        return Err(Error::invalid(format!("usage policy needs an ecc-p256 key, not {alg}")));
     }
     Ok(())
 }
