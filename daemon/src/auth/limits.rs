@@ -200,10 +200,16 @@ impl ClientLimits {
     /// [`Error::ClientBusy`] (RESOURCE_EXHAUSTED) after waiting too long.
     pub async fn acquire_call(&self, who: &Identity) -> Result<(OwnedSemaphorePermit, ClientKey), Error> {
         let PerClient { calls: sem, queue_key, .. } = self.client(who)?;
+        let permit = self.wait_for(sem, || Error::ClientBusy(Busy::Calls(self.calls_per_client))).await?;
+        Ok((permit, queue_key))
+    }
+
+    /// A permit of `sem`, waiting up to the configured time; `busy` past it.
+    async fn wait_for(&self, sem: Arc<Semaphore>, busy: impl FnOnce() -> Error) -> Result<OwnedSemaphorePermit, Error> {
         match tokio::time::timeout(self.wait, sem.acquire_owned()).await {
-            Ok(Ok(permit)) => Ok((permit, queue_key)),
+            Ok(Ok(permit)) => Ok(permit),
             Ok(Err(_)) => Err(Error::Internal("limits semaphore closed".into())),
-            Err(_) => Err(Error::ClientBusy(Busy::Calls(self.calls_per_client))),
+            Err(_) => Err(busy()),
         }
     }
 
@@ -215,11 +221,7 @@ impl ClientLimits {
     /// names the quota and when to retry), or after waiting too long for its slot.
     pub async fn acquire_keygen(&self, who: &Identity) -> Result<OwnedSemaphorePermit, Error> {
         let PerClient { keygen: sem, keygen_bucket: bucket, .. } = self.client(who)?;
-        let permit = match tokio::time::timeout(self.wait, sem.acquire_owned()).await {
-            Ok(Ok(permit)) => permit,
-            Ok(Err(_)) => return Err(Error::Internal("limits semaphore closed".into())),
-            Err(_) => return Err(Error::ClientBusy(Busy::KeygenRunning)),
-        };
+        let permit = self.wait_for(sem, || Error::ClientBusy(Busy::KeygenRunning)).await?;
         let taken =
             bucket.lock().map_err(|_| Error::Internal("keygen quota lock".into()))?.take(self.keygen, Instant::now());
         match taken {
@@ -247,11 +249,8 @@ impl ClientLimits {
     /// [`Error::Tpm`] (`QueueFull`, i.e. RESOURCE_EXHAUSTED) after waiting too long.
     pub async fn acquire(&self, who: &Identity) -> Result<(OwnedSemaphorePermit, ClientKey), Error> {
         let PerClient { tpm: sem, queue_key, .. } = self.client(who)?;
-        match tokio::time::timeout(self.wait, sem.acquire_owned()).await {
-            Ok(Ok(permit)) => Ok((permit, queue_key)),
-            Ok(Err(_)) => Err(Error::Internal("limits semaphore closed".into())),
-            Err(_) => Err(Error::Tpm(TpmError::QueueFull(self.per_client))),
-        }
+        let permit = self.wait_for(sem, || Error::Tpm(TpmError::QueueFull(self.per_client))).await?;
+        Ok((permit, queue_key))
     }
 
     /// The per-client limit.
