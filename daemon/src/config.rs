@@ -293,7 +293,7 @@ pub struct TlsListen {
     /// PEM file of the CAs trusted to issue client certificates (read at start).
     pub client_ca: PathBuf,
     /// CA pins: each a PEM file of CAs and the client identity globs only they may vouch for
-    /// (`listen_client_ca_pins`; [`crate::tls::TlsListener::with_pins`]).
+    /// (`listen_client_ca_pins`; [`crate::serve::tls::TlsListener::with_pins`]).
     pub pins: Vec<(PathBuf, Vec<String>)>,
 }
 
@@ -455,7 +455,7 @@ impl Config {
 }
 
 /// Bounds on what a client may hold open, checked before any request is authorized (see
-/// `docs/CONFIG.md` and [`crate::bounds`]).
+/// `docs/CONFIG.md` and [`crate::serve::bounds`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServeLimits {
     /// Connections on the Unix socket in all, and on the TLS listener in all unless
@@ -467,7 +467,7 @@ pub struct ServeLimits {
     pub max_streams_per_connection: u32,
     /// Connections on the TLS listener when they differ from `max_connections`: not a setting,
     /// but what start-up leaves when the file-descriptor limit cannot hold both
-    /// ([`crate::fdlimit::fit`]).
+    /// ([`crate::serve::fdlimit::fit`]).
     pub max_tls_connections: Option<usize>,
 }
 

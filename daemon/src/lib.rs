@@ -2,8 +2,9 @@
 //!
 //! # Public face
 //! The modules are private; what other crates use is re-exported here, and nothing more:
-//! - [`Vault`] with [`VaultConfig`], [`SignRequest`], [`SealTarget`], [`QueueConfig`] and the
-//!   errors [`Error`] (with [`Denied`]) and [`TpmError`]: key operations in-process, as the benches, the fuzz
+//! - [`Vault`] with [`VaultConfig`], [`SignRequest`], [`SealTarget`], [`QueueConfig`],
+//!   [`ClientKey`] (whose TPM jobs they are: [`ClientKey::DAEMON`] for in-process users) and the
+//!   errors [`Error`] (with [`Denied`] and [`Invalid`]) and [`TpmError`]: key operations in-process, as the benches, the fuzz
 //!   seeds and the tests drive them; [`model`]: the validated domain types they take.
 //! - [`daemon`]: what the `tpm-vaultd` binary and the integration tests need to run and serve
 //!   the daemon (configuration, listeners, serving, access policies, audit, metrics).
@@ -14,33 +15,16 @@
 //!   digests, store records, certificate chains, signed PCR policies).
 //!
 //! # Layout
-//! Modules follow the request path:
-//! - [`rpc`]: gRPC services; converts proto input into [`model`] types at the edge, accounts
-//!   for every call once (metrics and audit, `rpc/call.rs`) and builds every `tonic::Status`
-//!   in one place (`rpc/error_status.rs`); `rpc/info.rs` is the StatusService (daemon and TPM
-//!   state).
+//! Modules follow the request path, one line each:
+//! - [`serve`]: listeners, TLS, connection and message bounds, descriptor limit, systemd, lifecycle.
+//! - [`rpc`]: gRPC services; proto input to [`model`] types, per-call accounting, every `tonic::Status`.
 //! - [`auth`]: who the peer is, the access policies, per-client limits and the audit log.
-//! - [`vault`]: key operations (create, sign, seal, data keys, ...) combining the store, the
-//!   TPM actor and in-core cryptography; it speaks no TPM or proto type.
-//! - [`tpm`]: the actor thread and the connection it owns (ESAPI context, SRK, sessions,
-//!   loaded objects); the only code that touches `tss_esapi`.
-//! - [`store`]: the state directory (one crash-safe record table per kind), trusted only when
-//!   nobody else can change it, read without following links or waiting on FIFOs.
-//! - [`crypto`]: in-core cryptography: signature verification, the envelopes' AEAD, the
-//!   stream format, the DRBG every key comes from, opaque page tokens, and the post-quantum
-//!   algorithms.
-//! - [`model`]: validated domain types; [`error`]: the error type; [`metrics`]: counters.
-//! - [`bounds`]: connection and message bounds that hold before authorization; [`fdlimit`]:
-//!   the descriptor limit raised at start and the connection bounds fitted into it.
-//! - [`config`], [`server`], [`simulator`]: configuration, the listener/lifecycle, and the
-//!   private swtpm used when the machine has no TPM; [`spawn`]: child processes that
-//!   inherit no TPM socket.
-//! - [`tls`]: TPM-resident TLS keys in-process (a rustls signing key over the TPM actor) and
-//!   the `--listen` gRPC-over-TLS listener with client certificates.
-//! - [`logwriter`]: log and audit lines to stderr in batches, off the request path; loggers
-//!   never wait (past its bounds lines are dropped, counted and reported).
-//! - [`systemd`], [`telemetry`]: readiness, stopping and watchdog messages to systemd, and the
-//!   optional Prometheus endpoint, with the `process_*` figures of [`process_metrics`].
+//! - [`vault`]: key operations over the store, the TPM actor and in-core cryptography; no TPM or proto type.
+//! - [`tpm`]: the actor thread and the connection it owns (the only `tss_esapi` code); the private swtpm.
+//! - [`store`]: the state directory: crash-safe record tables, trusted only when nobody else can change it.
+//! - [`crypto`]: in-core cryptography: verification, AEAD, streams, the DRBG, page tokens, post-quantum.
+//! - [`observe`]: counters, the Prometheus endpoint, process figures, the batched log writer.
+//! - [`model`]: validated domain types; [`error`]: the error type; [`config`]: configuration.
 //! - `fuzzing` (hidden): the fuzz targets' way into parsers private to their modules.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![deny(missing_docs, missing_debug_implementations)]
@@ -51,29 +35,20 @@
 #![allow(rustdoc::private_intra_doc_links)]
 
 mod auth;
-mod bounds;
 mod config;
 mod crypto;
 mod error;
-mod fdlimit;
-mod logwriter;
-mod metrics;
 pub mod model;
-mod process_metrics;
+mod observe;
 mod rpc;
-mod server;
-mod simulator;
-mod spawn;
+mod serve;
 mod store;
-mod systemd;
-mod telemetry;
-mod tls;
 mod tpm;
 mod vault;
 
 pub use auth::Denied;
-pub use error::Error;
-pub use tpm::{QueueConfig, TpmError};
+pub use error::{Busy, ChainArg, Error, Invalid, PcrArg, StreamArg, SubjectArg};
+pub use tpm::{ClientKey, QueueConfig, TpmError};
 pub use vault::{SealTarget, SignRequest, Vault, VaultConfig};
 
 /// Running the daemon: what `tpm-vaultd` (`main.rs`) and the integration tests use to
@@ -87,19 +62,20 @@ pub mod daemon {
         check_audit_log, check_policies, check_state_dir, default_worker_threads, Args, Config, FileConfig, LogFormat,
         PolicyCheck, ResourceManagerSetting, ServeLimits,
     };
-    pub use crate::fdlimit::{
+    pub use crate::observe::logwriter::{BatchedWriter, FlushGuard};
+    pub use crate::observe::metrics::Metrics;
+    pub use crate::observe::telemetry::MetricsSource;
+    pub use crate::rpc::Ctx;
+    pub use crate::serve::app::main;
+    pub use crate::serve::fdlimit::{
         fit as fit_connections, planned as planned_nofile, raise as raise_nofile, Fitted, NoFile, FD_RESERVE,
     };
-    pub use crate::logwriter::{BatchedWriter, FlushGuard};
-    pub use crate::metrics::Metrics;
-    pub use crate::rpc::Ctx;
-    pub use crate::server::{
+    pub use crate::serve::server::{
         activated_listener, bind_unix, run, serve_ctx, serve_ctx_with_tls, serve_with_limits, ServerError,
         HTTP2_MAX_FRAME,
     };
+    pub use crate::serve::tls::{client_identity, provider, TlsListener};
     pub use crate::store::OwnerCheck;
-    pub use crate::telemetry::MetricsSource;
-    pub use crate::tls::{client_identity, provider, TlsListener};
     pub use crate::tpm::{DaState, PolicyAuth, ResourceManager};
     pub use crate::vault::seal::SignedPolicy;
     pub use crate::vault::{Client, LockoutConfig, Password};
@@ -108,8 +84,8 @@ pub mod daemon {
 /// The test and benchmark harness: a private swtpm per test, the port pair it listens on,
 /// and children that inherit no TPM socket.
 pub mod harness {
-    pub use crate::simulator::{claim_port_pair, Swtpm};
-    pub use crate::spawn::CloseInheritedFds;
+    pub use crate::tpm::simulator::{claim_port_pair, Swtpm};
+    pub use crate::tpm::spawn::CloseInheritedFds;
 }
 
 /// Byte-level formats and checks the benches and fuzz targets use directly, without a vault.
@@ -160,7 +136,7 @@ pub mod formats {
 pub mod fuzzing {
     use crate::error::Error;
     use crate::model::PcrTarget;
-    use crate::telemetry::Request;
+    use crate::observe::telemetry::Request;
 
     /// The `PcrBinding` of Seal, CreateKey, CreateDataKey, Quote and ReadPcrs as the RPC layer
     /// parses it.

@@ -62,7 +62,7 @@ async fn password_vault_with(max_tries: Option<u32>, names: &[&str], lockout: Lo
 
 /// The TPM's counter and maximum, read through the daemon's own TPM connection.
 async fn da_state(vault: &Vault) -> DaState {
-    vault.tpm().call("da", |tpm| tpm.da_state()).await.expect("TPM2_GetCapability")
+    vault.tpm().call(tpm_vault_daemon::ClientKey::DAEMON, "da", |tpm| tpm.da_state()).await.expect("TPM2_GetCapability")
 }
 
 fn create(name: &str, auth: &[u8]) -> pb::CreateKeyRequest {

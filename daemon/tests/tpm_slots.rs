@@ -4,6 +4,7 @@
 //! leaves another client's signatures fast, with the default slot limit and without one; and a
 //! call that needs two operations (a self-signed certificate: sign and create) takes one slot,
 //! so the client's whole limit of them in flight cannot deadlock, and writes one audit record.
+//! The vault a call works through queues its TPM jobs in the call's client's lane.
 
 mod support;
 
@@ -224,4 +225,38 @@ async fn concurrent_self_signed_certificates_finish_with_one_slot_and_one_record
     // The key's own creation is one of the create records.
     assert_eq!((records.len(), certificates), (CALLS + 1, CALLS + 1), "{log}");
     env.stop().await;
+}
+
+/// The vault a call works through queues its TPM jobs as the call's client (`Vault::for_client`,
+/// the key the RPC layer passes down): a client's PCR read overtakes a backlog of the daemon's
+/// own jobs instead of waiting behind all of it. With the key lost on the way (every job in
+/// the daemon's lane) the read waits for the whole backlog, 20 × 50 ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_jobs_queue_in_its_own_lane() {
+    use tpm_vault_daemon::model::PcrSelection;
+    use tpm_vault_daemon::ClientKey;
+    let env = TpmEnv::start();
+    let vault = env.vault().await;
+    let backlog: Vec<_> = (0..20)
+        .map(|_| {
+            let tpm = vault.tpm().clone();
+            tokio::spawn(async move {
+                tpm.call(ClientKey::DAEMON, "backlog", |_| {
+                    std::thread::sleep(Duration::from_millis(50));
+                    Ok(())
+                })
+                .await
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let selection = PcrSelection::new(PcrBank::Sha256, &[9]).expect("selection");
+    let start = Instant::now();
+    vault.for_client(ClientKey::new(7)).pcr_read(&selection).await.expect("pcr read");
+    let took = start.elapsed();
+    for job in backlog {
+        job.await.expect("backlog task").expect("backlog job");
+    }
+    assert!(took < Duration::from_millis(500), "the client's read waited {took:?} behind the daemon's backlog");
+    vault.shutdown(Duration::from_secs(5)).await;
 }

@@ -35,12 +35,16 @@ async fn sealed_bytes_never_cross_the_tpm_interface_in_clear() {
     let sealed = secret.clone();
     let object = vault
         .tpm()
-        .call("create", move |tpm| tpm.seal_key(Some(&policy), &sealed))
+        .call(tpm_vault_daemon::ClientKey::DAEMON, "create", move |tpm| tpm.seal_key(Some(&policy), &sealed))
         .await
         .expect("create sealed object");
     let blob = KeyBlob::try_from(&object).expect("stored object loads");
     let auth = PolicyAuth::Pcr(sel.clone());
-    let opened = vault.tpm().call("unseal", move |tpm| tpm.unseal(&blob, Some(&auth))).await.expect("unseal");
+    let opened = vault
+        .tpm()
+        .call(tpm_vault_daemon::ClientKey::DAEMON, "unseal", move |tpm| tpm.unseal(&blob, Some(&auth)))
+        .await
+        .expect("unseal");
     assert_eq!(opened.as_slice(), secret.as_slice(), "round trip through the TPM");
     assert!(!proxy.contains(&secret), "the sealed secret crossed the wire in clear");
 

@@ -95,7 +95,11 @@ async fn handoff(vault: &Vault, timing: Timing, pids: Pids) -> Result<Measuremen
     let short =
         Timing { warmup: Duration::from_millis(50), window: (timing.window / 10).max(Duration::from_millis(200)) };
     timed_async(short, pids, || async {
-        vault.tpm().call("bench-noop", |_tpm| Ok(())).await.map_err(anyhow::Error::from)
+        vault
+            .tpm()
+            .call(tpm_vault_daemon::ClientKey::DAEMON, "bench-noop", |_tpm| Ok(()))
+            .await
+            .map_err(anyhow::Error::from)
     })
     .await
 }

@@ -2,7 +2,7 @@
 //! (time, client, where a local client's groups came from, operation, key, decision, rule,
 //! outcome), and optionally the same as JSON lines appended to a file in batches by a
 //! background thread ([`BatchedWriter`]: loggers never wait for it; past its bound it drops
-//! lines, counted and reported, see [`crate::logwriter`]). Never contains secrets.
+//! lines, counted and reported, see [`crate::observe::logwriter`]). Never contains secrets.
 //!
 //! Repeated refusals are aggregated, so a client with no rights cannot flood the journal: of
 //! the requests refused for one client (uid or certificate subject), operation and reason
@@ -25,7 +25,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::{Identity, Operation};
-use crate::logwriter::{BatchedWriter, FlushGuard};
+use crate::observe::logwriter::{BatchedWriter, FlushGuard};
 
 /// Refusals written one by one per client, operation and reason in each [`DENIAL_WINDOW`].
 pub const DENIALS_IN_FULL: u64 = 5;

@@ -1,7 +1,8 @@
 //! Why a request was refused permission: one typed reason per way the daemon says no, whose
 //! text is what the peer reads (PERMISSION_DENIED, built in `rpc/error_status.rs`).
 
-use super::{Identity, Operation};
+use super::peer::Identity;
+use super::policy::Operation;
 use crate::model::{KeyName, Usage, Usages};
 
 /// A refused permission ([`crate::Error::PermissionDenied`]).

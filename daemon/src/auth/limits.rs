@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::Identity;
-use crate::error::Error;
+use crate::error::{Busy, Error};
 use crate::tpm::{ClientKey, TpmError};
 
 /// Default in-flight TPM requests per client.
@@ -194,19 +194,22 @@ impl ClientLimits {
     }
 
     /// Takes one of `who`'s slots for a request that needs no TPM, waiting for one if the
-    /// client is at its limit.
+    /// client is at its limit; with it, the client's key in the TPM queue.
     ///
     /// # Errors
     /// [`Error::ClientBusy`] (RESOURCE_EXHAUSTED) after waiting too long.
-    pub async fn acquire_call(&self, who: &Identity) -> Result<OwnedSemaphorePermit, Error> {
-        let sem = self.client(who)?.calls;
+    pub async fn acquire_call(&self, who: &Identity) -> Result<(OwnedSemaphorePermit, ClientKey), Error> {
+        let PerClient { calls: sem, queue_key, .. } = self.client(who)?;
+        let permit = self.wait_for(sem, || Error::ClientBusy(Busy::Calls(self.calls_per_client))).await?;
+        Ok((permit, queue_key))
+    }
+
+    /// A permit of `sem`, waiting up to the configured time; `busy` past it.
+    async fn wait_for(&self, sem: Arc<Semaphore>, busy: impl FnOnce() -> Error) -> Result<OwnedSemaphorePermit, Error> {
         match tokio::time::timeout(self.wait, sem.acquire_owned()).await {
             Ok(Ok(permit)) => Ok(permit),
             Ok(Err(_)) => Err(Error::Internal("limits semaphore closed".into())),
-            Err(_) => Err(Error::ClientBusy(format!(
-                "too many requests in flight from this client (at most {} at once); retry later",
-                self.calls_per_client
-            ))),
+            Err(_) => Err(busy()),
         }
     }
 
@@ -218,25 +221,16 @@ impl ClientLimits {
     /// names the quota and when to retry), or after waiting too long for its slot.
     pub async fn acquire_keygen(&self, who: &Identity) -> Result<OwnedSemaphorePermit, Error> {
         let PerClient { keygen: sem, keygen_bucket: bucket, .. } = self.client(who)?;
-        let permit = match tokio::time::timeout(self.wait, sem.acquire_owned()).await {
-            Ok(Ok(permit)) => permit,
-            Ok(Err(_)) => return Err(Error::Internal("limits semaphore closed".into())),
-            Err(_) => {
-                return Err(Error::ClientBusy(
-                    "this client's earlier RSA key creation is still running (one at a time); retry later".into(),
-                ))
-            }
-        };
+        let permit = self.wait_for(sem, || Error::ClientBusy(Busy::KeygenRunning)).await?;
         let taken =
             bucket.lock().map_err(|_| Error::Internal("keygen quota lock".into()))?.take(self.keygen, Instant::now());
         match taken {
             Ok(()) => Ok(permit),
-            Err(wait) => Err(Error::ClientBusy(format!(
-                "RSA key creation quota spent: at most {} RSA key creations per minute per client (bursts of {}); retry in {} s",
-                self.keygen.per_minute,
-                self.keygen.burst,
-                wait.as_secs().max(1)
-            ))),
+            Err(wait) => Err(Error::ClientBusy(Busy::KeygenQuota {
+                per_minute: self.keygen.per_minute,
+                burst: self.keygen.burst,
+                retry_s: wait.as_secs().max(1),
+            })),
         }
     }
 
@@ -255,11 +249,8 @@ impl ClientLimits {
     /// [`Error::Tpm`] (`QueueFull`, i.e. RESOURCE_EXHAUSTED) after waiting too long.
     pub async fn acquire(&self, who: &Identity) -> Result<(OwnedSemaphorePermit, ClientKey), Error> {
         let PerClient { tpm: sem, queue_key, .. } = self.client(who)?;
-        match tokio::time::timeout(self.wait, sem.acquire_owned()).await {
-            Ok(Ok(permit)) => Ok((permit, queue_key)),
-            Ok(Err(_)) => Err(Error::Internal("limits semaphore closed".into())),
-            Err(_) => Err(Error::Tpm(TpmError::QueueFull(self.per_client))),
-        }
+        let permit = self.wait_for(sem, || Error::Tpm(TpmError::QueueFull(self.per_client))).await?;
+        Ok((permit, queue_key))
     }
 
     /// The per-client limit.
@@ -359,12 +350,7 @@ pub async fn reserve(bytes: usize) -> Result<(), Error> {
     let permit = match tokio::time::timeout(budget.wait, budget.bytes.clone().acquire_many_owned(n)).await {
         Ok(Ok(permit)) => permit,
         Ok(Err(_)) => return Err(Error::Internal("response budget semaphore closed".into())),
-        Err(_) => {
-            return Err(Error::ClientBusy(format!(
-                "this client has {} bytes of responses it has not read yet; read them, then retry",
-                budget.total
-            )))
-        }
+        Err(_) => return Err(Error::ClientBusy(Busy::ResponseBytes(budget.total))),
     };
     let _ = RESERVED.try_with(|r| {
         let mut r = r.borrow_mut();
@@ -446,12 +432,12 @@ mod tests {
         let b = Identity::Cert { subject: "CN=b".into() };
         let first = limits.acquire_keygen(&a).await.expect("first");
         let busy = limits.acquire_keygen(&a).await;
-        assert!(matches!(&busy, Err(Error::ClientBusy(m)) if m.contains("one at a time")), "{busy:?}");
+        assert!(matches!(&busy, Err(Error::ClientBusy(m)) if m.to_string().contains("one at a time")), "{busy:?}");
         let other = limits.acquire_keygen(&b).await.expect("another client");
         drop((first, other));
         drop(limits.acquire_keygen(&a).await.expect("second of the burst"));
         let spent = limits.acquire_keygen(&a).await;
-        assert!(matches!(&spent, Err(Error::ClientBusy(m)) if m.contains("quota")), "{spent:?}");
+        assert!(matches!(&spent, Err(Error::ClientBusy(m)) if m.to_string().contains("quota")), "{spent:?}");
     }
 
     /// Reservations come from the budget and go back when dropped; a response larger than the

@@ -5,7 +5,7 @@
 //! [`Access::authorize`] before doing anything.
 
 pub mod audit;
-mod denied;
+pub mod denied;
 pub mod limits;
 pub mod peer;
 pub mod policy;
@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 pub use denied::Denied;
-pub use peer::{identity, owner_of, peer_groups, GroupsSource, Identity, Peer, UnixConnectInfo, UnixIdentity};
+pub use peer::{identity, peer_groups, GroupsSource, Identity, Peer, UnixConnectInfo, UnixIdentity};
 pub use policy::{Decision, Operation, Policy, PolicyError};
 
 use crate::error::Error;
@@ -117,14 +117,15 @@ impl Access {
     }
 
     /// Takes one of the granted client's slots for a request that needs no TPM (see
-    /// [`limits`]): held in the grant until the call ends.
+    /// [`limits`]): held in the grant until the call ends. Returns the client's key in the TPM
+    /// queue, for what such a request still queues there.
     ///
     /// # Errors
     /// RESOURCE_EXHAUSTED after waiting too long for a slot.
-    pub async fn take_call_slot(&self, grant: &mut Grant) -> Result<(), Error> {
-        let permit = self.limits.acquire_call(&grant.who).await?;
+    pub async fn take_call_slot(&self, grant: &mut Grant) -> Result<crate::tpm::ClientKey, Error> {
+        let (permit, queue_key) = self.limits.acquire_call(&grant.who).await?;
         grant.slot = Some(Arc::new(permit));
-        Ok(())
+        Ok(queue_key)
     }
 
     /// `who`'s budget of response bytes in flight (see [`limits`]).
@@ -233,6 +234,19 @@ impl Access {
     pub fn undecided(&self, who: Option<&Identity>, op: Operation, key: Option<&str>, outcome: &str) {
         self.audit.record(who.unwrap_or(&Identity::Unknown), op, key, "none", None, outcome);
     }
+}
+
+/// The owner a record made by the client of `req` gets ([`Identity::owner`]), without
+/// resolving names: the certificate identity the TLS listener attached, or the peer's uid.
+///
+/// # Errors
+/// [`Error::PermissionDenied`] for a client without identity (which no rule grants anyway).
+pub fn owner_of<T>(req: &tonic::Request<T>) -> Result<Owner, Error> {
+    let owner = match req.extensions().get::<Identity>() {
+        Some(id) => id.owner(),
+        None => peer::Peer::of(req).map(|p| Owner::Uid(p.uid)),
+    };
+    owner.ok_or(Error::from(Denied::IdentityUnknown { op: None }))
 }
 
 #[cfg(test)]

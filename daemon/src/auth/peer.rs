@@ -12,7 +12,6 @@ use std::sync::Arc;
 
 use tonic::transport::server::UdsConnectInfo;
 
-use crate::error::Error;
 use crate::model::Owner;
 
 /// An authenticated client.
@@ -212,19 +211,6 @@ pub fn identity<T>(req: &tonic::Request<T>) -> Option<Identity> {
     }
     let p = Peer::of(req)?;
     Some(Identity::Unix(resolve_cached(p)))
-}
-
-/// The owner a record made by the client of `req` gets ([`Identity::owner`]), without
-/// resolving names: the certificate identity the TLS listener attached, or the peer's uid.
-///
-/// # Errors
-/// [`Error::PermissionDenied`] for a client without identity (which no rule grants anyway).
-pub fn owner_of<T>(req: &tonic::Request<T>) -> Result<Owner, Error> {
-    let owner = match req.extensions().get::<Identity>() {
-        Some(id) => id.owner(),
-        None => Peer::of(req).map(|p| Owner::Uid(p.uid)),
-    };
-    owner.ok_or(Error::from(super::Denied::IdentityUnknown { op: None }))
 }
 
 /// How long a resolved user/group lookup is reused. Name and group changes take effect within

@@ -22,7 +22,7 @@ use std::str::FromStr;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::Identity;
+use super::peer::Identity;
 use crate::model::{KeyName, Owner};
 
 pub use tpm_vault_proto::operation::Operation;

@@ -78,7 +78,7 @@ impl Drbg {
     /// [`Error::InvalidArgument`] over [`MAX_REQUEST`]; [`Error::Internal`] on cipher failure.
     pub fn fill(&self, out: &mut [u8]) -> Result<(), Error> {
         if out.len() > MAX_REQUEST {
-            return Err(Error::InvalidArgument(format!("at most {MAX_REQUEST} random bytes per request")));
+            return Err(Error::invalid(format!("at most {MAX_REQUEST} random bytes per request")));
         }
         // Derive this request's key and the next state from the current state: 64 bytes of
         // keystream, first half the request key, second half the new state.

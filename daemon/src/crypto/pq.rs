@@ -137,13 +137,13 @@ pub fn check_public_key(alg: KeyAlg, raw: &[u8]) -> Result<(), String> {
 /// present, a BIT STRING with unused bits, an ML-DSA key of the wrong length, or an ML-KEM key
 /// of the wrong size or with a coefficient not below the modulus.
 pub fn raw_public_key(alg: KeyAlg, der: &[u8]) -> Result<Vec<u8>, Error> {
-    let bad = |why: String| Error::InvalidArgument(format!("{alg} public key: {why}"));
+    let bad = |why: String| Error::invalid(format!("{alg} public key: {why}"));
     let spki = SubjectPublicKeyInfoRef::from_der(der).map_err(|e| bad(e.to_string()))?;
     if Some(spki.algorithm.oid) != oid(alg) || spki.algorithm.parameters.is_some() {
         return Err(bad(format!("algorithm is {}, not id-{alg}", spki.algorithm.oid)));
     }
     let raw = spki.subject_public_key.as_bytes().ok_or_else(|| bad("BIT STRING has unused bits".into()))?;
-    check_public_key(alg, raw).map_err(Error::InvalidArgument)?;
+    check_public_key(alg, raw).map_err(Error::invalid)?;
     Ok(raw.to_vec())
 }
 
@@ -153,9 +153,8 @@ pub fn raw_public_key(alg: KeyAlg, der: &[u8]) -> Result<Vec<u8>, Error> {
 /// # Errors
 /// [`Error::InvalidArgument`] if `alg` is not ML-DSA or `pk` is not of its length.
 pub fn verify_ml_dsa(alg: KeyAlg, pk: &[u8], message: &[u8], sig: &[u8]) -> Result<bool, Error> {
-    let params =
-        ml_dsa_verification(alg).ok_or_else(|| Error::InvalidArgument(format!("{alg} is not an ML-DSA algorithm")))?;
-    check_public_key(alg, pk).map_err(Error::InvalidArgument)?;
+    let params = ml_dsa_verification(alg).ok_or_else(|| Error::invalid(format!("{alg} is not an ML-DSA algorithm")))?;
+    check_public_key(alg, pk).map_err(Error::invalid)?;
     Ok(UnparsedPublicKey::new(params, pk).verify(message, sig).is_ok())
 }
 
@@ -170,7 +169,7 @@ pub fn verify_ml_dsa(alg: KeyAlg, pk: &[u8], message: &[u8], sig: &[u8]) -> Resu
 pub fn verify_hybrid(ecdsa_spki: &[u8], ml_dsa_pk: &[u8], message: &[u8], sig: &[u8]) -> Result<bool, Error> {
     use p256::ecdsa::signature::Verifier;
     use p256::pkcs8::DecodePublicKey;
-    check_public_key(KeyAlg::MlDsa65, ml_dsa_pk).map_err(Error::InvalidArgument)?;
+    check_public_key(KeyAlg::MlDsa65, ml_dsa_pk).map_err(Error::invalid)?;
     let Ok(parts) = hybrid::HybridSignature::decode(sig) else {
         return Ok(false);
     };

@@ -10,6 +10,6 @@ pub use tpm_vault_proto::stream::{
 
 impl From<StreamError> for crate::error::Error {
     fn from(e: StreamError) -> Self {
-        crate::error::Error::InvalidArgument(e.0)
+        crate::error::Error::invalid(e.0)
     }
 }

@@ -66,6 +66,6 @@ pub fn verify_digest(
             Ok(ok.is_ok())
         }
         // ML-DSA signs whole messages (see `crypto::pq`); `check_scheme` refused ML-KEM above.
-        other => Err(Error::InvalidArgument(format!("{other} signatures cannot be checked against a digest"))),
+        other => Err(Error::invalid(format!("{other} signatures cannot be checked against a digest"))),
     }
 }

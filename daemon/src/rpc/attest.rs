@@ -9,7 +9,7 @@ use tpm_vault_proto::v1::attestation_service_server::AttestationService;
 use super::key::pem_public_key;
 use super::{pcr_binding, Ctx};
 use crate::auth::Operation;
-use crate::error::Error;
+use crate::error::{Error, Invalid, PcrArg};
 use crate::model::{PcrBank, PcrSelection};
 use crate::vault::attest::AkKind;
 
@@ -30,7 +30,7 @@ fn selection(b: Option<pb::PcrBinding>, default: &[u32]) -> Result<PcrSelection,
     match b {
         Some(b) if !b.pcrs.is_empty() => {
             if !b.values.is_empty() {
-                return Err(Error::InvalidArgument("PCR values are not accepted here".into()));
+                return Err(Invalid::from(PcrArg::ValuesNotAccepted).into());
             }
             Ok(pcr_binding(b)?.selection)
         }
@@ -86,9 +86,9 @@ impl AttestationService for AttestRpc {
         req: Request<pb::GetAttestationKeyRequest>,
     ) -> Result<Response<pb::AttestationKey>, Status> {
         self.ctx
-            .on_vault("GetAttestationKey", req, Operation::Quote, |r| async move {
-                let ak = self.ctx.vault.attestation_key_of(AkKind::parse(&r.ak_alg)?).await?;
-                let ek = self.ctx.vault.endorsement_key_info().await?;
+            .on_vault("GetAttestationKey", req, Operation::Quote, |r, vault| async move {
+                let ak = vault.attestation_key_of(AkKind::parse(&r.ak_alg)?).await?;
+                let ek = vault.endorsement_key_info().await?;
                 let cert = ek.certificate;
                 let note = if cert.is_none() {
                     "this TPM has no EK certificate in NV (common for firmware TPMs and swtpm without swtpm_setup): \
@@ -114,10 +114,10 @@ impl AttestationService for AttestRpc {
 
     async fn quote(&self, req: Request<pb::QuoteRequest>) -> Result<Response<pb::QuoteResponse>, Status> {
         self.ctx
-            .on_vault("Quote", req, Operation::Quote, |r| async move {
+            .on_vault("Quote", req, Operation::Quote, |r, vault| async move {
                 let sel = selection(r.pcrs, &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9])?;
                 let kind = AkKind::parse(&r.ak_alg)?;
-                let q = self.ctx.vault.quote_with(kind, sel.clone(), r.nonce).await?;
+                let q = vault.quote_with(kind, sel.clone(), r.nonce).await?;
                 Ok(pb::QuoteResponse {
                     attest: q.attest,
                     signature: q.signature,
@@ -132,10 +132,10 @@ impl AttestationService for AttestRpc {
 
     async fn read_pcrs(&self, req: Request<pb::ReadPcrsRequest>) -> Result<Response<pb::ReadPcrsResponse>, Status> {
         self.ctx
-            .on_vault("ReadPcrs", req, Operation::Quote, |r| async move {
+            .on_vault("ReadPcrs", req, Operation::Quote, |r, vault| async move {
                 let all: Vec<u32> = (0..24).collect();
                 let sel = selection(r.pcrs, &all)?;
-                let values = self.ctx.vault.pcr_read(&sel).await?;
+                let values = vault.pcr_read(&sel).await?;
                 Ok(pb::ReadPcrsResponse { pcr_bank: sel.bank.as_str().into(), pcrs: indices(&sel), pcr_values: values })
             })
             .await
@@ -146,11 +146,10 @@ impl AttestationService for AttestRpc {
         req: Request<pb::ActivateCredentialRequest>,
     ) -> Result<Response<pb::ActivateCredentialResponse>, Status> {
         self.ctx
-            .on_vault("ActivateCredential", req, Operation::Quote, |r| async move {
+            .on_vault("ActivateCredential", req, Operation::Quote, |r, vault| async move {
                 // The zeroizing buffer moves into the response (`tpm_vault_proto::secret`).
                 let kind = AkKind::parse(&r.ak_alg)?;
-                let secret =
-                    self.ctx.vault.activate_credential_with(kind, &r.credential_blob, &r.encrypted_secret).await?;
+                let secret = vault.activate_credential_with(kind, &r.credential_blob, &r.encrypted_secret).await?;
                 Ok(pb::ActivateCredentialResponse { secret })
             })
             .await
@@ -161,9 +160,9 @@ impl AttestationService for AttestRpc {
         req: Request<pb::CertifyAttestationKeyRequest>,
     ) -> Result<Response<pb::CertifyAttestationKeyResponse>, Status> {
         self.ctx
-            .on_vault("CertifyAttestationKey", req, Operation::Quote, |r| async move {
+            .on_vault("CertifyAttestationKey", req, Operation::Quote, |r, vault| async move {
                 let kind = AkKind::parse(&r.ak_alg)?;
-                let (attest, signature) = self.ctx.vault.certify_attestation_key(kind, r.nonce).await?;
+                let (attest, signature) = vault.certify_attestation_key(kind, r.nonce).await?;
                 Ok(pb::CertifyAttestationKeyResponse { attest, signature })
             })
             .await
@@ -171,7 +170,7 @@ impl AttestationService for AttestRpc {
 
     async fn get_event_log(&self, req: Request<pb::GetEventLogRequest>) -> Result<Response<pb::EventLog>, Status> {
         self.ctx
-            .on_vault("GetEventLog", req, Operation::Quote, |_| async move {
+            .on_vault("GetEventLog", req, Operation::Quote, |_, _| async move {
                 // Room for the largest log served, before reading it (the frame then keeps
                 // what the real one needs).
                 if self.ctx.event_log.is_some() {
@@ -184,8 +183,8 @@ impl AttestationService for AttestRpc {
 
     async fn get_srk_public(&self, req: Request<pb::GetSrkPublicRequest>) -> Result<Response<pb::SrkPublic>, Status> {
         self.ctx
-            .on_vault("GetSrkPublic", req, Operation::Public, |_| async move {
-                let srk = self.ctx.vault.srk_public().await?;
+            .on_vault("GetSrkPublic", req, Operation::Public, |_, vault| async move {
+                let srk = vault.srk_public().await?;
                 Ok(pb::SrkPublic {
                     tpm2b_public: srk.tpm2b,
                     public_pem: pem_public_key(&srk.spki),
@@ -201,8 +200,8 @@ impl AttestationService for AttestRpc {
         req: Request<pb::CertifySrkRequest>,
     ) -> Result<Response<pb::CertifySrkResponse>, Status> {
         self.ctx
-            .on_vault("CertifySrk", req, Operation::Quote, |r| async move {
-                let (attest, signature, srk, ak) = self.ctx.vault.certify_srk(r.nonce).await?;
+            .on_vault("CertifySrk", req, Operation::Quote, |r, vault| async move {
+                let (attest, signature, srk, ak) = vault.certify_srk(r.nonce).await?;
                 Ok(pb::CertifySrkResponse { attest, signature, srk_tpm2b_public: srk, ak_public_der: ak.spki })
             })
             .await

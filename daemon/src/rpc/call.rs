@@ -14,10 +14,11 @@
 //! TPM slots: a granted call that can reach the TPM (every operation but `public`, `random`
 //! and `admin`) holds ONE of its client's slots ([`crate::auth::limits`]) from authorization
 //! to its end, however many operations it needs; a streaming call gives it back once its
-//! stream key is in hand ([`Call::release_slot`]), before the bulk data flows. With the slot,
-//! the call's TPM jobs are queued as its client's: the handler runs in a
-//! [`queue::scope`](crate::tpm::queue::scope) and [`Call::authorize`] names the client in it, so
-//! the TPM queue serves the call's jobs in turn with other clients' ([`crate::tpm::queue`]).
+//! stream key is in hand ([`Call::release_slot`]), before the bulk data flows. With the slot
+//! comes the client's key in the TPM queue: [`Call::authorize`] returns the vault bound to it
+//! ([`Vault::for_client`]), the handler works through that vault, and every TPM job it queues
+//! names the client, so the TPM queue serves the call's jobs in turn with other clients'
+//! ([`crate::tpm::queue`]).
 
 use std::time::Instant;
 
@@ -29,7 +30,8 @@ use crate::auth::{identity, Grant, Identity, Operation};
 use crate::error::Error;
 use crate::model::KeyName;
 use crate::store::OwnerCheck;
-use crate::vault::Resource;
+use crate::tpm::ClientKey;
+use crate::vault::{Resource, Vault};
 
 /// One RPC in flight; see the module docs.
 #[derive(Debug)]
@@ -44,6 +46,8 @@ pub(crate) struct Call {
     /// The call's grant, once authorized (a second operation the call needs is folded into
     /// it: one record, one TPM slot).
     grant: Option<Grant>,
+    /// The client's key in the TPM queue, taken with its slot.
+    client: Option<ClientKey>,
     /// A denial already wrote the call's record.
     denied: bool,
     /// The outcome is recorded.
@@ -61,6 +65,7 @@ impl Call {
             who: identity(req),
             key: None,
             grant: None,
+            client: None,
             denied: false,
             ended: false,
         }
@@ -68,12 +73,13 @@ impl Call {
 
     /// Checks the access policy for the call's operation on the record `key` names (for
     /// owner-only rules, its owner is read from that kind's own records: a signing key, a
-    /// sealed secret and a data key may share a name), and keeps the grant.
+    /// sealed secret and a data key may share a name), and keeps the grant. Returns the vault
+    /// the call works through: its TPM jobs queue as the caller's.
     ///
     /// # Errors
     /// [`Error::PermissionDenied`]; store errors reading the owner; the client's TPM slots
     /// being exhausted.
-    pub(crate) async fn authorize(&mut self, key: Option<(&KeyName, Resource)>) -> Result<(), Error> {
+    pub(crate) async fn authorize(&mut self, key: Option<(&KeyName, Resource)>) -> Result<Vault, Error> {
         self.authorize_as(self.op, key).await
     }
 
@@ -81,7 +87,11 @@ impl Call {
     ///
     /// # Errors
     /// As [`Call::authorize`].
-    pub(crate) async fn authorize_as(&mut self, op: Operation, key: Option<(&KeyName, Resource)>) -> Result<(), Error> {
+    pub(crate) async fn authorize_as(
+        &mut self,
+        op: Operation,
+        key: Option<(&KeyName, Resource)>,
+    ) -> Result<Vault, Error> {
         self.key = key.map(|(k, _)| k.to_string());
         let owner = match key {
             Some((k, kind)) if self.ctx.access.current().has_owner_rules() => self.ctx.vault.owner(k, kind).await?,
@@ -111,19 +121,20 @@ impl Call {
         // The call's response bytes count against the client's budget.
         crate::auth::limits::set_budget(self.ctx.access.response_budget(&grant.who)?);
         // Every operation that can reach the TPM holds one of the client's TPM slots for the
-        // call, and its TPM jobs queue as that client's; the others hold one of its slots for
-        // calls that need no TPM.
-        if grant.slot.is_none() {
-            if reaches_tpm(op) {
-                let queue_key = self.ctx.access.take_slot(grant).await?;
-                if !crate::tpm::queue::set_client(queue_key) {
-                    tracing::debug!(rpc = self.rpc, "handler outside a TPM queue scope: its jobs queue as no client's");
-                }
-            } else {
-                self.ctx.access.take_call_slot(grant).await?;
+        // call, the others one of its slots for calls that need no TPM; either way the call's
+        // TPM jobs queue as that client's.
+        let client = match (grant.slot.is_some(), self.client) {
+            (true, Some(client)) => client,
+            _ => {
+                let client = if reaches_tpm(op) {
+                    self.ctx.access.take_slot(grant).await?
+                } else {
+                    self.ctx.access.take_call_slot(grant).await?
+                };
+                *self.client.insert(client)
             }
-        }
-        Ok(())
+        };
+        Ok(self.ctx.vault.for_client(client))
     }
 
     /// Gives the call's TPM slot back before it ends (a stream, once its stream key is in hand:

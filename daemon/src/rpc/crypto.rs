@@ -19,9 +19,8 @@ use tpm_vault_proto::v1::crypto_service_server::CryptoService;
 use super::{pcr_binding, Call, Ctx};
 use crate::auth::{owner_of, Operation};
 use crate::crypto::stream::{self, Decryptor, Encryptor, Header, MAX_HEADER};
-use crate::error::Error;
+use crate::error::{Error, Invalid, StreamArg};
 use crate::model::KeyName;
-use crate::tpm::queue;
 use crate::vault::Resource;
 
 /// A response is sent once this much output is buffered. The client library's 256 KiB
@@ -174,7 +173,7 @@ where
                 }
                 Poll::Ready(Some(Err(s))) => {
                     this.transform = None;
-                    this.last = Some(Err(Error::InvalidArgument(format!("request stream failed: {}", s.message()))));
+                    this.last = Some(Err(Invalid::from(StreamArg::RequestStream(s.message().to_owned())).into()));
                 }
                 Poll::Ready(None) => {
                     let result = this.transform.take().map_or(Ok(()), |t| t.finish(&mut this.out));
@@ -198,9 +197,9 @@ impl CryptoService for CryptoRpc {
                 req,
                 (Operation::Create, Resource::DataKey),
                 |r| &r.name,
-                |r, name| async move {
+                |r, name, vault| async move {
                     let pcr = r.pcr_binding.map(pcr_binding).transpose()?;
-                    let key_id = self.ctx.vault.create_data_key(name.clone(), owner?, pcr).await?;
+                    let key_id = vault.create_data_key(name.clone(), owner?, pcr).await?;
                     Ok(pb::DataKey { name: name.to_string(), key_id })
                 },
             )
@@ -218,8 +217,8 @@ impl CryptoService for CryptoRpc {
                 req,
                 kind,
                 |r| &r.name,
-                |_, name, check| async move {
-                    self.ctx.vault.delete_data_key(&name, check).await.map(|()| pb::DeleteDataKeyResponse {})
+                |_, name, check, vault| async move {
+                    vault.delete_data_key(&name, check).await.map(|()| pb::DeleteDataKeyResponse {})
                 },
             )
             .await
@@ -232,17 +231,16 @@ impl CryptoService for CryptoRpc {
         let mut call = Call::start(&self.ctx, "Encrypt", Operation::Encrypt, &req);
         let mut inbound = req.into_inner();
         let set_up = async {
-            let first = next_message(&mut inbound).await?.ok_or_else(|| {
-                Error::InvalidArgument("empty stream: the first message must name the data key".into())
-            })?;
+            let first =
+                next_message(&mut inbound).await?.ok_or_else(|| Error::from(Invalid::from(StreamArg::Empty)))?;
             let name = KeyName::try_from(first.key_name.as_str())?;
-            call.authorize(Some((&name, Resource::DataKey))).await?;
-            let (header, key) = self.ctx.vault.new_stream(&name, &first.context).await?;
-            let mac_key = self.ctx.vault.stream_mac_key(&header, &first.context).await?;
+            let vault = call.authorize(Some((&name, Resource::DataKey))).await?;
+            let (header, key) = vault.new_stream(&name, &first.context).await?;
+            let mac_key = vault.stream_mac_key(&header, &first.context).await?;
             let encryptor = Encryptor::new(&key, &header, &first.context)?.with_mac_key(mac_key);
             Ok::<_, Error>((first, encryptor))
         };
-        let (first, encryptor) = match queue::scope(set_up).await {
+        let (first, encryptor) = match set_up.await {
             Ok(v) => v,
             Err(e) => return call.end(Err(e)),
         };
@@ -271,9 +269,9 @@ impl CryptoService for CryptoRpc {
             let mut context = None;
             let mut buf = Vec::new();
             let (header, used) = loop {
-                let m = next_message(&mut inbound).await?.ok_or_else(|| {
-                    Error::InvalidArgument("stream truncated: it ended before the tpm-vault stream header".into())
-                })?;
+                let m = next_message(&mut inbound)
+                    .await?
+                    .ok_or_else(|| Error::from(Invalid::from(StreamArg::Truncated)))?;
                 if context.is_none() {
                     context = Some(m.context);
                 }
@@ -282,21 +280,21 @@ impl CryptoService for CryptoRpc {
                     break h;
                 }
                 if buf.len() > MAX_HEADER + 1024 {
-                    return Err(Error::InvalidArgument("not a tpm-vault encrypted stream: header too long".into()));
+                    return Err(Invalid::from(StreamArg::HeaderTooLong).into());
                 }
             };
             let name = KeyName::try_from(header.key_name.as_str())?;
-            call.authorize(Some((&name, Resource::DataKey))).await?;
+            let vault = call.authorize(Some((&name, Resource::DataKey))).await?;
             let context = context.unwrap_or_default();
-            let key = self.ctx.vault.open_stream(&header, &context).await?;
+            let key = vault.open_stream(&header, &context).await?;
             let mut decryptor = Decryptor::new(&key, &header, &context)?;
             if header.is_committed() {
-                decryptor = decryptor.with_mac_key(self.ctx.vault.stream_mac_key(&header, &context).await?);
+                decryptor = decryptor.with_mac_key(vault.stream_mac_key(&header, &context).await?);
             }
             buf.drain(..used);
             Ok::<_, Error>((decryptor, buf))
         };
-        let (decryptor, rest) = match queue::scope(set_up).await {
+        let (decryptor, rest) = match set_up.await {
             Ok(v) => v,
             Err(e) => return call.end(Err(e)),
         };
@@ -325,8 +323,8 @@ impl CryptoService for CryptoRpc {
                 req,
                 (Operation::Encrypt, Resource::DataKey),
                 |r| &r.key_name,
-                |r, name| async move {
-                    let (header, key) = self.ctx.vault.new_stream(&name, &r.context).await?;
+                |r, name, vault| async move {
+                    let (header, key) = vault.new_stream(&name, &r.context).await?;
                     Ok(pb::StreamKey { header: header.encode(), key: key.to_vec() })
                 },
             )
@@ -340,23 +338,22 @@ impl CryptoService for CryptoRpc {
                 req,
                 (Operation::Decrypt, Resource::DataKey),
                 |r| &r.key_name,
-                |r, name| async move {
+                |r, name, vault| async move {
                     let header = match Header::parse(&r.header)? {
                         Some((h, used)) if used == r.header.len() => h,
-                        _ => return Err(Error::InvalidArgument("not one whole tpm-vault stream header".into())),
+                        _ => return Err(Invalid::from(StreamArg::NotOneHeader).into()),
                     };
                     if header.key_name != name.as_str() {
-                        return Err(Error::InvalidArgument(format!(
-                            "the header names data key {:?}, not {name}",
-                            header.key_name
-                        )));
+                        return Err(Invalid::from(StreamArg::OtherKey {
+                            named: header.key_name.clone(),
+                            name: name.clone(),
+                        })
+                        .into());
                     }
                     if header.version() == tpm_vault_proto::stream::VERSION_1 {
-                        return Err(Error::InvalidArgument(
-                            "a version 1 stream has no stream key: decrypt it with the Decrypt RPC".into(),
-                        ));
+                        return Err(Invalid::from(StreamArg::NoStreamKey).into());
                     }
-                    let key = self.ctx.vault.open_stream(&header, &r.context).await?;
+                    let key = vault.open_stream(&header, &r.context).await?;
                     Ok(pb::StreamKey { header: r.header, key: key.to_vec() })
                 },
             )
@@ -373,9 +370,9 @@ impl CryptoService for CryptoRpc {
                 req,
                 (Operation::Encrypt, Resource::DataKey),
                 |r| &r.key_name,
-                |r, name| async move {
+                |r, name, vault| async move {
                     let (header, tags) = committed_header(&r.header, &name, &r.tags_digest)?;
-                    let mac_key = self.ctx.vault.stream_mac_key(&header, &r.context).await?;
+                    let mac_key = vault.stream_mac_key(&header, &r.context).await?;
                     Ok(pb::StreamCommitment { commitment: stream::commit(&mac_key, &tags).to_vec() })
                 },
             )
@@ -392,9 +389,9 @@ impl CryptoService for CryptoRpc {
                 req,
                 (Operation::Decrypt, Resource::DataKey),
                 |r| &r.key_name,
-                |r, name| async move {
+                |r, name, vault| async move {
                     let (header, tags) = committed_header(&r.header, &name, &r.tags_digest)?;
-                    let mac_key = self.ctx.vault.stream_mac_key(&header, &r.context).await?;
+                    let mac_key = vault.stream_mac_key(&header, &r.context).await?;
                     stream::verify(&mac_key, &tags, &r.commitment)?;
                     Ok(pb::VerifyStreamResponse {})
                 },
@@ -404,17 +401,17 @@ impl CryptoService for CryptoRpc {
 
     async fn get_random(&self, req: Request<pb::GetRandomRequest>) -> Result<Response<pb::GetRandomResponse>, Status> {
         self.ctx
-            .on_vault("GetRandom", req, Operation::Random, |r| async move {
+            .on_vault("GetRandom", req, Operation::Random, |r, vault| async move {
                 let n = r.length as usize;
                 if n == 0 || n > MAX_RANDOM {
-                    return Err(Error::InvalidArgument(format!(
+                    return Err(Error::invalid(format!(
                         "GetRandom returns 1 to {MAX_RANDOM} bytes per call ({n} asked for): ask several times for more"
                     )));
                 }
                 // The response's bytes count against the client's budget before they exist.
                 crate::auth::limits::reserve(n + 64).await?;
                 let mut data = vec![0u8; n];
-                self.ctx.vault.random(&mut data)?;
+                vault.random(&mut data)?;
                 Ok(pb::GetRandomResponse { data: data.into() })
             })
             .await
@@ -426,20 +423,19 @@ impl CryptoService for CryptoRpc {
 fn committed_header(bytes: &[u8], name: &KeyName, digest: &[u8]) -> Result<(Header, [u8; 32]), Error> {
     let header = match Header::parse(bytes)? {
         Some((h, used)) if used == bytes.len() => h,
-        _ => return Err(Error::InvalidArgument("not one whole tpm-vault stream header".into())),
+        _ => return Err(Invalid::from(StreamArg::NotOneHeader).into()),
     };
     if header.key_name != name.as_str() {
-        return Err(Error::InvalidArgument(format!("the header names data key {:?}, not {name}", header.key_name)));
+        return Err(Invalid::from(StreamArg::OtherKey { named: header.key_name.clone(), name: name.clone() }).into());
     }
     if !header.is_committed() {
-        return Err(Error::InvalidArgument(format!("a version {} stream has no commitment", header.version())));
+        return Err(Invalid::from(StreamArg::NoCommitment(header.version())).into());
     }
-    let tags = <[u8; 32]>::try_from(digest)
-        .map_err(|_| Error::InvalidArgument("the tag digest is SHA-256: 32 bytes".into()))?;
+    let tags = <[u8; 32]>::try_from(digest).map_err(|_| Invalid::from(StreamArg::TagDigest))?;
     Ok((header, tags))
 }
 
 /// The next message of a request stream; a broken stream is the caller's bad input.
 async fn next_message<T>(inbound: &mut Streaming<T>) -> Result<Option<T>, Error> {
-    inbound.message().await.map_err(|s| Error::InvalidArgument(format!("request stream failed: {}", s.message())))
+    inbound.message().await.map_err(|s| Invalid::from(StreamArg::RequestStream(s.message().to_owned())).into())
 }

@@ -12,7 +12,7 @@ use crate::tpm::TpmError;
 impl From<&Error> for Status {
     fn from(e: &Error) -> Status {
         match e {
-            Error::InvalidArgument(m) => Status::invalid_argument(m.clone()),
+            Error::InvalidArgument(m) => Status::invalid_argument(m.to_string()),
             Error::KeyNotFound(_) | Error::NoCertificate(_) => Status::not_found(e.to_string()),
             Error::NoEventLog(m) => Status::not_found(m.clone()),
             Error::EventLogUnreadable(m) => Status::failed_precondition(m.clone()),
@@ -20,7 +20,7 @@ impl From<&Error> for Status {
             Error::PermissionDenied(d) => Status::permission_denied(d.to_string()),
             Error::PcrMismatch(m) => Status::failed_precondition(m.clone()),
             Error::Throttled { .. } => Status::resource_exhausted(e.to_string()),
-            Error::ClientBusy(m) => Status::resource_exhausted(m.clone()),
+            Error::ClientBusy(b) => Status::resource_exhausted(b.to_string()),
             Error::Tpm(t) => tpm_status(t),
             Error::Store(s) => {
                 tracing::error!(error = %s, "state directory error");
@@ -52,7 +52,7 @@ pub(crate) fn shutting_down() -> Status {
 }
 
 /// The status of a request whose message declares `len` bytes where its method takes at most
-/// `limit` ([`crate::bounds::FrameLimit`], before the message is read).
+/// `limit` ([`crate::serve::bounds::FrameLimit`], before the message is read).
 pub(crate) fn message_too_large(len: usize, limit: usize) -> Status {
     Status::out_of_range(format!("message of {len} bytes declared; this method takes at most {limit}"))
 }
@@ -115,23 +115,23 @@ mod tests {
     #[test]
     fn every_arm_maps_to_its_code() {
         let name = KeyName::try_from("k").unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(code(Error::InvalidArgument("x".into())), Code::InvalidArgument);
+        assert_eq!(code(Error::invalid("x")), Code::InvalidArgument);
         assert_eq!(code(Error::not_found(&name)), Code::NotFound);
-        assert_eq!(code(Error::NoCertificate("k".into())), Code::NotFound);
+        assert_eq!(code(Error::NoCertificate(name.clone())), Code::NotFound);
         assert_eq!(code(Error::NoEventLog("none".into())), Code::NotFound);
         assert_eq!(code(Error::EventLogUnreadable("denied".into())), Code::FailedPrecondition);
         assert_eq!(code(Error::KeyExists(name.clone())), Code::AlreadyExists);
         assert_eq!(code(Error::from(StoreError::Exists(name.clone()))), Code::AlreadyExists);
-        assert_eq!(code(Error::from(StoreError::Refused { name })), Code::PermissionDenied);
+        assert_eq!(code(Error::from(StoreError::Refused { name: name.clone() })), Code::PermissionDenied);
         assert_eq!(code(Error::from(Denied::ForeignAuthority)), Code::PermissionDenied);
         assert_eq!(code(Error::PcrMismatch("pcr 9".into())), Code::FailedPrecondition);
-        let throttled = Error::Throttled { key: "k".into(), wait: std::time::Duration::from_millis(1500) };
+        let throttled = Error::Throttled { key: name.clone(), wait: std::time::Duration::from_millis(1500) };
         assert_eq!(
             Status::from(&throttled).message(),
             "too many wrong passwords for key k (dictionary-attack guard): further attempts are refused for 1.5 s"
         );
         assert_eq!(code(throttled), Code::ResourceExhausted);
-        let long = Error::Throttled { key: "k".into(), wait: std::time::Duration::from_millis(12_001) };
+        let long = Error::Throttled { key: name.clone(), wait: std::time::Duration::from_millis(12_001) };
         assert!(Status::from(&long).message().ends_with("refused for 13 s"));
         assert_eq!(code(Error::Tpm(TpmError::Unavailable("x".into()))), Code::Unavailable);
         assert_eq!(code(Error::Tpm(TpmError::Timeout(1))), Code::Unavailable);

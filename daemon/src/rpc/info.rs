@@ -29,21 +29,21 @@ impl StatusRpc {
 #[tonic::async_trait]
 impl StatusService for StatusRpc {
     async fn get_status(&self, req: Request<pb::GetStatusRequest>) -> Result<Response<pb::Status>, Status> {
-        self.ctx.on_vault("GetStatus", req, Operation::Admin, |_| self.status()).await
+        self.ctx.on_vault("GetStatus", req, Operation::Admin, |_, _| self.status()).await
     }
 
     async fn check_access(
         &self,
         req: Request<pb::CheckAccessRequest>,
     ) -> Result<Response<pb::CheckAccessResponse>, Status> {
-        self.ctx.on_vault("CheckAccess", req, Operation::Admin, |r| self.check(r)).await
+        self.ctx.on_vault("CheckAccess", req, Operation::Admin, |r, _| self.check(r)).await
     }
 }
 
 impl StatusRpc {
     /// The answer of CheckAccess: what the policy decides for another client.
     async fn check(&self, r: pb::CheckAccessRequest) -> Result<pb::CheckAccessResponse, Error> {
-        let op = r.operation.parse::<Operation>().map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        let op = r.operation.parse::<Operation>().map_err(|e| Error::invalid(e.to_string()))?;
         let key = if r.key.is_empty() { None } else { Some(KeyName::try_from(r.key.as_str())?) };
         // The record the operation acts on: sealed secrets and data keys are namespaces of
         // their own (delete and create are answered for signing keys).

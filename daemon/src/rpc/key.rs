@@ -8,9 +8,8 @@ use zeroize::Zeroizing;
 
 use super::{Call, Ctx};
 use crate::auth::{identity, owner_of, Decision, Identity, Operation, Peer};
-use crate::error::Error;
+use crate::error::{Error, Invalid, SubjectArg};
 use crate::model::{HashAlg, KeyAlg, KeyName, Scheme, SignInput, Usage, Usages};
-use crate::tpm::queue;
 use crate::vault::{CertSubject, Client, KeyInfo, Password, Resource, SignRequest, StoredChain, Visibility};
 
 /// Largest page of ListKeys.
@@ -49,7 +48,7 @@ fn key_alg(v: i32) -> Result<KeyAlg, Error> {
         Ok(pb::KeyAlgorithm::MlKem768) => Ok(KeyAlg::MlKem768),
         Ok(pb::KeyAlgorithm::MlKem1024) => Ok(KeyAlg::MlKem1024),
         Ok(pb::KeyAlgorithm::HybridP256MlDsa65) => Ok(KeyAlg::HybridP256MlDsa65),
-        Err(_) => Err(Error::InvalidArgument(format!("unknown key algorithm {v}"))),
+        Err(_) => Err(Invalid::Unknown { what: "key algorithm", value: v }.into()),
     }
 }
 
@@ -75,7 +74,7 @@ fn hash(v: i32) -> Result<Option<HashAlg>, Error> {
         Ok(pb::HashAlgorithm::Sha384) => Ok(Some(HashAlg::Sha384)),
         Ok(pb::HashAlgorithm::Sha512) => Ok(Some(HashAlg::Sha512)),
         Ok(pb::HashAlgorithm::Sha1) => Ok(Some(HashAlg::Sha1)),
-        Err(_) => Err(Error::InvalidArgument(format!("unknown hash algorithm {v}"))),
+        Err(_) => Err(Invalid::Unknown { what: "hash algorithm", value: v }.into()),
     }
 }
 
@@ -97,7 +96,7 @@ fn scheme(v: i32) -> Result<Option<Scheme>, Error> {
         Ok(pb::SignatureScheme::RsaPkcs1) => Ok(Some(Scheme::RsaPkcs1)),
         Ok(pb::SignatureScheme::MlDsa) => Ok(Some(Scheme::MlDsa)),
         Ok(pb::SignatureScheme::Hybrid) => Ok(Some(Scheme::Hybrid)),
-        Err(_) => Err(Error::InvalidArgument(format!("unknown signature scheme {v}"))),
+        Err(_) => Err(Invalid::Unknown { what: "signature scheme", value: v }.into()),
     }
 }
 
@@ -116,16 +115,14 @@ fn usage(v: i32) -> Result<Usage, Error> {
         Ok(pb::KeyUsage::Sign) => Ok(Usage::Sign),
         Ok(pb::KeyUsage::Ssh) => Ok(Usage::Ssh),
         Ok(pb::KeyUsage::Policy) => Ok(Usage::Policy),
-        Ok(pb::KeyUsage::Unspecified) | Err(_) => Err(Error::InvalidArgument(format!("unknown key usage {v}"))),
+        Ok(pb::KeyUsage::Unspecified) | Err(_) => Err(Invalid::Unknown { what: "key usage", value: v }.into()),
     }
 }
 
 /// The usages of a request; `default` when the list is empty.
 fn usages(list: &[i32], default: Option<Usages>) -> Result<Usages, Error> {
     let parsed = list.iter().map(|&v| usage(v)).collect::<Result<Vec<_>, _>>()?;
-    Usages::new(parsed)
-        .or(default)
-        .ok_or_else(|| Error::InvalidArgument("at least one usage is required (sign, ssh, policy)".into()))
+    Usages::new(parsed).or(default).ok_or_else(|| Error::invalid("at least one usage is required (sign, ssh, policy)"))
 }
 
 fn usage_to_pb(u: Usage) -> pb::KeyUsage {
@@ -140,7 +137,7 @@ fn sign_input(message: Option<pb::sign_request::Input>) -> Result<SignInput, Err
     match message {
         Some(pb::sign_request::Input::Message(m)) => Ok(SignInput::Message(m)),
         Some(pb::sign_request::Input::Digest(d)) => Ok(SignInput::Digest(d)),
-        None => Err(Error::InvalidArgument("either message or digest is required".into())),
+        None => Err(Error::invalid("either message or digest is required")),
     }
 }
 
@@ -148,7 +145,7 @@ fn verify_input(message: Option<pb::verify_request::Input>) -> Result<SignInput,
     match message {
         Some(pb::verify_request::Input::Message(m)) => Ok(SignInput::Message(m)),
         Some(pb::verify_request::Input::Digest(d)) => Ok(SignInput::Digest(d)),
-        None => Err(Error::InvalidArgument("either message or digest is required".into())),
+        None => Err(Error::invalid("either message or digest is required")),
     }
 }
 
@@ -170,7 +167,7 @@ fn key_to_pb(k: KeyInfo) -> pb::Key {
 }
 
 fn subject(s: Option<pb::CertificateSubject>) -> Result<CertSubject, Error> {
-    let s = s.ok_or_else(|| Error::InvalidArgument("a subject is required, e.g. CN=device-1,O=Example".into()))?;
+    let s = s.ok_or_else(|| Error::from(Invalid::from(SubjectArg::Required)))?;
     CertSubject::parse(&s.subject, &s.dns_names, &s.ip_addresses, &s.uris)
 }
 
@@ -213,7 +210,7 @@ impl KeyService for KeyRpc {
                 req,
                 Operation::Create,
                 |r| &r.name,
-                |r, n| async move {
+                |r, n, vault| async move {
                     let alg = key_alg(r.algorithm)?;
                     let pcr = r.pcr_binding.map(super::pcr_binding).transpose()?;
                     let usages = usages(&r.usages, Some(Usages::DEFAULT))?;
@@ -221,7 +218,6 @@ impl KeyService for KeyRpc {
                     // of TPM time on a real TPM): one in flight per client, within its quota
                     // (issue #31, item 7).
                     let _keygen = if alg.is_rsa() { Some(self.ctx.access.take_keygen_slot(&who).await?) } else { None };
-                    let vault = &self.ctx.vault;
                     vault.create_key_with_usages(n, alg, owner?, auth(r.auth), pcr, usages).await.map(key_to_pb)
                 },
             )
@@ -235,7 +231,7 @@ impl KeyService for KeyRpc {
                 req,
                 Operation::Public,
                 |r| &r.name,
-                |_, n| async move { self.ctx.vault.key(&n).await.map(key_to_pb) },
+                |_, n, vault| async move { vault.key(&n).await.map(key_to_pb) },
             )
             .await
     }
@@ -260,8 +256,8 @@ impl KeyService for KeyRpc {
                 req,
                 (Operation::Delete, Resource::Key),
                 |r| &r.name,
-                |_, n, check| async move {
-                    self.ctx.vault.delete_checked(&n, check).await.map(|()| pb::DeleteKeyResponse {})
+                |_, n, check, vault| async move {
+                    vault.delete_checked(&n, check).await.map(|()| pb::DeleteKeyResponse {})
                 },
             )
             .await
@@ -274,9 +270,9 @@ impl KeyService for KeyRpc {
                 req,
                 Operation::Public,
                 |r| &r.name,
-                |_, n| async move {
-                    let (alg, der) = self.ctx.vault.public_key(&n).await?;
-                    let ml_dsa_der = self.ctx.vault.hybrid_ml_dsa_public_key(&n).await?.unwrap_or_default();
+                |_, n, vault| async move {
+                    let (alg, der) = vault.public_key(&n).await?;
+                    let ml_dsa_der = vault.hybrid_ml_dsa_public_key(&n).await?.unwrap_or_default();
                     Ok(pb::PublicKey {
                         pem: pem_public_key(&der),
                         der,
@@ -297,14 +293,14 @@ impl KeyService for KeyRpc {
                 req,
                 Operation::Sign,
                 |r| &r.name,
-                |r, n| async move {
+                |r, n, vault| async move {
                     let request =
                         SignRequest { input: sign_input(r.input)?, hash: hash(r.hash)?, scheme: scheme(r.scheme)? };
                     let auth = password(client, r.auth);
                     let out = match pb::SignPurpose::try_from(r.purpose) {
-                        Ok(pb::SignPurpose::Unspecified) => self.ctx.vault.sign(&n, request, auth).await?,
-                        Ok(pb::SignPurpose::Ssh) => self.ctx.vault.sign_ssh(&n, request, auth).await?,
-                        Err(_) => return Err(Error::InvalidArgument(format!("unknown sign purpose {}", r.purpose))),
+                        Ok(pb::SignPurpose::Unspecified) => vault.sign(&n, request, auth).await?,
+                        Ok(pb::SignPurpose::Ssh) => vault.sign_ssh(&n, request, auth).await?,
+                        Err(_) => return Err(Invalid::Unknown { what: "sign purpose", value: r.purpose }.into()),
                     };
                     Ok(pb::SignResponse {
                         signature: out.signature,
@@ -323,10 +319,9 @@ impl KeyService for KeyRpc {
                 req,
                 Operation::Public,
                 |r| &r.name,
-                |r, n| async move {
+                |r, n, vault| async move {
                     let input = verify_input(r.input)?;
-                    let valid =
-                        self.ctx.vault.verify(&n, input, &r.signature, hash(r.hash)?, scheme(r.scheme)?).await?;
+                    let valid = vault.verify(&n, input, &r.signature, hash(r.hash)?, scheme(r.scheme)?).await?;
                     Ok(pb::VerifyResponse { valid })
                 },
             )
@@ -341,9 +336,9 @@ impl KeyService for KeyRpc {
                 req,
                 Operation::Sign,
                 |r| &r.name,
-                |r, n| async move {
+                |r, n, vault| async move {
                     let subject = subject(r.subject)?;
-                    let (pem, der) = self.ctx.vault.create_csr(&n, subject, password(client, r.auth)).await?;
+                    let (pem, der) = vault.create_csr(&n, subject, password(client, r.auth)).await?;
                     Ok(pb::CreateCsrResponse { pem, der })
                 },
             )
@@ -360,7 +355,7 @@ impl KeyService for KeyRpc {
                 req,
                 Operation::Create,
                 |r| &r.name,
-                |r, n| async move { self.ctx.vault.set_certificate(&n, &r.chain_pem).await.map(chain_to_pb) },
+                |r, n, vault| async move { vault.set_certificate(&n, &r.chain_pem).await.map(chain_to_pb) },
             )
             .await
     }
@@ -375,7 +370,7 @@ impl KeyService for KeyRpc {
                 req,
                 Operation::Public,
                 |r| &r.name,
-                |_, n| async move { self.ctx.vault.certificate(&n).await.map(chain_to_pb) },
+                |_, n, vault| async move { vault.certificate(&n).await.map(chain_to_pb) },
             )
             .await
     }
@@ -387,15 +382,15 @@ impl KeyService for KeyRpc {
         let mut call = Call::start(&self.ctx, "CreateSelfSignedCertificate", Operation::Create, &req);
         let client = client_of(&req);
         let r = req.into_inner();
-        let result = queue::scope(async {
+        let result = async {
             let n = name(&r.name)?;
             // The TPM signs (sign) and the result replaces the stored chain (create): two
             // decisions, each audited.
             call.authorize_as(Operation::Sign, Some((&n, Resource::Key))).await?;
-            call.authorize(Some((&n, Resource::Key))).await?;
+            let vault = call.authorize(Some((&n, Resource::Key))).await?;
             let subject = subject(r.subject)?;
-            self.ctx.vault.self_sign(&n, subject, r.days, password(client, r.auth)).await
-        })
+            vault.self_sign(&n, subject, r.days, password(client, r.auth)).await
+        }
         .await;
         call.end(result.map(chain_to_pb))
     }
@@ -407,9 +402,9 @@ impl KeyService for KeyRpc {
                 req,
                 Operation::Create,
                 |r| &r.name,
-                |r, n| async move {
+                |r, n, vault| async move {
                     let usages = usages(&r.usages, None)?;
-                    self.ctx.vault.set_usages(&n, usages).await.map(key_to_pb)
+                    vault.set_usages(&n, usages).await.map(key_to_pb)
                 },
             )
             .await
@@ -425,9 +420,9 @@ impl KeyService for KeyRpc {
                 req,
                 Operation::Decrypt,
                 |r| &r.name,
-                |r, n| async move {
+                |r, n, vault| async move {
                     // The zeroizing buffer moves into the response (`tpm_vault_proto::secret`).
-                    let shared_secret = self.ctx.vault.decapsulate(&n, &r.ciphertext).await?;
+                    let shared_secret = vault.decapsulate(&n, &r.ciphertext).await?;
                     Ok(pb::DecapsulateResponse { shared_secret })
                 },
             )

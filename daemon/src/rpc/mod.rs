@@ -23,11 +23,10 @@ use tpm_vault_proto::v1::seal_service_server::SealServiceServer;
 use tpm_vault_proto::v1::status_service_server::StatusServiceServer;
 
 use crate::auth::{limits, Access, Operation};
-use crate::error::Error;
-use crate::metrics::Metrics;
+use crate::error::{Error, Invalid, PcrArg};
 use crate::model::{KeyName, PcrBank, PcrSelection, PcrTarget};
+use crate::observe::metrics::Metrics;
 use crate::store::OwnerCheck;
-use crate::tpm::queue;
 use crate::vault::{Resource, Vault};
 
 use self::call::Call;
@@ -68,7 +67,7 @@ impl Ctx {
         req: Request<Req>,
         (op, kind): (Operation, Resource),
         target: impl FnOnce(&Req) -> Result<K, Error>,
-        work: impl FnOnce(Req, K) -> Fut,
+        work: impl FnOnce(Req, K, Vault) -> Fut,
     ) -> Result<Response<T>, Status>
     where
         K: Target,
@@ -77,13 +76,13 @@ impl Ctx {
     {
         let mut call = Call::start(self, rpc, op, &req);
         let r = req.into_inner();
-        let (result, reservation) = limits::response_scope(queue::scope(async {
+        let (result, reservation) = limits::response_scope(async {
             let target = target(&r)?;
-            call.authorize(target.key().map(|k| (k, kind))).await?;
-            let response = work(r, target).await?;
+            let vault = call.authorize(target.key().map(|k| (k, kind))).await?;
+            let response = work(r, target, vault).await?;
             limits::reserve_exactly(response.encoded_len()).await?;
             Ok(response)
-        }))
+        })
         .await;
         call.end_reserved(result, reservation)
     }
@@ -95,7 +94,7 @@ impl Ctx {
         req: Request<Req>,
         op: Operation,
         key_of: fn(&Req) -> &str,
-        work: impl FnOnce(Req, KeyName) -> Fut,
+        work: impl FnOnce(Req, KeyName, Vault) -> Fut,
     ) -> Result<Response<T>, Status>
     where
         T: prost::Message,
@@ -111,7 +110,7 @@ impl Ctx {
         req: Request<Req>,
         (op, kind): (Operation, Resource),
         name_of: fn(&Req) -> &str,
-        work: impl FnOnce(Req, KeyName) -> Fut,
+        work: impl FnOnce(Req, KeyName, Vault) -> Fut,
     ) -> Result<Response<T>, Status>
     where
         T: prost::Message,
@@ -129,7 +128,7 @@ impl Ctx {
         req: Request<Req>,
         (op, kind): (Operation, Resource),
         name_of: fn(&Req) -> &str,
-        work: impl FnOnce(Req, KeyName, OwnerCheck) -> Fut,
+        work: impl FnOnce(Req, KeyName, OwnerCheck, Vault) -> Fut,
     ) -> Result<Response<T>, Status>
     where
         T: prost::Message,
@@ -137,14 +136,14 @@ impl Ctx {
     {
         let mut call = Call::start(self, rpc, op, &req);
         let r = req.into_inner();
-        let (result, reservation) = limits::response_scope(queue::scope(async {
+        let (result, reservation) = limits::response_scope(async {
             let name = KeyName::try_from(name_of(&r))?;
-            call.authorize(Some((&name, kind))).await?;
+            let vault = call.authorize(Some((&name, kind))).await?;
             let check = call.recheck(op, &name);
-            let response = work(r, name, check).await?;
+            let response = work(r, name, check, vault).await?;
             limits::reserve_exactly(response.encoded_len()).await?;
             Ok(response)
-        }))
+        })
         .await;
         call.end_reserved(result, reservation)
     }
@@ -155,13 +154,13 @@ impl Ctx {
         rpc: &'static str,
         req: Request<Req>,
         op: Operation,
-        work: impl FnOnce(Req) -> Fut,
+        work: impl FnOnce(Req, Vault) -> Fut,
     ) -> Result<Response<T>, Status>
     where
         T: prost::Message,
         Fut: Future<Output = Result<T, Error>>,
     {
-        self.unary(rpc, req, (op, Resource::Key), |_| Ok(()), |r, ()| work(r)).await
+        self.unary(rpc, req, (op, Resource::Key), |_| Ok(()), |r, (), vault| work(r, vault)).await
     }
 }
 
@@ -192,16 +191,16 @@ pub(crate) fn pcr_binding(b: tpm_vault_proto::v1::PcrBinding) -> Result<PcrTarge
     let mut sorted = indices.clone();
     sorted.sort_unstable();
     if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
-        return Err(Error::InvalidArgument(format!("PCR {} is listed twice", w[0])));
+        return Err(Invalid::from(PcrArg::ListedTwice(w[0])).into());
     }
     if b.values.is_empty() {
         return Ok(PcrTarget { selection, values: None });
     }
     if b.values.len() != indices.len() {
-        return Err(Error::InvalidArgument(format!("{} PCR values given for {} PCRs", b.values.len(), indices.len())));
+        return Err(Invalid::from(PcrArg::ValueCount { values: b.values.len(), pcrs: indices.len() }).into());
     }
     if b.values.iter().any(|v| v.len() != bank.digest_len()) {
-        return Err(Error::InvalidArgument(format!("{} PCR values are {} bytes", bank.as_str(), bank.digest_len())));
+        return Err(Invalid::from(PcrArg::ValueLength { bank: bank.as_str(), len: bank.digest_len() }).into());
     }
     // Reorder the values to the selection's ascending order.
     let mut pairs: Vec<(u32, Vec<u8>)> = indices.into_iter().zip(b.values).collect();

@@ -8,9 +8,8 @@ use zeroize::Zeroizing;
 
 use super::{pcr_binding, Call, Ctx};
 use crate::auth::{owner_of, Operation};
-use crate::error::Error;
+use crate::error::{Error, Invalid, PcrArg};
 use crate::model::{KeyName, PcrBank, PcrSelection, PcrTarget};
-use crate::tpm::queue;
 use crate::vault::seal::{authority_der, SealTarget, SignedPolicy};
 use crate::vault::Resource;
 
@@ -46,9 +45,9 @@ impl SealService for SealRpc {
         let mut call = Call::start(&self.ctx, "Seal", Operation::Seal, &req);
         let r = req.into_inner();
         let secret = Zeroizing::new(r.secret);
-        let result = queue::scope(async {
+        let result = async {
             let name = KeyName::try_from(r.name.as_str())?;
-            call.authorize(Some((&name, Resource::Sealed))).await?;
+            let vault = call.authorize(Some((&name, Resource::Sealed))).await?;
             let (selection, values) = match r.pcr_binding {
                 Some(b) => {
                     let t = pcr_binding(b)?;
@@ -64,13 +63,13 @@ impl SealService for SealRpc {
             // Replacing a secret is decided again under the store's write lock, with the owner
             // on disk then (another client may have sealed the name meanwhile).
             let overwrite = r.overwrite.then(|| call.recheck(Operation::Seal, &name));
-            let info = self.ctx.vault.seal_checked(name.clone(), secret, target, owner?, overwrite).await?;
+            let info = vault.seal_checked(name.clone(), secret, target, owner?, overwrite).await?;
             Ok(pb::SealResponse {
                 name: name.to_string(),
                 policy_digest: hex::encode(info.policy_digest),
                 pcrs: info.selection.to_string(),
             })
-        })
+        }
         .await;
         call.end(result)
     }
@@ -79,16 +78,16 @@ impl SealService for SealRpc {
         let owner = owner_of(&req);
         let mut call = Call::start(&self.ctx, "ImportSealed", Operation::Seal, &req);
         let r = req.into_inner();
-        let result = queue::scope(async {
+        let result = async {
             let name = KeyName::try_from(r.name.as_str())?;
-            call.authorize(Some((&name, Resource::Sealed))).await?;
-            let info = self.ctx.vault.import_sealed(name.clone(), &r.blob, owner?).await?;
+            let vault = call.authorize(Some((&name, Resource::Sealed))).await?;
+            let info = vault.import_sealed(name.clone(), &r.blob, owner?).await?;
             Ok(pb::SealResponse {
                 name: name.to_string(),
                 policy_digest: hex::encode(info.policy_digest),
                 pcrs: info.selection.to_string(),
             })
-        })
+        }
         .await;
         call.end(result)
     }
@@ -100,18 +99,18 @@ impl SealService for SealRpc {
                 req,
                 (Operation::Unseal, Resource::Sealed),
                 |r| &r.name,
-                |r, name| async move {
+                |r, name, vault| async move {
                     let approval = if r.signed_policy.is_empty() {
                         None
                     } else {
                         Some(
                             pb::SignedPolicy::decode(r.signed_policy.as_slice())
-                                .map_err(|e| Error::InvalidArgument(format!("signed policy does not decode: {e}")))?,
+                                .map_err(|e| Error::invalid(format!("signed policy does not decode: {e}")))?,
                         )
                     };
                     let approval = approval.map(SignedPolicy::from);
                     // The zeroizing buffer moves into the response (`tpm_vault_proto::secret`).
-                    let secret = self.ctx.vault.unseal(&name, approval.as_ref()).await?;
+                    let secret = vault.unseal(&name, approval.as_ref()).await?;
                     Ok(pb::UnsealResponse { secret })
                 },
             )
@@ -125,13 +124,11 @@ impl SealService for SealRpc {
                 req,
                 Operation::Sign,
                 |r| &r.key_name,
-                |r, key| async move {
-                    let binding =
-                        r.pcrs.ok_or_else(|| Error::InvalidArgument("pcrs with values are required".into()))?;
+                |r, key, vault| async move {
+                    let binding = r.pcrs.ok_or(Invalid::Pcr(PcrArg::BindingRequired))?;
                     let PcrTarget { selection, values } = pcr_binding(binding)?;
-                    let values =
-                        values.ok_or_else(|| Error::InvalidArgument("PCR values to approve are required".into()))?;
-                    let signed = self.ctx.vault.sign_policy(&key, selection, values, r.policy_version, r.expires_unix);
+                    let values = values.ok_or(Invalid::Pcr(PcrArg::ValuesRequired))?;
+                    let signed = vault.sign_policy(&key, selection, values, r.policy_version, r.expires_unix);
                     signed.await.map(pb::SignedPolicy::from)
                 },
             )
@@ -148,8 +145,8 @@ impl SealService for SealRpc {
                 req,
                 (Operation::Seal, Resource::Sealed),
                 |r| &r.name,
-                |_, name, check| async move {
-                    self.ctx.vault.delete_sealed_checked(&name, check).await.map(|()| pb::DeleteSealedResponse {})
+                |_, name, check, vault| async move {
+                    vault.delete_sealed_checked(&name, check).await.map(|()| pb::DeleteSealedResponse {})
                 },
             )
             .await

@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use super::connection::{ConnectionConfig, Tpm, TpmInfo};
+use super::connection::{ConnectionConfig, Tpm};
 use super::error::TpmError;
-use super::queue::{current_client, FairQueue, Refused};
+use super::queue::{ClientKey, FairQueue, Refused};
 use super::shared::Shared;
+use super::shared::TpmInfo;
 
 /// A unit of TPM work: runs on the actor thread with exclusive access to the [`Tpm`].
 struct Job {
@@ -130,31 +131,37 @@ impl TpmHandle {
         Ok((handle, info))
     }
 
-    /// Runs `f` on the TPM thread with the default deadline, queued as the current task's
-    /// client ([`super::queue::set_client`]).
+    /// Runs `f` on the TPM thread with the default deadline, queued as `client`'s job
+    /// ([`super::queue`]).
     ///
     /// # Errors
     /// Whatever `f` returns; [`TpmError::QueueFull`] when too many jobs wait;
     /// [`TpmError::Timeout`] when the deadline passes first.
-    pub async fn call<T, F>(&self, label: &'static str, f: F) -> Result<T, TpmError>
+    pub async fn call<T, F>(&self, client: ClientKey, label: &'static str, f: F) -> Result<T, TpmError>
     where
         T: Send + 'static,
         F: FnOnce(&mut Tpm) -> Result<T, TpmError> + Send + 'static,
     {
-        self.call_with_timeout(label, self.timeout, f).await
+        self.call_with_timeout(client, label, self.timeout, f).await
     }
 
     /// Runs `f` on the TPM thread with an explicit deadline (e.g. longer for RSA key generation).
     ///
     /// # Errors
     /// As [`TpmHandle::call`].
-    pub async fn call_with_timeout<T, F>(&self, label: &'static str, timeout: Duration, f: F) -> Result<T, TpmError>
+    pub async fn call_with_timeout<T, F>(
+        &self,
+        client: ClientKey,
+        label: &'static str,
+        timeout: Duration,
+        f: F,
+    ) -> Result<T, TpmError>
     where
         T: Send + 'static,
         F: FnOnce(&mut Tpm) -> Result<T, TpmError> + Send + 'static,
     {
         let (reply_tx, reply_rx) = oneshot::channel();
-        let ms = self.submit_call(label, timeout, f, move |result| {
+        let ms = self.submit_call(client, label, timeout, f, move |result| {
             let _ = reply_tx.send(result);
         })?;
         let result = match tokio::time::timeout(timeout, reply_rx).await {
@@ -174,14 +181,14 @@ impl TpmHandle {
     ///
     /// # Errors
     /// As [`TpmHandle::call`].
-    pub fn call_blocking<T, F>(&self, label: &'static str, f: F) -> Result<T, TpmError>
+    pub fn call_blocking<T, F>(&self, client: ClientKey, label: &'static str, f: F) -> Result<T, TpmError>
     where
         T: Send + 'static,
         F: FnOnce(&mut Tpm) -> Result<T, TpmError> + Send + 'static,
     {
         let (reply_tx, reply_rx) = std::sync::mpsc::sync_channel(1);
         let timeout = self.timeout;
-        let ms = self.submit_call(label, timeout, f, move |result| {
+        let ms = self.submit_call(client, label, timeout, f, move |result| {
             let _ = reply_tx.send(result);
         })?;
         let result = match reply_rx.recv_timeout(timeout) {
@@ -201,6 +208,7 @@ impl TpmHandle {
     /// Returns the deadline in milliseconds, for the caller's own timeout error.
     fn submit_call<T, F>(
         &self,
+        client: ClientKey,
         label: &'static str,
         timeout: Duration,
         f: F,
@@ -211,7 +219,7 @@ impl TpmHandle {
         F: FnOnce(&mut Tpm) -> Result<T, TpmError> + Send + 'static,
     {
         let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
-        self.submit(label, timeout, move |tpm| {
+        self.submit(client, label, timeout, move |tpm| {
             let result = match tpm {
                 Some(tpm) => f(tpm),
                 None => Err(TpmError::Timeout(ms)),
@@ -225,13 +233,14 @@ impl TpmHandle {
 
     fn submit(
         &self,
+        client: ClientKey,
         label: &'static str,
         timeout: Duration,
         run: impl FnOnce(Option<&mut Tpm>) -> bool + Send + 'static,
     ) -> Result<(), TpmError> {
         let job = Job { label, deadline: Instant::now() + timeout, run: Box::new(run) };
         self.shared.queued.fetch_add(1, Ordering::Relaxed);
-        self.queue.0.push(current_client(), job).map_err(|refused| {
+        self.queue.0.push(client, job).map_err(|refused| {
             self.shared.queued.fetch_sub(1, Ordering::Relaxed);
             match refused {
                 Refused::Full(_) => TpmError::QueueFull(self.capacity),
@@ -251,7 +260,7 @@ impl TpmHandle {
     /// # Errors
     /// When the actor cannot be reached.
     pub async fn flush_all(&self) -> Result<(), TpmError> {
-        self.call("flush", |tpm| {
+        self.call(ClientKey::DAEMON, "flush", |tpm| {
             tpm.flush_all();
             Ok(())
         })

@@ -13,7 +13,9 @@
 //!   [`attest`]: quotes, the EK and credential activation;
 //! - [`error`]: the response-code classification; [`convert`]: signature and public-key
 //!   encoding; [`shared`]: the state and counters shared with the rest of the daemon;
-//!   [`software`]: whether the TPM is a software TPM.
+//!   [`software`]: whether the TPM is a software TPM;
+//! - [`simulator`]: a private swtpm process (machines without a TPM, and tests); [`spawn`]:
+//!   child processes that inherit no TPM socket.
 //!
 //! It speaks the vault's own types (key algorithms, schemes, digests, stored objects) and
 //! knows nothing of files or gRPC.
@@ -27,13 +29,15 @@ pub mod object;
 pub mod pcr;
 pub mod queue;
 pub mod shared;
+pub mod simulator;
 pub mod software;
+pub mod spawn;
 pub mod templates;
 
 pub use actor::{QueueConfig, TpmHandle};
-pub use connection::{ConnectionConfig, DaState, PolicyAuth, ResourceManager, SignJob, TpmInfo};
+pub use connection::{ConnectionConfig, PolicyAuth, ResourceManager, SignJob};
 pub use error::TpmError;
 pub use object::KeyBlob;
 pub use queue::ClientKey;
-pub use shared::TpmState;
+pub use shared::{DaState, TpmInfo, TpmState};
 pub use software::SoftwareTpm;

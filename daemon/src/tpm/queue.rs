@@ -2,20 +2,19 @@
 //!
 //! Every job is queued under the client it is for: a [`ClientKey`], an opaque small number the
 //! caller's layer hands out, one per client identity (the RPC layer takes it with the client's
-//! TPM slot and sets it for the request's task with [`set_client`]; the TPM layer never learns
-//! who the client is). Each client has its own FIFO, and the actor takes the next job from the
+//! TPM slot and passes it down, through the vault, to every [`TpmHandle`](super::TpmHandle)
+//! call as an argument: no job can be queued without naming its client; the TPM layer never
+//! learns who the client is). Each client has its own FIFO, and the actor takes the next job from the
 //! next client that has one, so a client that just queued a job waits behind at most one job
-//! of every other client with work queued, however many those have waiting. Jobs queued
-//! outside a client's request (start-up, background work, TLS handshakes) form one client of
-//! their own, [`ClientKey::NONE`].
+//! of every other client with work queued, however many those have waiting. Jobs the daemon
+//! runs for itself (start-up, housekeeping, the watchdog, its own TLS handshakes, in-process
+//! users of the vault) form one client of their own, [`ClientKey::DAEMON`].
 //!
 //! The queue as a whole keeps one bound (the configured capacity, over all clients): past it a
 //! job is refused, whoever it is for. Closing the queue refuses new jobs and lets the actor
 //! take those already queued, in the same order, until it is empty.
 
-use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
-use std::future::Future;
 use std::sync::{Condvar, Mutex, MutexGuard};
 
 /// Whose TPM job this is, for the queue's turns: see the module docs.
@@ -23,35 +22,14 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 pub struct ClientKey(u64);
 
 impl ClientKey {
-    /// Jobs for no client in particular (start-up, background work).
-    pub const NONE: Self = Self(0);
+    /// The daemon's own jobs (start-up, housekeeping, the watchdog, its TLS handshakes) and
+    /// those of in-process users of the vault.
+    pub const DAEMON: Self = Self(0);
 
-    /// The key numbered `n`; distinct numbers are distinct clients (and none is [`Self::NONE`]).
+    /// The key numbered `n`; distinct numbers are distinct clients (and none is [`Self::DAEMON`]).
     pub fn new(n: u64) -> Self {
         Self(n.saturating_add(1))
     }
-}
-
-tokio::task_local! {
-    /// The client the current task's TPM jobs are for.
-    static CLIENT: Cell<ClientKey>;
-}
-
-/// Runs `fut` as a task whose TPM jobs queue as [`ClientKey::NONE`] until [`set_client`]
-/// names its client.
-pub async fn scope<F: Future>(fut: F) -> F::Output {
-    CLIENT.scope(Cell::new(ClientKey::NONE), fut).await
-}
-
-/// Queues the current task's later TPM jobs as `key`'s. Returns `false` (and does nothing)
-/// outside a [`scope`].
-pub fn set_client(key: ClientKey) -> bool {
-    CLIENT.try_with(|c| c.set(key)).is_ok()
-}
-
-/// The client the current task's TPM jobs are for ([`ClientKey::NONE`] outside a [`scope`]).
-pub(crate) fn current_client() -> ClientKey {
-    CLIENT.try_with(Cell::get).unwrap_or(ClientKey::NONE)
 }
 
 /// Why a job was not queued; the job comes back with the reason.
@@ -185,7 +163,7 @@ mod tests {
             q.push(A, job).expect("push");
         }
         q.push(B, "b1").expect("push");
-        q.push(ClientKey::NONE, "n1").expect("push");
+        q.push(ClientKey::DAEMON, "n1").expect("push");
         q.push(B, "b2").expect("push");
         assert_eq!(drain(&q), ["a1", "b1", "n1", "a2", "b2", "a3", "a4"]);
     }
@@ -254,19 +232,9 @@ mod tests {
         assert_eq!(taker.join().expect("taker"), (Some("a1"), None));
     }
 
-    #[tokio::test]
-    async fn a_task_queues_as_the_client_it_names_within_a_scope_only() {
-        assert_eq!(current_client(), ClientKey::NONE);
-        assert!(!set_client(A));
-        assert_eq!(current_client(), ClientKey::NONE);
-        let seen = scope(async {
-            let before = current_client();
-            assert!(set_client(ClientKey::new(7)));
-            tokio::task::yield_now().await;
-            (before, current_client())
-        })
-        .await;
-        assert_eq!(seen, (ClientKey::NONE, ClientKey::new(7)));
-        assert_ne!(ClientKey::new(0), ClientKey::NONE);
+    #[test]
+    fn numbered_clients_are_distinct_from_the_daemon() {
+        assert_ne!(ClientKey::new(0), ClientKey::DAEMON);
+        assert_ne!(ClientKey::new(0), ClientKey::new(1));
     }
 }

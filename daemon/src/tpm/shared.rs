@@ -5,8 +5,33 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use super::connection::{DaState, TpmInfo};
-use crate::metrics::Metrics;
+use crate::observe::metrics::Metrics;
+
+/// Facts about the TPM gathered when connecting.
+#[derive(Debug, Clone, Default)]
+pub struct TpmInfo {
+    /// SRK name.
+    pub srk_name: Vec<u8>,
+    /// Manufacturer ID as text (e.g. "IBM").
+    pub manufacturer: String,
+    /// Firmware version, hex.
+    pub firmware: String,
+    /// Vendor string (TPM_PT_VENDOR_STRING_1..4), e.g. `SW   TPM` for swtpm/libtpms.
+    pub vendor: String,
+    /// True if the SRK came from the persistent handle 0x81000001.
+    pub srk_persistent: bool,
+}
+
+/// The TPM's dictionary-attack state, as read with TPM2_GetCapability.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DaState {
+    /// TPM_PT_LOCKOUT_COUNTER: failed authorizations not yet forgiven.
+    pub failures: u32,
+    /// TPM_PT_MAX_AUTH_FAIL: the TPM locks out when `failures` reaches it.
+    pub max_tries: u32,
+    /// TPM_PT_LOCKOUT_INTERVAL: seconds per failure forgiven (0: only a reset forgives).
+    pub interval_s: u32,
+}
 
 /// Connection state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

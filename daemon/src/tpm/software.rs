@@ -9,12 +9,12 @@
 //! TPMs speak (`swtpm:`, `mssim:`); a TPM that reports swtpm/libtpms' identity (manufacturer
 //! `IBM`, vendor string `SW   TPM`), which also catches one reached through a resource manager
 //! (`tabrmd:`) or a CUSE device. Virtual TPMs of cloud hypervisors report their vendor's own
-//! identity and are not flagged. The daemon warns at start ([`crate::server`]), and status and
+//! identity and are not flagged. The daemon warns at start ([`crate::serve::server`]), and status and
 //! the `tpm_vault_software_tpm` metric report it. It owns no state and does no I/O.
 
 use std::fmt;
 
-use super::connection::TpmInfo;
+use super::shared::TpmInfo;
 
 /// Why the TPM is taken for a software TPM: every sign found, in the order checked.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use zeroize::Zeroizing;
 
 use super::{blocking, parse_record, unix_now, Loaded, Vault};
-use crate::error::Error;
+use crate::error::{Error, Invalid};
 use crate::model::{KeyAlg, PcrSelection};
 use crate::store::record::RECORD_VERSION;
 use crate::store::{ak_name, KeyRecord};
@@ -36,7 +36,7 @@ impl AkKind {
         match s {
             "" | "ecc-p256" => Ok(Self::Ecc),
             "rsa-2048" => Ok(Self::Rsa),
-            other => Err(Error::InvalidArgument(format!(
+            other => Err(Error::invalid(format!(
                 "unknown attestation key algorithm {other:?}: expected ecc-p256 or rsa-2048"
             ))),
         }
@@ -145,8 +145,8 @@ impl Vault {
             return Ok(r);
         }
         let object = match kind {
-            AkKind::Ecc => self.tpm().call("create_ak", |tpm| tpm.create_attestation_key()).await?,
-            AkKind::Rsa => self.tpm().call("create_ak", |tpm| tpm.create_attestation_key_rsa()).await?,
+            AkKind::Ecc => self.tpm().call(self.client, "create_ak", |tpm| tpm.create_attestation_key()).await?,
+            AkKind::Rsa => self.tpm().call(self.client, "create_ak", |tpm| tpm.create_attestation_key_rsa()).await?,
         };
         let record = KeyRecord {
             version: RECORD_VERSION,
@@ -203,7 +203,8 @@ impl Vault {
         check_nonce(&nonce)?;
         let loaded = self.ak(kind).await?;
         let ak = loaded.clone();
-        let (quote, values) = self.tpm().call("quote", move |tpm| tpm.quote(&ak.blob, &nonce, &selection)).await?;
+        let (quote, values) =
+            self.tpm().call(self.client, "quote", move |tpm| tpm.quote(&ak.blob, &nonce, &selection)).await?;
         Ok(QuoteOutput { attest: quote.attest, signature: quote.signature, values, ak: AkInfo::of(&loaded) })
     }
 
@@ -215,7 +216,7 @@ impl Vault {
     pub async fn certify_attestation_key(&self, kind: AkKind, nonce: Vec<u8>) -> Result<(Vec<u8>, Vec<u8>), Error> {
         check_nonce(&nonce)?;
         let ak = self.ak(kind).await?;
-        Ok(self.tpm().call("certify", move |tpm| tpm.certify_attestation_key(&ak.blob, &nonce)).await?)
+        Ok(self.tpm().call(self.client, "certify", move |tpm| tpm.certify_attestation_key(&ak.blob, &nonce)).await?)
     }
 
     /// The SRK's public area as `TPM2B_PUBLIC`, its DER SubjectPublicKeyInfo and TPM name.
@@ -223,7 +224,7 @@ impl Vault {
     /// # Errors
     /// TPM errors; [`Error::Internal`] if the SRK is not an ECC P-256 key.
     pub async fn srk_public(&self) -> Result<SrkInfo, Error> {
-        let tpm2b = self.tpm().call("srk_public", |tpm| tpm.srk_public()).await?;
+        let tpm2b = self.tpm().call(self.client, "srk_public", |tpm| tpm.srk_public()).await?;
         let srk = tpm_vault_proto::sealed_blob::StorageKey::from_public(&tpm2b)
             .map_err(|e| Error::Internal(format!("SRK public area: {e}")))?;
         let spki = p256::PublicKey::from_sec1_bytes(&srk.point)
@@ -240,12 +241,13 @@ impl Vault {
     /// [`Error::InvalidArgument`] for a nonce of the wrong size; TPM errors.
     pub async fn certify_srk(&self, nonce: Vec<u8>) -> Result<(Vec<u8>, Vec<u8>, Vec<u8>, AkInfo), Error> {
         if nonce.is_empty() || nonce.len() > MAX_NONCE {
-            return Err(Error::InvalidArgument(format!("nonce must be 1 to {MAX_NONCE} bytes, got {}", nonce.len())));
+            return Err(Invalid::Nonce { max: MAX_NONCE, got: nonce.len() }.into());
         }
         let loaded = self.ak(AkKind::Ecc).await?;
         let ak = loaded.clone();
-        let (attest, signature) = self.tpm().call("certify_srk", move |tpm| tpm.certify_srk(&ak.blob, &nonce)).await?;
-        let srk = self.tpm().call("srk_public", |tpm| tpm.srk_public()).await?;
+        let (attest, signature) =
+            self.tpm().call(self.client, "certify_srk", move |tpm| tpm.certify_srk(&ak.blob, &nonce)).await?;
+        let srk = self.tpm().call(self.client, "srk_public", |tpm| tpm.srk_public()).await?;
         let info = AkInfo::of(&loaded);
         Ok((attest, signature, srk, info))
     }
@@ -264,7 +266,7 @@ impl Vault {
     /// # Errors
     /// TPM errors.
     pub async fn endorsement_key_info(&self) -> Result<EkInfo, Error> {
-        let (public, cert) = self.tpm().call("endorsement", |tpm| tpm.endorsement()).await?;
+        let (public, cert) = self.tpm().call(self.client, "endorsement", |tpm| tpm.endorsement()).await?;
         let tpm2b_public = tss_esapi::structures::PublicBuffer::try_from(public.clone())
             .and_then(|b| tss_esapi::traits::Marshall::marshall(&b))
             .map_err(|e| Error::Internal(format!("marshal EK public: {e}")))?;
@@ -294,7 +296,10 @@ impl Vault {
     ) -> Result<Zeroizing<Vec<u8>>, Error> {
         let (blob, secret) = credential_inputs(blob, secret)?;
         let ak = self.ak(kind).await?;
-        Ok(self.tpm().call("activate", move |tpm| tpm.activate_credential(&ak.blob, &blob, &secret)).await?)
+        Ok(self
+            .tpm()
+            .call(self.client, "activate", move |tpm| tpm.activate_credential(&ak.blob, &blob, &secret))
+            .await?)
     }
 }
 
@@ -311,7 +316,7 @@ pub struct EkInfo {
 
 fn check_nonce(nonce: &[u8]) -> Result<(), Error> {
     if nonce.is_empty() || nonce.len() > MAX_NONCE {
-        return Err(Error::InvalidArgument(format!("nonce must be 1 to {MAX_NONCE} bytes, got {}", nonce.len())));
+        return Err(Invalid::Nonce { max: MAX_NONCE, got: nonce.len() }.into());
     }
     Ok(())
 }
@@ -331,10 +336,10 @@ fn strip_tpm2b(b: &[u8], what: &str, max: usize) -> Result<Vec<u8>, Error> {
     match b.split_first_chunk::<2>() {
         Some((len, rest)) if usize::from(u16::from_be_bytes(*len)) == rest.len() && !rest.is_empty() => {
             if rest.len() > max {
-                return Err(Error::InvalidArgument(format!("{what} is {} bytes; at most {max}", rest.len())));
+                return Err(Error::invalid(format!("{what} is {} bytes; at most {max}", rest.len())));
             }
             Ok(rest.to_vec())
         }
-        _ => Err(Error::InvalidArgument(format!("{what} is not a size-prefixed TPM2B"))),
+        _ => Err(Error::invalid(format!("{what} is not a size-prefixed TPM2B"))),
     }
 }

@@ -9,7 +9,7 @@
 //! ([`Vault::sign`], which handles passwords and PCR policies); the second pass replays that
 //! signature and checks that rcgen asked for exactly the same bytes. No thread blocks.
 //!
-//! This module does not do TLS (see [`crate::tls`]) and does not verify chain signatures: a
+//! This module does not do TLS (see [`crate::serve::tls`]) and does not verify chain signatures: a
 //! chain is checked for form (PEM, X.509), for its leaf holding the key's public key, and for
 //! leaf-first issuing order.
 
@@ -26,7 +26,7 @@ use spki::der::Decode as _;
 use x509_cert::der::Encode as _;
 
 use super::{Loaded, Password, SignRequest, Vault};
-use crate::error::Error;
+use crate::error::{ChainArg, Error, Invalid, SubjectArg};
 use crate::model::{HashAlg, KeyAlg, KeyName, Scheme, SignInput};
 
 /// Longest chain PEM accepted by [`Vault::set_certificate`].
@@ -66,30 +66,24 @@ impl CertSubject {
             if part.is_empty() {
                 continue;
             }
-            let (key, value) = part.split_once('=').ok_or_else(|| {
-                Error::InvalidArgument(format!(
-                    "subject attribute {:?} is not KEY=VALUE (e.g. CN=device-1,O=Example)",
-                    short(part)
-                ))
-            })?;
+            let (key, value) =
+                part.split_once('=').ok_or_else(|| Error::from(Invalid::from(SubjectArg::NotKeyValue(short(part)))))?;
             let (key, value) = (key.trim(), value.trim());
             let ty = dn_type(key)?;
             if seen.contains(&ty) {
-                return Err(Error::InvalidArgument(format!("subject attribute {key} given twice")));
+                return Err(Invalid::from(SubjectArg::Twice(key.to_owned())).into());
             }
             if value.is_empty() || value.chars().count() > MAX_ATTRIBUTE || value.chars().any(char::is_control) {
-                return Err(Error::InvalidArgument(format!(
-                    "subject attribute {key} must be 1 to {MAX_ATTRIBUTE} printable characters"
-                )));
+                return Err(Invalid::from(SubjectArg::Value { key: key.to_owned(), max: MAX_ATTRIBUTE }).into());
             }
             if ty == DnType::CountryName && !(value.len() == 2 && value.chars().all(|c| c.is_ascii_alphabetic())) {
-                return Err(Error::InvalidArgument("subject attribute C must be a two-letter country code".into()));
+                return Err(Invalid::from(SubjectArg::Country).into());
             }
             seen.push(ty.clone());
             dn.push(ty, value);
         }
         if seen.is_empty() {
-            return Err(Error::InvalidArgument("a subject is required, e.g. CN=device-1,O=Example".into()));
+            return Err(Invalid::from(SubjectArg::Required).into());
         }
         let mut sans = Vec::new();
         for d in dns {
@@ -100,13 +94,12 @@ impl CertSubject {
                     .enumerate()
                     .all(|(i, b)| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || (b == b'*' && i == 0));
             if !ok {
-                return Err(Error::InvalidArgument(format!("invalid DNS name {:?}", short(d))));
+                return Err(Invalid::from(SubjectArg::Dns(short(d))).into());
             }
             sans.push(SanType::DnsName(ia5(d)?));
         }
         for ip in ips {
-            let addr: IpAddr =
-                ip.parse().map_err(|_| Error::InvalidArgument(format!("invalid IP address {:?}", short(ip))))?;
+            let addr: IpAddr = ip.parse().map_err(|_| Error::from(Invalid::from(SubjectArg::Ip(short(ip)))))?;
             sans.push(SanType::IpAddress(addr));
         }
         for uri in uris {
@@ -114,12 +107,12 @@ impl CertSubject {
                 && uri.len() <= 2048
                 && uri.bytes().all(|b| b.is_ascii_graphic());
             if !ok {
-                return Err(Error::InvalidArgument(format!("invalid URI {:?}", short(uri))));
+                return Err(Invalid::from(SubjectArg::Uri(short(uri))).into());
             }
             sans.push(SanType::URI(ia5(uri)?));
         }
         if sans.len() > MAX_SANS {
-            return Err(Error::InvalidArgument(format!("more than {MAX_SANS} subject alternative names")));
+            return Err(Invalid::from(SubjectArg::TooManyNames(MAX_SANS)).into());
         }
         Ok(Self { dn, sans })
     }
@@ -178,7 +171,7 @@ impl Vault {
     ) -> Result<StoredChain, Error> {
         let days = if days == 0 { DEFAULT_DAYS } else { days };
         if days > MAX_DAYS {
-            return Err(Error::InvalidArgument(format!("validity longer than {MAX_DAYS} days")));
+            return Err(Error::invalid(format!("validity longer than {MAX_DAYS} days")));
         }
         let loaded = self.load(name).await?;
         let key = TpmPublicKey::of(&loaded)?;
@@ -213,7 +206,7 @@ impl Vault {
     /// leaf's public key is not the key's, or the chain is out of order; store errors.
     pub async fn set_certificate(&self, name: &KeyName, chain_pem: &str) -> Result<StoredChain, Error> {
         if chain_pem.len() > MAX_CHAIN_PEM {
-            return Err(Error::InvalidArgument(format!("certificate chain larger than {MAX_CHAIN_PEM} bytes")));
+            return Err(Invalid::from(ChainArg::TooLarge(MAX_CHAIN_PEM)).into());
         }
         let _guard = self.inner.cert_lock.lock().await;
         let loaded = self.load(name).await?;
@@ -244,7 +237,7 @@ impl Vault {
     /// [`Error::KeyNotFound`]; [`Error::NoCertificate`] if it has none; store errors.
     pub async fn certificate(&self, name: &KeyName) -> Result<StoredChain, Error> {
         let loaded = self.load(name).await?;
-        chain_of(&loaded.record).ok_or_else(|| Error::NoCertificate(name.to_string()))
+        chain_of(&loaded.record).ok_or_else(|| Error::NoCertificate(name.clone()))
     }
 
     /// Signs with rcgen's synchronous signer interface through the async TPM path: `build` runs
@@ -257,7 +250,7 @@ impl Vault {
         build: impl Fn(&PreSigner<'_>) -> Result<T, rcgen::Error>,
     ) -> Result<T, Error> {
         let capture = PreSigner { key, mode: Mode::Capture(RefCell::new(None)) };
-        build(&capture).map_err(|e| Error::InvalidArgument(format!("cannot build the request: {e}")))?;
+        build(&capture).map_err(|e| Error::invalid(format!("cannot build the request: {e}")))?;
         let tbs = match capture.mode {
             Mode::Capture(cell) => cell.into_inner(),
             Mode::Replay { .. } => None,
@@ -301,7 +294,7 @@ impl TpmPublicKey {
             // PKCS#1 v1.5 for certificate signatures: what every verifier accepts.
             KeyAlg::Rsa2048 | KeyAlg::Rsa3072 => (&rcgen::PKCS_RSA_SHA256, HashAlg::Sha256, Scheme::RsaPkcs1),
             other => {
-                return Err(Error::InvalidArgument(format!(
+                return Err(Error::invalid(format!(
                     "certificates and CSRs are not supported for {other} keys (only ECC and RSA keys)"
                 )))
             }
@@ -361,10 +354,10 @@ impl rcgen::SigningKey for PreSigner<'_> {
 pub fn check_chain(chain_pem: &str, key_spki: &[u8]) -> Result<String, Error> {
     let certs = parse_chain(chain_pem)?;
     let Some(leaf) = certs.first() else {
-        return Err(Error::InvalidArgument("no certificate in the PEM".into()));
+        return Err(Invalid::from(ChainArg::Empty).into());
     };
     if certs.len() > MAX_CHAIN_LEN {
-        return Err(Error::InvalidArgument(format!("more than {MAX_CHAIN_LEN} certificates in the chain")));
+        return Err(Invalid::from(ChainArg::TooMany(MAX_CHAIN_LEN)).into());
     }
     let key =
         spki::SubjectPublicKeyInfoRef::from_der(key_spki).map_err(|e| Error::Internal(format!("key SPKI: {e}")))?;
@@ -374,18 +367,11 @@ pub fn check_chain(chain_pem: &str, key_spki: &[u8]) -> Result<String, Error> {
             || theirs.algorithm.parameters.as_ref().map(|p| p.to_der().ok()).unwrap_or_default()
                 == key.algorithm.parameters.as_ref().map(|p| p.to_der().ok()).unwrap_or_default());
     if !same_alg || theirs.subject_public_key.raw_bytes() != key.subject_public_key.raw_bytes() {
-        return Err(Error::InvalidArgument(
-            "the first certificate's public key is not this key's: the chain must start with the key's own certificate"
-                .into(),
-        ));
+        return Err(Invalid::from(ChainArg::NotThisKey).into());
     }
     for (i, pair) in certs.windows(2).enumerate() {
         if pair[0].tbs_certificate.issuer != pair[1].tbs_certificate.subject {
-            return Err(Error::InvalidArgument(format!(
-                "certificate {} was not issued by certificate {}: give the chain leaf first, then each issuer",
-                i + 1,
-                i + 2
-            )));
+            return Err(Invalid::from(ChainArg::NotIssuedBy { cert: i + 1, issuer: i + 2 }).into());
         }
     }
     let mut out = String::new();
@@ -415,22 +401,22 @@ pub fn parse_chain(text: &str) -> Result<Vec<x509_cert::Certificate>, Error> {
         let end = block.find(&end_marker).ok_or_else(|| bad_pem(&format!("no END line for {}", short(label))))?;
         let whole = &block[..end + end_marker.len()];
         if label != "CERTIFICATE" {
-            return Err(Error::InvalidArgument(format!("PEM block {:?} is not a CERTIFICATE", short(label))));
+            return Err(Invalid::from(ChainArg::NotCertificate(short(label))).into());
         }
         let (_, der) = x509_cert::der::pem::decode_vec(whole.as_bytes()).map_err(|e| bad_pem(&e.to_string()))?;
         let cert = <x509_cert::Certificate as x509_cert::der::Decode>::from_der(&der)
-            .map_err(|e| Error::InvalidArgument(format!("certificate {} is not valid X.509: {e}", certs.len() + 1)))?;
+            .map_err(|e| Error::from(Invalid::from(ChainArg::X509 { n: certs.len() + 1, why: e.to_string() })))?;
         certs.push(cert);
         rest = &block[end + end_marker.len()..];
     }
     if certs.is_empty() {
-        return Err(Error::InvalidArgument("no PEM CERTIFICATE block found".into()));
+        return Err(Invalid::from(ChainArg::NoBlock).into());
     }
     Ok(certs)
 }
 
 fn bad_pem(why: &str) -> Error {
-    Error::InvalidArgument(format!("certificate chain is not valid PEM: {why}"))
+    Invalid::from(ChainArg::Pem(why.to_owned())).into()
 }
 
 /// PEM armour with 64-column lines.
@@ -470,17 +456,12 @@ fn dn_type(key: &str) -> Result<DnType, Error> {
         "C" => DnType::CountryName,
         "ST" => DnType::StateOrProvinceName,
         "L" => DnType::LocalityName,
-        _ => {
-            return Err(Error::InvalidArgument(format!(
-                "unsupported subject attribute {:?} (expected CN, O, OU, C, ST or L)",
-                short(key)
-            )))
-        }
+        _ => return Err(Invalid::from(SubjectArg::Unsupported(short(key))).into()),
     })
 }
 
 fn ia5(s: &str) -> Result<Ia5String, Error> {
-    Ia5String::try_from(s.to_owned()).map_err(|_| Error::InvalidArgument(format!("{:?} is not ASCII", short(s))))
+    Ia5String::try_from(s.to_owned()).map_err(|_| Error::from(Invalid::from(SubjectArg::NotAscii(short(s)))))
 }
 
 fn short(s: &str) -> String {

@@ -22,6 +22,7 @@ use crate::error::Error;
 use crate::model::{KeyName, Owner, PcrTarget};
 use crate::store::record::RECORD_VERSION;
 use crate::store::{DataKeyRecord, OwnerCheck};
+use crate::tpm::ClientKey;
 use crate::tpm::KeyBlob;
 
 /// An unsealed data key. The key bytes are wiped when the last user drops it.
@@ -47,7 +48,7 @@ impl DataKey {
     /// stream key does not open (wrong context, tampered header).
     pub fn chunk_key(&self, header: &Header, context: &[u8]) -> Result<Zeroizing<[u8; 32]>, Error> {
         if header.key_id != self.key_id {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::invalid(format!(
                 "the stream was encrypted with another generation of data key {} (deleted and re-created?)",
                 self.name
             )));
@@ -120,7 +121,7 @@ impl std::fmt::Debug for KeyCache {
 
 /// Seeds a DRBG from the OS and, when reachable, 32 bytes of TPM entropy.
 pub(crate) async fn seeded_drbg(tpm: &crate::tpm::TpmHandle) -> Result<Drbg, Error> {
-    let tpm_entropy = match tpm.call("get_random", |t| t.get_random(32)).await {
+    let tpm_entropy = match tpm.call(ClientKey::DAEMON, "get_random", |t| t.get_random(32)).await {
         Ok(e) => e,
         Err(e) => {
             tracing::warn!(error = %e, "no TPM entropy for the DRBG seed; using the OS alone");
@@ -147,7 +148,8 @@ pub(crate) fn spawn_maintenance(vault: std::sync::Weak<super::Inner>, idle: Dura
                 tracing::debug!(evicted, "idle unsealed post-quantum keys dropped from memory");
             }
             if inner.drbg.reseed_due() {
-                let entropy = inner.tpm.call("get_random", |t| t.get_random(32)).await.unwrap_or_default();
+                let entropy =
+                    inner.tpm.call(ClientKey::DAEMON, "get_random", |t| t.get_random(32)).await.unwrap_or_default();
                 if let Err(e) = inner.drbg.reseed(&entropy) {
                     tracing::error!(error = %e, "DRBG reseed failed");
                 }

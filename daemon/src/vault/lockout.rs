@@ -405,7 +405,7 @@ impl Throttle {
                 }
                 drop(state);
                 self.count_refused();
-                return Err(Error::Throttled { key: key.to_string(), wait });
+                return Err(Error::Throttled { key: key.clone(), wait });
             }
         }
         tally.total.in_flight += 1;

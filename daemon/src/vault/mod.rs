@@ -30,7 +30,8 @@ use crate::error::Error;
 use crate::model::{HashAlg, KeyAlg, KeyName, Owner, PcrTarget, Scheme, SignInput, Usage, Usages};
 use crate::store::{KeyRecord, OwnerCheck, Record as _, SealPolicy, Store, StoreError};
 use crate::tpm::{
-    convert, ConnectionConfig, KeyBlob, PolicyAuth, QueueConfig, ResourceManager, SignJob, TpmError, TpmHandle, TpmInfo,
+    convert, ClientKey, ConnectionConfig, KeyBlob, PolicyAuth, QueueConfig, ResourceManager, SignJob, TpmError,
+    TpmHandle, TpmInfo,
 };
 
 /// Key generation can take seconds on a TPM (RSA-3072 especially).
@@ -225,6 +226,10 @@ pub(crate) struct Inner {
 #[derive(Clone)]
 pub struct Vault {
     inner: Arc<Inner>,
+    /// Whose TPM jobs this handle's operations are: every TPM call names it
+    /// ([`crate::tpm::queue`]). [`ClientKey::DAEMON`] for the vault [`Vault::open`] returns;
+    /// the RPC layer works through [`Vault::for_client`] with the caller's key.
+    client: ClientKey,
 }
 
 impl std::fmt::Debug for Vault {
@@ -262,6 +267,7 @@ impl Vault {
         let drbg = datakey::seeded_drbg(&tpm).await?;
         let page_key = crate::crypto::token::TokenKey::new(&drbg)?;
         let vault = Self {
+            client: ClientKey::DAEMON,
             inner: Arc::new(Inner {
                 tpm,
                 datakeys: datakey::KeyCache::default(),
@@ -282,6 +288,12 @@ impl Vault {
         };
         datakey::spawn_maintenance(Arc::downgrade(&vault.inner), cfg.datakey_idle);
         Ok(vault)
+    }
+
+    /// The same vault, its TPM jobs queued as `client`'s (the RPC layer's handle for one call).
+    #[must_use]
+    pub fn for_client(&self, client: ClientKey) -> Self {
+        Self { inner: self.inner.clone(), client }
     }
 
     /// The TPM actor handle (for status, metrics and in-process signing).
@@ -383,13 +395,13 @@ impl Vault {
         let (owner_uid, owner_certificate) = owner.into().to_fields();
         if let Some(a) = &auth {
             if a.len() > MAX_AUTH {
-                return Err(Error::InvalidArgument(format!("key password longer than {MAX_AUTH} bytes")));
+                return Err(Error::invalid(format!("key password longer than {MAX_AUTH} bytes")));
             }
             if pcr.is_some() && !a.is_empty() {
-                return Err(Error::InvalidArgument("a key is either PCR-bound or password-protected, not both".into()));
+                return Err(Error::invalid("a key is either PCR-bound or password-protected, not both"));
             }
             if alg.has_pq() && !a.is_empty() {
-                return Err(Error::InvalidArgument(format!(
+                return Err(Error::invalid(format!(
                     "{alg} keys cannot have a password (their TPM part is a sealed object); bind them to PCRs instead"
                 )));
             }
@@ -414,7 +426,7 @@ impl Vault {
                 let object = self
                     .inner
                     .tpm
-                    .call_with_timeout("create", CREATE_TIMEOUT, move |tpm| {
+                    .call_with_timeout(self.client, "create", CREATE_TIMEOUT, move |tpm| {
                         tpm.create_key(alg, auth_policy.as_deref(), tpm_auth.as_deref().map(Vec::as_slice))
                     })
                     .await?;
@@ -539,9 +551,7 @@ impl Vault {
     /// [`Error::InvalidArgument`] for any other string.
     pub fn page_position(&self, caller: &str, token: &str) -> Result<KeyName, Error> {
         let invalid = || {
-            Error::InvalidArgument(
-                "page_token is not one this daemon issued to this client (tokens do not survive a restart)".into(),
-            )
+            Error::invalid("page_token is not one this daemon issued to this client (tokens do not survive a restart)")
         };
         let plain = self.inner.page_key.open(&page_binding(caller), token).ok_or_else(invalid)?;
         let name = std::str::from_utf8(&plain).map_err(|_| invalid())?;
@@ -594,7 +604,7 @@ impl Vault {
             let _ = self
                 .inner
                 .tpm
-                .call("evict", move |tpm| {
+                .call(self.client, "evict", move |tpm| {
                     for tpm_name in &names {
                         tpm.evict(tpm_name);
                     }
@@ -651,16 +661,15 @@ impl Vault {
         let loaded = self.load(name).await?;
         check_usage(&loaded.record, Usage::Ssh)?;
         let SignInput::Message(message) = &req.input else {
-            return Err(Error::InvalidArgument("an SSH signature takes the whole message, not a digest".into()));
+            return Err(Error::invalid("an SSH signature takes the whole message, not a digest"));
         };
         if message.len() > SignInput::MAX_MESSAGE {
-            return Err(Error::InvalidArgument(format!("message larger than {} bytes", SignInput::MAX_MESSAGE)));
+            return Err(Error::invalid(format!("message larger than {} bytes", SignInput::MAX_MESSAGE)));
         }
-        let not_ssh =
-            |e: crate::crypto::ssh::SshDataError| Error::InvalidArgument(format!("not SSH signing data: {e}"));
+        let not_ssh = |e: crate::crypto::ssh::SshDataError| Error::invalid(format!("not SSH signing data: {e}"));
         let signed = crate::crypto::ssh::parse(message).map_err(not_ssh)?;
         let blob = crate::crypto::ssh::public_key_blob(loaded.record.alg, &loaded.spki)
-            .ok_or_else(|| Error::InvalidArgument(format!("{} keys cannot make SSH signatures", loaded.record.alg)))?;
+            .ok_or_else(|| Error::invalid(format!("{} keys cannot make SSH signatures", loaded.record.alg)))?;
         let (scheme, hash) = crate::crypto::ssh::signing_plan(loaded.record.alg, &blob, &signed, req.scheme, req.hash)
             .map_err(not_ssh)?;
         // Hashed here, so that SHA-1 (`ssh-rsa`) passes as the digest it is for PKCS#1 v1.5.
@@ -703,7 +712,7 @@ impl Vault {
         let result = self
             .inner
             .tpm
-            .call("sign", move |tpm| {
+            .call(self.client, "sign", move |tpm| {
                 tpm.check_da_reserve(reserve)?;
                 tpm.sign(&job)
             })
@@ -739,7 +748,7 @@ impl Vault {
         let loaded = self.load(name).await?;
         let mut record = loaded.record.clone();
         if !usages.is_subset_of(record.usages()) {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::invalid(format!(
                 "key {name} has usages {}: usages can only be narrowed, not widened to {usages}",
                 record.usages()
             )));
@@ -771,12 +780,12 @@ impl Vault {
         let loaded = self.cached(name).ok_or_else(|| Error::not_found(name))?;
         check_usage(&loaded.record, Usage::Sign)?;
         if loaded.record.alg.has_pq() {
-            return Err(Error::InvalidArgument(format!("{} keys cannot sign TLS handshakes", loaded.record.alg)));
+            return Err(Error::invalid(format!("{} keys cannot sign TLS handshakes", loaded.record.alg)));
         }
         // No password here, so nothing for the dictionary-attack guard to count.
         let (job, digest, _) = self.prepare_sign(&loaded, req, None)?;
         let done = SignJobDone { scheme: job.scheme, hash: job.hash, digest };
-        let sig = self.inner.tpm.call_blocking("sign", move |tpm| tpm.sign(&job))?;
+        let sig = self.inner.tpm.call_blocking(self.client, "sign", move |tpm| tpm.sign(&job))?;
         self.finish_sign(&loaded, done, sig)
     }
 
@@ -798,7 +807,7 @@ impl Vault {
         }
         let (client, auth) = match (loaded.record.has_auth, auth.map(Password::into_parts)) {
             (true, Some((_, a))) if a.len() > MAX_AUTH_VALUE => {
-                return Err(Error::InvalidArgument("key password too long".into()));
+                return Err(Error::invalid("key password too long"));
             }
             (true, Some((client, a))) if !a.is_empty() => (Some(client), Some(a)),
             (true, _) => return Err(Error::from(Denied::NeedsPassword(loaded.record.name.clone()))),
@@ -869,7 +878,7 @@ impl Vault {
     /// # Errors
     /// TPM errors.
     pub async fn transient_handles(&self) -> Result<usize, Error> {
-        Ok(self.inner.tpm.call("handles", |tpm| tpm.transient_handles()).await?)
+        Ok(self.inner.tpm.call(self.client, "handles", |tpm| tpm.transient_handles()).await?)
     }
 
     /// Flushes every loaded object (keys, sessions, transient SRK).
@@ -951,10 +960,10 @@ fn check_usages_suit(alg: KeyAlg, usages: Usages) -> Result<(), Error> {
     if usages.contains(Usage::Ssh)
         && !matches!(alg, KeyAlg::EccP256 | KeyAlg::EccP384 | KeyAlg::Rsa2048 | KeyAlg::Rsa3072)
     {
-        return Err(Error::InvalidArgument(format!("usage ssh needs an ECC or RSA key, not {alg}")));
+        return Err(Error::invalid(format!("usage ssh needs an ECC or RSA key, not {alg}")));
     }
     if usages.contains(Usage::Policy) && alg != KeyAlg::EccP256 {
-        return Err(Error::InvalidArgument(format!("usage policy needs an ecc-p256 key, not {alg}")));
+        return Err(Error::invalid(format!("usage policy needs an ecc-p256 key, not {alg}")));
     }
     Ok(())
 }

@@ -81,7 +81,7 @@ impl PqPrivate {
         };
         let secret = dk
             .decapsulate(Ciphertext::from(ciphertext))
-            .map_err(|_| Error::InvalidArgument("ML-KEM ciphertext was rejected".into()))?;
+            .map_err(|_| Error::invalid("ML-KEM ciphertext was rejected"))?;
         Ok(Zeroizing::new(secret.as_ref().to_vec()))
     }
 }
@@ -169,10 +169,10 @@ fn expand(alg: KeyAlg, material: &[u8], public_key: &[u8]) -> Result<PqPrivate, 
 /// The message of an ML-DSA or hybrid signature: whole messages only.
 fn whole_message(input: SignInput, alg: KeyAlg) -> Result<Vec<u8>, Error> {
     match input {
-        SignInput::Digest(_) => Err(Error::InvalidArgument(format!(
+        SignInput::Digest(_) => Err(Error::invalid(format!(
             "{alg} keys sign messages, not digests (ML-DSA hashes the whole message itself); send the message"
         ))),
-        SignInput::Message(m) if m.len() > SignInput::MAX_MESSAGE => Err(Error::InvalidArgument(format!(
+        SignInput::Message(m) if m.len() > SignInput::MAX_MESSAGE => Err(Error::invalid(format!(
             "message of {} bytes exceeds the {} byte limit of {alg} keys, which sign whole messages; sign a \
              manifest holding the file's hash instead",
             m.len(),
@@ -186,13 +186,11 @@ fn whole_message(input: SignInput, alg: KeyAlg) -> Result<Vec<u8>, Error> {
 fn check_hash(scheme: Scheme, hash: Option<HashAlg>) -> Result<(), Error> {
     match (scheme, hash) {
         (Scheme::MlDsa, None) | (Scheme::Hybrid, None | Some(HashAlg::Sha256)) => Ok(()),
-        (Scheme::MlDsa, Some(h)) => Err(Error::InvalidArgument(format!(
+        (Scheme::MlDsa, Some(h)) => Err(Error::invalid(format!(
             "ML-DSA hashes the message itself (SHAKE256); hash {} does not apply",
             h.as_str()
         ))),
-        (_, Some(h)) => {
-            Err(Error::InvalidArgument(format!("the hybrid scheme's ECDSA half uses sha256, not {}", h.as_str())))
-        }
+        (_, Some(h)) => Err(Error::invalid(format!("the hybrid scheme's ECDSA half uses sha256, not {}", h.as_str()))),
         (_, None) => Ok(()),
     }
 }
@@ -282,7 +280,7 @@ impl Vault {
             auth: None,
             policy: loaded.record.pcr_policy.as_ref().map(|p| PolicyAuth::Pcr(p.selection.clone())),
         };
-        let ecdsa = self.tpm().call("sign", move |tpm| tpm.sign(&job));
+        let ecdsa = self.tpm().call(self.client, "sign", move |tpm| tpm.sign(&job));
         let ml_dsa = async {
             let key = self.pq_private(loaded).await?;
             blocking(move || key.sign(&signed)).await
@@ -335,13 +333,10 @@ impl Vault {
         let loaded = self.load(name).await?;
         let alg = loaded.record.alg;
         let Some((_, _, ct_len)) = algs::ml_kem_sizes(alg) else {
-            return Err(Error::InvalidArgument(format!("key {name} is a {alg} key; only ML-KEM keys decapsulate")));
+            return Err(Error::invalid(format!("key {name} is a {alg} key; only ML-KEM keys decapsulate")));
         };
         if ciphertext.len() != ct_len {
-            return Err(Error::InvalidArgument(format!(
-                "{alg} ciphertexts are {ct_len} bytes, not {}",
-                ciphertext.len()
-            )));
+            return Err(Error::invalid(format!("{alg} ciphertexts are {ct_len} bytes, not {}", ciphertext.len())));
         }
         let key = self.pq_private(&loaded).await?;
         key.decapsulate(ciphertext)
@@ -394,7 +389,7 @@ mod tests {
     #[test]
     fn digests_and_wrong_hashes_are_refused() {
         assert!(
-            matches!(whole_message(SignInput::Digest(vec![0; 32]), KeyAlg::MlDsa65), Err(Error::InvalidArgument(m)) if m.contains("not digests"))
+            matches!(whole_message(SignInput::Digest(vec![0; 32]), KeyAlg::MlDsa65), Err(Error::InvalidArgument(m)) if m.to_string().contains("not digests"))
         );
         assert!(whole_message(SignInput::Message(vec![0; SignInput::MAX_MESSAGE + 1]), KeyAlg::MlDsa65).is_err());
         assert!(check_hash(Scheme::MlDsa, Some(HashAlg::Sha256)).is_err());

@@ -15,7 +15,7 @@ use zeroize::Zeroizing;
 use super::{blocking, unix_now, Vault};
 use crate::auth::Denied;
 use crate::crypto::aead;
-use crate::error::Error;
+use crate::error::{Error, Invalid};
 use crate::model::{HashAlg, KeyAlg, KeyName, Owner, PcrBank, PcrSelection, Scheme, SignInput, Usage};
 use crate::store::record::RECORD_VERSION;
 use crate::store::{OwnerCheck, PcrPolicy, SealPolicy, SealedRecord, TpmObject};
@@ -112,7 +112,7 @@ impl Vault {
     /// TPM errors.
     pub async fn pcr_read(&self, selection: &PcrSelection) -> Result<Vec<Vec<u8>>, Error> {
         let sel = selection.clone();
-        let (_, values) = self.tpm().call("pcr_read", move |tpm| tpm.pcr_read(&sel)).await?;
+        let (_, values) = self.tpm().call(self.client, "pcr_read", move |tpm| tpm.pcr_read(&sel)).await?;
         Ok(values)
     }
 
@@ -122,7 +122,7 @@ impl Vault {
     /// # Errors
     /// TPM errors.
     pub async fn pcr_extend(&self, bank: PcrBank, index: u8, digest: Vec<u8>) -> Result<(), Error> {
-        self.tpm().call("pcr_extend", move |tpm| tpm.pcr_extend(bank, index, &digest)).await?;
+        self.tpm().call(self.client, "pcr_extend", move |tpm| tpm.pcr_extend(bank, index, &digest)).await?;
         Ok(())
     }
 
@@ -136,7 +136,7 @@ impl Vault {
             Some(v) => v,
             None => self.pcr_read(selection).await?,
         };
-        pcr::policy_pcr_digest(selection, &values).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        pcr::policy_pcr_digest(selection, &values).map_err(|e| Error::invalid(e.to_string()))?;
         Ok(PcrPolicy { selection: selection.clone(), values })
     }
 
@@ -180,7 +180,8 @@ impl Vault {
             }
             SealTarget::Authorized { selection, authority_spki } => {
                 let authority = authority_key(&authority_spki)?;
-                let key_name = self.tpm().call("load_external", move |tpm| tpm.external_name(&authority)).await?;
+                let key_name =
+                    self.tpm().call(self.client, "load_external", move |tpm| tpm.external_name(&authority)).await?;
                 let digest = pcr::policy_authorize_digest(&key_name, &[]);
                 let policy =
                     SealPolicy::Authorized { selection: selection.clone(), authority_spki, min_policy_version: 0 };
@@ -232,9 +233,7 @@ impl Vault {
             SealPolicy::Pcr { pcr } => (PolicyAuth::Pcr(pcr.selection.clone()), None),
             SealPolicy::Authorized { selection, authority_spki, min_policy_version } => {
                 let approval = approval.ok_or_else(|| {
-                    Error::InvalidArgument(format!(
-                        "{name} is sealed to an authorized policy: a signed policy is required"
-                    ))
+                    Error::invalid(format!("{name} is sealed to an authorized policy: a signed policy is required"))
                 })?;
                 let auth = check_approval(approval, selection, authority_spki, *min_policy_version)?;
                 // Name the mismatch before the TPM refuses without saying why.
@@ -248,7 +247,7 @@ impl Vault {
                 (auth, raise)
             }
         };
-        let result = self.tpm().call("unseal", move |tpm| tpm.unseal(&blob, Some(&auth))).await;
+        let result = self.tpm().call(self.client, "unseal", move |tpm| tpm.unseal(&blob, Some(&auth))).await;
         let data_key = match result {
             Ok(k) => k,
             Err(e @ (TpmError::PolicyFailed | TpmError::Command { .. }))
@@ -289,18 +288,18 @@ impl Vault {
     /// object, a payload sealed under another name; [`Error::KeyExists`]; a TPM refusal
     /// ([`TpmError::ImportRejected`]: another TPM's blob, or altered); store errors.
     pub async fn import_sealed(&self, name: KeyName, blob: &[u8], owner: Owner) -> Result<SealInfo, Error> {
-        let bad = |e: BlobError| Error::InvalidArgument(format!("sealed blob: {e}"));
+        let bad = |e: BlobError| Error::invalid(format!("sealed blob: {e}"));
         let blob = SealedBlob::parse(blob).map_err(bad)?;
         if blob.payload.is_some() && blob.name != name.as_str() {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::invalid(format!(
                 "this blob was sealed as {:?}: import it under that name (its encrypted payload is bound to it)",
                 blob.name
             )));
         }
         let policy_digest = blob.policy.digest().map_err(bad)?;
         if blob.object_auth_policy().map_err(bad)? != policy_digest {
-            return Err(Error::InvalidArgument(
-                "sealed blob: its policy description does not match the sealed object's policy".into(),
+            return Err(Error::invalid(
+                "sealed blob: its policy description does not match the sealed object's policy",
             ));
         }
         let (policy, selection) = match blob.policy.clone() {
@@ -324,7 +323,7 @@ impl Vault {
             return Err(Error::KeyExists(name));
         }
         let (public, duplicate, seed) = (blob.public.clone(), blob.duplicate.clone(), blob.encrypted_seed.clone());
-        let object = self.tpm().call("import", move |tpm| tpm.import(&public, &duplicate, &seed)).await?;
+        let object = self.tpm().call(self.client, "import", move |tpm| tpm.import(&public, &duplicate, &seed)).await?;
         let (owner_uid, owner_certificate) = owner.to_fields();
         let (nonce, ciphertext) = blob.payload.map(|(n, c)| (n.to_vec(), c)).unwrap_or_default();
         let record = SealedRecord {
@@ -384,10 +383,9 @@ impl Vault {
     ) -> Result<SignedPolicy, Error> {
         let (alg, spki) = self.public_key(key).await?;
         if alg != KeyAlg::EccP256 {
-            return Err(Error::InvalidArgument(format!("policy authority {key} must be an ecc-p256 key")));
+            return Err(Error::invalid(format!("policy authority {key} must be an ecc-p256 key")));
         }
-        let approved =
-            pcr::policy_pcr_digest(&selection, &values).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        let approved = pcr::policy_pcr_digest(&selection, &values).map_err(|e| Error::invalid(e.to_string()))?;
         let sign = |msg: Vec<u8>| crate::vault::SignRequest {
             input: SignInput::Message(msg),
             hash: Some(HashAlg::Sha256),
@@ -425,16 +423,17 @@ impl Vault {
         pcr_policy: Option<&PcrPolicy>,
     ) -> Result<Zeroizing<[u8; 32]>, Error> {
         let auth = pcr_policy.map(|p| PolicyAuth::Pcr(p.selection.clone()));
-        let unsealed = match self.tpm().call("unseal_key256", move |tpm| tpm.unseal(&blob, auth.as_ref())).await {
-            Ok(k) => k,
-            Err(e @ (TpmError::PolicyFailed | TpmError::Command { .. })) => {
-                return Err(match pcr_policy {
-                    Some(pcr) => self.pcr_mismatch_error(&SealPolicy::Pcr { pcr: pcr.clone() }, e).await,
-                    None => e.into(),
-                });
-            }
-            Err(e) => return Err(e.into()),
-        };
+        let unsealed =
+            match self.tpm().call(self.client, "unseal_key256", move |tpm| tpm.unseal(&blob, auth.as_ref())).await {
+                Ok(k) => k,
+                Err(e @ (TpmError::PolicyFailed | TpmError::Command { .. })) => {
+                    return Err(match pcr_policy {
+                        Some(pcr) => self.pcr_mismatch_error(&SealPolicy::Pcr { pcr: pcr.clone() }, e).await,
+                        None => e.into(),
+                    });
+                }
+                Err(e) => return Err(e.into()),
+            };
         key256(&unsealed, what)
     }
 
@@ -452,7 +451,10 @@ impl Vault {
         let mut key = Zeroizing::new([0u8; 32]);
         self.random(key.as_mut())?;
         let sealed = key.clone();
-        let object = self.tpm().call(label, move |tpm| tpm.seal_key(auth_policy.as_deref(), sealed.as_slice())).await?;
+        let object = self
+            .tpm()
+            .call(self.client, label, move |tpm| tpm.seal_key(auth_policy.as_deref(), sealed.as_slice()))
+            .await?;
         Ok((object, key))
     }
 
@@ -507,7 +509,7 @@ fn blob_selection(bank: u16, pcrs: &[u8]) -> Result<PcrSelection, Error> {
         policy_digest::ALG_SHA1 => PcrBank::Sha1,
         policy_digest::ALG_SHA256 => PcrBank::Sha256,
         policy_digest::ALG_SHA384 => PcrBank::Sha384,
-        other => return Err(Error::InvalidArgument(format!("sealed blob: unsupported PCR bank 0x{other:04x}"))),
+        other => return Err(Error::invalid(format!("sealed blob: unsupported PCR bank 0x{other:04x}"))),
     };
     let pcrs: Vec<u32> = pcrs.iter().map(|&p| u32::from(p)).collect();
     Ok(PcrSelection::new(bank, &pcrs)?)
@@ -538,7 +540,7 @@ pub fn check_approval(
     min_version: u64,
 ) -> Result<PolicyAuth, Error> {
     use p256::ecdsa::signature::Verifier;
-    let bad = |m: &str| Error::InvalidArgument(format!("signed policy: {m}"));
+    let bad = |m: &str| Error::from(Invalid::SignedPolicy(m.to_owned()));
     if approval.format_version != 1 {
         return Err(bad("unsupported format version"));
     }
@@ -588,9 +590,7 @@ fn authority_key(spki: &[u8]) -> Result<p256::PublicKey, Error> {
                 .map_err(|_| ())
                 .and_then(|pem| p256::PublicKey::from_public_key_pem(pem).map_err(|_| ()))
         })
-        .map_err(|()| {
-            Error::InvalidArgument("policy authority must be an ECC P-256 public key (SPKI DER or PEM)".into())
-        })
+        .map_err(|()| Error::invalid("policy authority must be an ECC P-256 public key (SPKI DER or PEM)"))
 }
 
 /// Normalises an authority key to DER SPKI.

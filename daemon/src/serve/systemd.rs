@@ -8,7 +8,7 @@
 //! merely unreachable does not stop the keep-alives: the actor still answers (and reconnects
 //! on its own), so the unit does not restart-loop on a missing device.
 //!
-//! Socket activation (`LISTEN_FDS`) is in [`crate::server::activated_listener`].
+//! Socket activation (`LISTEN_FDS`) is in [`crate::serve::server::activated_listener`].
 
 use std::time::Duration;
 
@@ -81,7 +81,7 @@ async fn ping(tpm: &TpmHandle, deadline: Instant, budget: Duration) -> Result<()
         if left.is_zero() {
             return Err(TpmError::Timeout(u64::try_from(budget.as_millis()).unwrap_or(u64::MAX)));
         }
-        match tpm.call_with_timeout("ping", left, |_| Ok(())).await {
+        match tpm.call_with_timeout(crate::tpm::ClientKey::DAEMON, "ping", left, |_| Ok(())).await {
             Err(TpmError::QueueFull(_)) => {
                 tokio::time::sleep(Duration::from_millis(100).min(left)).await;
             }

@@ -19,7 +19,7 @@
 //!   patterns must chain to a CA of that file, or the connection is closed after the handshake.
 //!
 //! It does not own certificates (see [`crate::vault::cert`]) or the server lifecycle
-//! ([`crate::server`]).
+//! ([`crate::serve::server`]).
 
 use std::io;
 use std::net::SocketAddr;
@@ -48,9 +48,9 @@ use tpm_vault_proto::tls_scheme;
 
 use crate::auth::policy::Glob;
 use crate::auth::Identity;
-use crate::bounds::{Held, Tally};
 use crate::error::Error;
 use crate::model::{HashAlg, KeyAlg, KeyName, Scheme, SignInput};
+use crate::serve::bounds::{Held, Tally};
 use crate::vault::{SignRequest, Vault};
 
 /// Time a client gets to complete its handshake.
@@ -144,7 +144,7 @@ impl TpmSigningKey {
     pub async fn new(vault: &Vault, key: &KeyName) -> Result<Self, Error> {
         let (alg, spki) = vault.public_key(key).await?;
         if alg.has_pq() {
-            return Err(Error::InvalidArgument(format!("key {key} is a {alg} key; TLS needs an ECC or RSA key")));
+            return Err(Error::invalid(format!("key {key} is a {alg} key; TLS needs an ECC or RSA key")));
         }
         Ok(Self {
             vault: vault.clone(),
@@ -474,7 +474,7 @@ async fn accept_loop(
                 Ok(a) => a,
                 Err(e) => {
                     // EMFILE and friends: back off instead of spinning.
-                    crate::fdlimit::accept_failed("TLS listener", &e).await;
+                    crate::serve::fdlimit::accept_failed("TLS listener", &e).await;
                     continue;
                 }
             },

@@ -7,7 +7,7 @@
 //! [`Shared`](crate::tpm::Shared) state, the key count, whether the TPM is a software TPM and
 //! the dictionary-attack guard's counters from the [`Vault`], the rules in force and the denials
 //! by operation from the [`Access`] policy, and the `process_*` figures from procfs
-//! ([`crate::process_metrics`]). `tpm-vault status` shows most of the same numbers over gRPC
+//! ([`crate::observe::process_metrics`]). `tpm-vault status` shows most of the same numbers over gRPC
 //! (`StatusService`). docs/METRICS.md lists every metric; docs/alerts.yml alerts on them.
 //!
 //! The endpoint is plain HTTP without authentication, so [`crate::config`] only accepts a
@@ -28,9 +28,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
 use crate::auth::Access;
-use crate::bounds::Tally;
-use crate::metrics::{Metrics, Series};
-use crate::process_metrics::ProcessSample;
+use crate::observe::metrics::{Metrics, Series};
+use crate::observe::process_metrics::ProcessSample;
+use crate::serve::bounds::Tally;
 use crate::tpm::{DaState, TpmState};
 use crate::vault::Vault;
 
@@ -107,7 +107,7 @@ pub fn spawn(listener: TcpListener, source: MetricsSource) -> JoinHandle<()> {
             let stream = match listener.accept().await {
                 Ok((stream, _)) => stream,
                 Err(e) => {
-                    crate::fdlimit::accept_failed("metrics endpoint", &e).await;
+                    crate::serve::fdlimit::accept_failed("metrics endpoint", &e).await;
                     continue;
                 }
             };

@@ -2,14 +2,14 @@
 //! (or take it from systemd), announce readiness, serve until shutdown, drain, flush the TPM.
 //!
 //! [`run`] owns the whole sequence and the pieces that live as long as the daemon: the per-RPC
-//! [`Metrics`], the optional Prometheus endpoint ([`crate::telemetry`]) and the systemd
-//! watchdog ([`crate::systemd`]). [`serve_ctx`] and its variants are the part tests drive directly:
+//! [`Metrics`], the optional Prometheus endpoint ([`crate::observe::telemetry`]) and the systemd
+//! watchdog ([`crate::serve::systemd`]). [`serve_ctx`] and its variants are the part tests drive directly:
 //! serve one listener until a shutdown future resolves, then drain with a bound.
 //!
 //! Order at start: access policy loaded (a bad policy stops the daemon before anything else) →
 //! state directory checked (refused if anyone but the daemon's user and root could change it) →
 //! vault open (SRK loaded and its name checked) → metrics endpoint bound → TLS listener built
-//! and bound, if configured ([`crate::tls`]) → Unix socket bound (or taken from systemd) →
+//! and bound, if configured ([`crate::serve::tls`]) → Unix socket bound (or taken from systemd) →
 //! servers accepting → `READY=1`. Both listeners serve the same services until shutdown. At shutdown:
 //! `STOPPING=1` → stop accepting → wait up to the grace period for in-flight requests (then
 //! answer the rest `UNAVAILABLE`) → stop the TPM actor, which flushes every transient object it
@@ -30,13 +30,13 @@ use tonic::service::{AxumBody, AxumRouter, Routes};
 
 use crate::auth::audit::AuditLog;
 use crate::auth::{Access, PolicyError};
-use crate::bounds::{ConnectionLimits, FrameLimit, UnixIncoming};
 use crate::config::{Config, ServeLimits};
 use crate::error::Error;
-use crate::metrics::Metrics;
+use crate::observe::metrics::Metrics;
+use crate::observe::telemetry::{self, MetricsSource};
 use crate::rpc::{self, Ctx};
-use crate::simulator::Swtpm;
-use crate::telemetry::{self, MetricsSource};
+use crate::serve::bounds::{ConnectionLimits, FrameLimit, UnixIncoming};
+use crate::tpm::simulator::Swtpm;
 use crate::tpm::QueueConfig;
 use crate::vault::{Vault, VaultConfig};
 
@@ -76,7 +76,7 @@ pub enum ServerError {
     Policy(#[from] PolicyError),
     /// The embedded simulator could not start.
     #[error(transparent)]
-    Simulator(#[from] crate::simulator::SimulatorError),
+    Simulator(#[from] crate::tpm::simulator::SimulatorError),
     /// Opening the vault failed.
     #[error(transparent)]
     Vault(#[from] Error),
@@ -94,7 +94,7 @@ pub enum ServerError {
     Signals(#[source] std::io::Error),
     /// The TLS listener could not be set up (key, chain, client CAs, address).
     #[error(transparent)]
-    Tls(#[from] crate::tls::TlsError),
+    Tls(#[from] crate::serve::tls::TlsError),
     /// The gRPC server failed.
     #[error("gRPC server: {0}")]
     Transport(#[from] tonic::transport::Error),
@@ -226,7 +226,7 @@ pub async fn run(
     } else {
         None
     };
-    crate::systemd::notify_status("opening the TPM");
+    crate::serve::systemd::notify_status("opening the TPM");
     let vault = Vault::open(VaultConfig {
         state_dir: config.state_dir.clone(),
         tcti: config.tcti.clone(),
@@ -251,7 +251,7 @@ pub async fn run(
     // Requests are answered by now, but jobs they queued may still be waiting for the TPM;
     // each has a deadline of at most `tpm_timeout`, after which the actor skips it. So this
     // bound lets the actor run out its queue and flush every transient object it loaded.
-    crate::systemd::notify_status("flushing TPM objects");
+    crate::serve::systemd::notify_status("flushing TPM objects");
     vault.shutdown(config.tpm_timeout + TPM_STOP_MARGIN).await;
     tracing::info!("stopped");
     result
@@ -277,8 +277,10 @@ async fn serve_vault(
     };
     let tls = match &config.listen {
         Some(l) => {
-            let tls =
-                crate::tls::TlsListener::bind(&vault, l.addr, &l.key, &l.client_ca).await?.with_pins(&l.pins).await?;
+            let tls = crate::serve::tls::TlsListener::bind(&vault, l.addr, &l.key, &l.client_ca)
+                .await?
+                .with_pins(&l.pins)
+                .await?;
             tracing::info!(addr = %l.addr, key = %l.key, "TLS listener bound (client certificates required)");
             Some(tls)
         }
@@ -293,7 +295,7 @@ async fn serve_vault(
     };
     let listener = UnixListener::from_std(listener)
         .map_err(|source| ServerError::Socket { path: config.socket.clone(), source })?;
-    let _watchdog = crate::systemd::spawn_watchdog(vault.tpm().clone()).map(AbortOnDrop);
+    let _watchdog = crate::serve::systemd::spawn_watchdog(vault.tpm().clone()).map(AbortOnDrop);
     let ctx = Ctx::new(vault, metrics, access).with_event_log(config.event_log.as_deref());
     let result = serve_ctx_with_tls(ctx, listener, tls, shutdown, config.shutdown_grace, &config.limits).await;
     drop(metrics_task);
@@ -337,7 +339,7 @@ pub async fn serve_ctx(
     serve_ctx_with_tls(ctx, listener, None, shutdown, grace, &ServeLimits::default()).await
 }
 
-/// [`serve_ctx`] plus, when given, the TLS listener ([`crate::tls::TlsListener`]): both serve
+/// [`serve_ctx`] plus, when given, the TLS listener ([`crate::serve::tls::TlsListener`]): both serve
 /// the same services and drain together at shutdown.
 ///
 /// # Errors
@@ -345,7 +347,7 @@ pub async fn serve_ctx(
 pub async fn serve_ctx_with_tls(
     ctx: Ctx,
     listener: UnixListener,
-    tls: Option<crate::tls::TlsListener>,
+    tls: Option<crate::serve::tls::TlsListener>,
     shutdown: impl Future<Output = ()>,
     grace: std::time::Duration,
     limits: &ServeLimits,
@@ -375,13 +377,13 @@ pub async fn serve_ctx_with_tls(
     };
     let server = async { tokio::try_join!(unix, tls).map(|_| ()) };
     tokio::pin!(server);
-    crate::systemd::notify_ready("serving");
+    crate::serve::systemd::notify_ready("serving");
     tracing::info!("ready");
     tokio::select! {
         r = &mut server => return r.map_err(ServerError::from),
         () = shutdown => {}
     }
-    crate::systemd::notify_stopping("draining in-flight requests");
+    crate::serve::systemd::notify_stopping("draining in-flight requests");
     tracing::info!(
         grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
         "shutting down: draining in-flight requests"
@@ -440,7 +442,7 @@ const CLOSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 /// Wraps every route so that, once the grace period is over, requests still running are
 /// answered `UNAVAILABLE` (retryable) instead of having their connection cut, which clients see
 /// as an opaque transport error. Their TPM jobs, if any, still finish or fail inside the actor.
-/// It also bounds each request's messages ([`crate::bounds::max_message`]).
+/// It also bounds each request's messages ([`crate::serve::bounds::max_message`]).
 #[derive(Debug, Clone)]
 struct Draining {
     inner: Routes,
@@ -459,7 +461,7 @@ impl Service<http::Request<AxumBody>> for Draining {
 
     fn call(&mut self, req: http::Request<AxumBody>) -> Self::Future {
         // Each method's message bound, checked on the message prefixes as they arrive.
-        let limit = crate::bounds::max_message(req.uri().path());
+        let limit = crate::serve::bounds::max_message(req.uri().path());
         let req = req.map(|body| AxumBody::new(FrameLimit::new(body, limit)));
         let response = self.inner.call(req);
         let mut expired = self.expired.clone();

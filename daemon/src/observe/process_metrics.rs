@@ -1,4 +1,4 @@
-//! The daemon's own process figures for the Prometheus endpoint ([`crate::telemetry`]): CPU
+//! The daemon's own process figures for the Prometheus endpoint ([`crate::observe::telemetry`]): CPU
 //! time, memory, file descriptors and start time, under the names and meanings of the
 //! Prometheus client libraries' process collector (`process_cpu_seconds_total`,
 //! `process_resident_memory_bytes`, ...), so the dashboards and alerts written for any other

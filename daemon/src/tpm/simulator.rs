@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use nix::fcntl::{Flock, FlockArg};
 
-use crate::spawn::CloseInheritedFds as _;
+use crate::tpm::spawn::CloseInheritedFds as _;
 
 /// Why the simulator could not be started.
 #[derive(Debug, thiserror::Error)]

@@ -4,7 +4,7 @@
 //! - [`ConnectionLimits`]: connections on the Unix socket, in all and per client uid; one past a
 //!   bound is closed at once (its client sees the connection reset) and logged at debug level.
 //!   [`UnixIncoming`] accepts and admits them, and waits a little after a failed accept
-//!   ([`crate::fdlimit::accept_failed`]).
+//!   ([`crate::serve::fdlimit::accept_failed`]).
 //! - [`Tally`] and its [`Held`]: the one "count up, give back on drop" guard these bounds, the
 //!   TLS listener's connections and handshakes, a TLS key's handshake signatures and the
 //!   metrics endpoint's connections are counted with.
@@ -99,7 +99,7 @@ impl tokio_stream::Stream for UnixIncoming {
                     }
                 }
                 Poll::Ready(Err(e)) => {
-                    self.backoff = Some(Box::pin(crate::fdlimit::accept_failed("Unix socket", &e)));
+                    self.backoff = Some(Box::pin(crate::serve::fdlimit::accept_failed("Unix socket", &e)));
                 }
             }
         }
