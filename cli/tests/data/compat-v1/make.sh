@@ -3,10 +3,10 @@
 # state under state/swtpm) written by tpm-vault at commit 0861f1c (0.1.0, before issues #18 and
 # #20 change the daemon's insides and add stream format v2), with keys of every algorithm, a
 # sealed secret, a data key and a v1 stream, plus what a later release must get back from them.
-# `client/tests/compat.rs` opens a copy with the current code on every test run. Do not re-run
+# `cli/tests/compat.rs` opens a copy with the current code on every test run. Do not re-run
 # this to "update" the fixture: it must stay what the old code wrote.
 #
-# Usage: client/tests/data/compat-v1/make.sh DAEMON_BIN CLI_BIN
+# Usage: cli/tests/data/compat-v1/make.sh DAEMON_BIN CLI_BIN
 set -euo pipefail
 daemon=$1 cli=$2
 out=$(cd "$(dirname "$0")" && pwd)
