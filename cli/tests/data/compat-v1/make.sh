@@ -6,7 +6,7 @@
 # `cli/tests/compat.rs` opens a copy with the current code on every test run. Do not re-run
 # this to "update" the fixture: it must stay what the old code wrote.
 #
-# Usage: client/tests/data/compat-v1/make.sh DAEMON_BIN CLI_BIN
+# Usage: cli/tests/data/compat-v1/make.sh DAEMON_BIN CLI_BIN
 set -euo pipefail
 daemon=$1 cli=$2
 out=$(cd "$(dirname "$0")" && pwd)
