@@ -101,7 +101,7 @@ pub mod cc {
 pub fn command_name(code: u32) -> String {
     let name = match code {
         0x11F => "NV_UndefineSpaceSpecial",
-        0x121 => "EvictControl",
+        0x120 => "EvictControl",
         0x12A => "NV_DefineSpace",
         0x131 => "CreatePrimary",
         0x144 => "Startup",
