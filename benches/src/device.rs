@@ -238,6 +238,12 @@ impl Row {
         self.tally.commands() as f64 / self.counted.max(1) as f64
     }
 
+    /// Wall time per operation the TPM was not held (single client: the client's, the
+    /// daemon's, the TCTI's and the model's forwarding time between commands).
+    pub fn gap(&self) -> Duration {
+        self.span.saturating_sub(self.tally.time()) / u32::try_from(self.counted.max(1)).unwrap_or(u32::MAX)
+    }
+
     /// Share of the time the TPM was held.
     pub fn busy(&self) -> f64 {
         self.tally.time().as_secs_f64() / self.span.as_secs_f64().max(1e-9)
@@ -615,14 +621,15 @@ pub fn run(setup: &DeviceSetup, plan: DevicePlan, rt: &Runtime, progress: impl F
     rows.extend(vault_rows(setup, plan, &model, rt, &progress)?);
     for r in &rows {
         progress(&format!(
-            "{} ({}): {}/s, p50 {} ms, {} TPM commands ({}), TPM busy {} %",
+            "{} ({}): {}/s, p50 {} ms, {} TPM commands ({}), TPM busy {} %, idle {} per op",
             r.op.label(),
             r.who.label(),
             num(r.m.rate(), 1),
             num(r.m.p50().as_secs_f64() * 1e3, 1),
             num(r.commands(), 2),
             r.tally.describe(r.counted),
-            num(r.busy() * 100.0, 0)
+            num(r.busy() * 100.0, 0),
+            ms(r.gap())
         ));
     }
     Ok(DeviceRun { profile: name, speed: plan.speed, timing: plan.timing, rows, elapsed: started.elapsed() })
@@ -937,8 +944,11 @@ pub fn markdown(run: Option<&DeviceRun>) -> String {
          per start; raw ESAPI runs in this process, each client its own space (see \
          `benches/src/device.rs` for what each raw path keeps loaded). *TPM commands* are those \
          that reached the TPM per operation, the resource manager's own included; *TPM busy* is \
-         the share of the time the TPM was held (the rest is the gaps between commands: the \
-         client, the resource manager, the socket). The *ceiling* is the TPM doing nothing but the \
+         the share of the time the TPM was held, and *TPM idle per op* the rest of the wall time \
+         per operation (single client: the gaps between commands, spent by the client, the daemon, \
+         the TCTI's TCP connection per command and the model's forwarding; several clients: \
+         over the window). The TPM's hold is the profile's time or swtpm's own when that is \
+         longer (a loaded machine slows swtpm too). The *ceiling* is the TPM doing nothing but the \
          signature back to back (P-256: 1 / 45.1 ms, the quote's P-256 AK too; RSA-2048: \
          1 / 11.9 ms). Windows: {} s after a {} s warm-up; creation and start: every one timed. \
          The phase took {} s.\n",
@@ -962,6 +972,7 @@ pub fn markdown(run: Option<&DeviceRun>) -> String {
         ("p99", r),
         ("TPM commands per op", l),
         ("TPM busy", r),
+        ("TPM idle per op", r),
         ("÷ ceiling", r),
         ("vault ÷ raw ESAPI (ops/s)", r),
     ]);
@@ -982,6 +993,7 @@ pub fn markdown(run: Option<&DeviceRun>) -> String {
             Cell::Text(ms(row.m.p99())),
             Cell::Text(format!("{} ({})", num(row.commands(), 2), row.tally.describe(row.counted))),
             Cell::Text(format!("{} %", num(row.busy() * 100.0, 0))),
+            Cell::Text(ms(row.gap())),
             ceiling,
             vs_raw,
         ]);
