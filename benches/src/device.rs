@@ -1059,7 +1059,7 @@ mod tests {
                 // 21 signatures in a second: 21 × 45.1 ms = 0.947 of the ceiling.
                 row(p256, Who::Vault, 21, 1000, 84),
                 row(Op::Seal, Who::Vault, 10, 1000, 10),
-                row(Op::Seal, Who::Raw, 30, 1000, 10),
+                row(Op::Seal, Who::Raw, 25, 1000, 10),
             ],
             elapsed: Duration::from_secs(4),
         };
@@ -1069,9 +1069,9 @@ mod tests {
         let p = find("ecc-p256 signatures/s");
         assert!((p.value - 21.0 * 0.0451).abs() < 1e-9, "{}", p.value);
         assert_eq!(p.verdict(), "PASS");
-        // The vault's seal p50 is 3× raw's: a miss.
+        // The vault's seal p50 (100 ms) is 2.5× raw's (40 ms): a miss.
         let s = find("seal");
-        assert!((s.value - 3.0).abs() < 1e-9);
+        assert!((s.value - 2.5).abs() < 1e-9, "{}", s.value);
         assert_eq!(s.verdict(), "MISS");
         assert_eq!(find("commands per steady-state").verdict(), "PASS");
         // Rows not run give no verdict.
