@@ -762,6 +762,34 @@ fn vault_rows(
     rt: &Runtime,
     progress: &impl Fn(&str),
 ) -> Result<Vec<Row>> {
+    // First, while the SRK is not yet persistent: the daemon as it ran behind /dev/tpmrm0
+    // before it knew the kernel's resource manager (its own state directory).
+    progress("vault: untuned (--resource-manager none)");
+    let untuned = DeviceSetup {
+        daemon: Setup {
+            args: vec!["--resource-manager".into(), "none".into()],
+            state_dir: setup.daemon.work.join("untuned"),
+            ..setup.daemon.clone()
+        },
+        ..setup.clone()
+    };
+    let (daemon, space, _, _) = start_daemon(&untuned, model, 99)?;
+    let name = sign_name(KeyAlg::EccP256);
+    let signed = rt.block_on(async {
+        let client = Client::connect(daemon.socket()).await.context("connecting to the daemon")?;
+        client.create_key(&name, KeyAlgorithm::EccP256, None).await.context("CreateKey")?;
+        // A seal opens the salted session, which this mode keeps for the next secret.
+        let options = tpm_vault_client::SealOptions::new().with_overwrite(true);
+        client.seal("untuned", &[7; 32], &options).await.context("Seal RPC")?;
+        run_loop_async(window(plan.timing), Some(model), || vault_sign(&client, &name)).await
+    });
+    let signed = match signed {
+        Ok(l) => l,
+        Err(e) => return Err(e.context(format!("daemon log:\n{}", daemon.log_tail()))),
+    };
+    daemon.stop()?;
+    drop(space);
+    let untuned_row = single(Op::Sign(KeyAlg::EccP256, 1), Who::VaultUntuned, signed)?;
     progress("vault: start, create");
     let (daemon, space, first_ready, first_tally) = start_daemon(setup, model, 0)?;
     let (mut starts, mut start_tally) = (vec![first_ready], first_tally);
@@ -782,24 +810,7 @@ fn vault_rows(
     }
     let mut rows = measured;
     rows.push(one_offs(Op::Start, Who::Vault, starts, start_tally));
-    progress("vault: untuned (--resource-manager none)");
-    let untuned = DeviceSetup {
-        daemon: Setup { args: vec!["--resource-manager".into(), "none".into()], ..setup.daemon.clone() },
-        ..setup.clone()
-    };
-    let (daemon, space, _, _) = start_daemon(&untuned, model, plan.restarts + 1)?;
-    let name = sign_name(KeyAlg::EccP256);
-    let signed = rt.block_on(async {
-        let client = Client::connect(daemon.socket()).await.context("connecting to the daemon")?;
-        run_loop_async(window(plan.timing), Some(model), || vault_sign(&client, &name)).await
-    });
-    let signed = match signed {
-        Ok(l) => l,
-        Err(e) => return Err(e.context(format!("daemon log:\n{}", daemon.log_tail()))),
-    };
-    daemon.stop()?;
-    drop(space);
-    rows.push(single(Op::Sign(KeyAlg::EccP256, 1), Who::VaultUntuned, signed)?);
+    rows.push(untuned_row);
     Ok(rows)
 }
 
