@@ -1,5 +1,5 @@
 #!/bin/sh
-# Installs Keylime 7.14.3 from PyPI once per machine, for client/tests/keylime.rs:
+# Installs Keylime 7.14.3 from PyPI once per machine, for cli/tests/keylime.rs:
 #   CACHE/venv-7.14.3   a venv over the system Python (it needs Debian's python3-gpg)
 #   CACHE/conf-7.14.3   the default verifier/registrar/tenant/ca/logging/agent configs, made by
 #                       keylime_upgrade_config from the templates only the sdist ships

@@ -73,15 +73,15 @@ pub fn daemon(explicit: Option<&Path>, workspace: &Path, notes: &mut Vec<String>
     Ok(candidate)
 }
 
-/// A binary of the client crate (`--bin tpm-vault`, `--example tls_server`): `cargo build` with
-/// this benchmark's profile, so it is built from the same source as what else is measured;
-/// `relative` is its path next to this executable.
-pub fn client(workspace: &Path, target: &[&str], relative: &Path) -> Result<PathBuf> {
+/// A binary of a client-side crate (`-p tpm-vault-cli --bin tpm-vault`, `-p tpm-vault-client
+/// --example tls_server`): `cargo build` with this benchmark's profile, so it is built from the
+/// same source as what else is measured; `relative` is its path next to this executable.
+pub fn client(workspace: &Path, package: &str, target: &[&str], relative: &Path) -> Result<PathBuf> {
     let candidate = beside_this_executable(relative)?;
-    let built = cargo_build(workspace, &[&["-p", "tpm-vault-client"], target].concat()).is_ok();
+    let built = cargo_build(workspace, &[&["-p", package], target].concat()).is_ok();
     ensure!(
         candidate.is_file(),
-        "{} is not at {} (cargo build {}); build it with `cargo build -p tpm-vault-client {}`",
+        "{} is not at {} (cargo build {}); build it with `cargo build -p {package} {}`",
         relative.display(),
         candidate.display(),
         if built { "succeeded" } else { "failed" },

@@ -740,8 +740,8 @@ impl MoreSetup {
         for d in [&ops_work, &scale_work, &cli_work] {
             std::fs::create_dir_all(d).with_context(|| format!("{}", d.display()))?;
         }
-        progress("setup", "building the CLI (cargo build -p tpm-vault-client --bin tpm-vault)");
-        let binary = binaries::client(workspace, &["--bin", "tpm-vault"], Path::new("tpm-vault"))?;
+        progress("setup", "building the CLI (cargo build -p tpm-vault-cli --bin tpm-vault)");
+        let binary = binaries::client(workspace, "tpm-vault-cli", &["--bin", "tpm-vault"], Path::new("tpm-vault"))?;
         let cli = bulk::CliSetup::new(binary, &cli_work, plan.stream_bytes)?;
         if !cli.taskset {
             let note = "`taskset` is not installed: the `tpm-vault encrypt`/`decrypt` runs on one CPU were skipped";

@@ -113,7 +113,12 @@ pub struct TlsSetup {
 /// # Errors
 /// When it cannot be built and is not there.
 pub fn example_binary(workspace: &Path) -> Result<PathBuf> {
-    crate::binaries::client(workspace, &["--example", "tls_server"], Path::new("examples/tls_server"))
+    crate::binaries::client(
+        workspace,
+        "tpm-vault-client",
+        &["--example", "tls_server"],
+        Path::new("examples/tls_server"),
+    )
 }
 
 /// The OpenSSL peers that can run here, and a note for each one that cannot.

@@ -146,8 +146,8 @@ impl Client {
     }
 
     /// The same client leaving one of its bulk threads' CPUs to the thread that reads and
-    /// writes the stream (for an output that costs a copy, like a file: see `bulk::Threads`).
-    pub(crate) fn with_bulk_io_core(mut self) -> Client {
+    /// writes the stream (for an output that costs a copy, like a file, as `tpm-vault encrypt` writes).
+    pub fn with_bulk_io_core(mut self) -> Client {
         self.bulk_threads.io_core = true;
         self
     }

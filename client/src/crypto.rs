@@ -66,7 +66,7 @@ pub(crate) const MAX_RESPONSE: usize = MAX_RANDOM_REQUEST + RANDOM_FRAMING;
 /// # Errors
 /// [`Error::InvalidInput`] for input that does not start a stream, or ends inside its header;
 /// [`Error::Read`].
-pub(crate) async fn read_header<R>(reader: &mut R, head: &mut Vec<u8>) -> Result<(Header, usize), Error>
+pub async fn read_header<R>(reader: &mut R, head: &mut Vec<u8>) -> Result<(Header, usize), Error>
 where
     R: AsyncRead + Unpin + ?Sized,
 {

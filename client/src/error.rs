@@ -146,7 +146,7 @@ impl From<tonic::Status> for Error {
 
 /// A short, clean description of an I/O error: `No such file or directory`, without the
 /// `(os error 2)` that `io::Error`'s `Display` appends.
-pub(crate) fn io_reason(e: &io::Error) -> String {
+pub fn io_reason(e: &io::Error) -> String {
     let text = e.to_string();
     let text = match text.rfind(" (os error ") {
         Some(at) if text.ends_with(')') => text[..at].to_owned(),

@@ -23,52 +23,45 @@
 //! ```
 //!
 //! # Layout
-//! - `client`: [`Client`] and [`ClientBuilder`], connecting over the Unix socket and the async calls, one per RPC;
-//! - `blocking`: [`BlockingClient`], the synchronous facade;
-//! - `error`: [`Error`];
-//! - `names`: the [`Named`] trait, the names users type for the API enums (`ecc-p256`, `sha384`, `pss`...);
-//! - `key`, `pcr`, `sign`, `status`: the friendly request/response types;
-//! - `key_auth`: [`KeyAuth`], a key password that is zeroed on drop;
-//! - `crypto`: data keys, streaming encryption and decryption ([`Client::copy_encrypt`],
-//!   [`Client::encrypt_reader`], ...) and random bytes;
-//! - [`attest`]: the attestation key, quotes and PCR reads, the in-core quote verifier
-//!   ([`Quote::verify`]) and the tpm2-tools file formats (`quote.pcrs`, credential files);
-//! - [`eventlog`]: the TPM's measured-boot event log: parsing (both TCG formats), decoding,
-//!   replay per bank and the check against the TPM's or a quote's PCR values;
-//! - `seal`: sealed secrets ([`Client::seal`], [`SealOptions`]);
-//! - `policy`: signed PCR approvals for authorized secrets ([`SignedPolicy`]), signed offline
-//!   ([`PolicyAuthority`]) or by a vault key ([`Client::sign_policy`]);
-//! - `cert`: certificate requests, self-signed certificates and stored chains
-//!   ([`Client::create_csr`], [`CertSubject`], [`CertificateChain`]);
-//! - `acme`: certificates from an ACME CA (RFC 8555) for vault keys, the account key a vault
-//!   key too (`tpm-vault cert enroll` / `cert renew`);
-//! - [`tls`]: TLS with vault keys: [`tls::VaultSigningKey`] (a rustls signing key), certificate
-//!   resolvers that follow rotation, and the TLS 1.3 defaults;
 //! - `access`: access-policy checks ([`Client::check_access`], [`Operation`]);
-//! - `pq`: post-quantum keys on the client: ML-KEM encapsulation ([`Client::encapsulate`],
-//!   [`KemPublicKey`]) and in-core ML-DSA and hybrid signature checks
-//!   ([`PublicKey::verify_signature`], [`verify_hybrid`]); [`hybrid`] is the hybrid signature
-//!   format;
-//! - [`ssh_agent`]: an OpenSSH agent serving vault keys (`tpm-vault ssh-agent`);
-//! - [`cli`]: the `tpm-vault` command line (the binary only parses arguments and calls [`cli::run`]).
+//! - [`attest`]: the attestation key, quotes and PCR reads, the in-core verifier ([`Quote::verify`]), tpm2-tools files;
+//! - `blocking`: [`BlockingClient`], the synchronous facade;
+//! - `bulk`: stream encryption in this process (format v2): the AES-GCM pipeline and its threads;
+//! - `cert`: certificate requests, self-signed certificates, stored chains ([`CertSubject`], [`CertificateChain`]);
+//! - `client`: [`Client`] and [`ClientBuilder`], connecting over the Unix socket and the async calls, one per RPC;
+//! - `crypto`: data keys, streaming encryption and decryption ([`Client::copy_encrypt`], ...), random bytes;
+//! - `error`: [`Error`], and [`io_reason`] (an I/O error in a few clean words);
+//! - [`eventlog`]: the measured-boot event log: parsing (both TCG formats), decoding, replay, the check against PCRs;
+//! - `key`: [`KeyInfo`] and [`PublicKey`];
+//! - `key_auth`: [`KeyAuth`], a key password that is zeroed on drop;
+//! - `names`: the [`Named`] trait, the names users type for the API enums (`ecc-p256`, `sha384`, `pss`...);
+//! - `pcr`: [`PcrBinding`], a PCR selection with optional expected values, and its text form;
+//! - `policy`: signed PCR approvals ([`SignedPolicy`]), signed offline ([`PolicyAuthority`]) or by a vault key;
+//! - `pq`: ML-KEM encapsulation ([`KemPublicKey`]), in-core ML-DSA and hybrid checks ([`verify_hybrid`]);
+//! - `seal`: sealed secrets ([`Client::seal`], [`SealOptions`]);
+//! - [`seal_for`]: secrets sealed offline for a device's storage key, imported there;
+//! - `sign`: what is signed and how ([`SignInput`], [`SignOptions`], [`Signature`], [`Hasher`]);
+//! - `status`: the daemon's status and metrics ([`DaemonStatus`]);
+//! - `sync_io`: [`SyncIo`], a blocking reader or writer used where the library takes a tokio one;
+//! - [`tls`]: rustls with vault keys ([`tls::VaultSigningKey`]), resolvers that follow rotation, TLS 1.3 defaults.
+//!
+//! The `tpm-vault` command line, its ACME client, SSH agent and Keylime agent are the
+//! application crate `tpm-vault-cli` (`cli/`), built on this library's public API.
 #![deny(missing_docs, missing_debug_implementations)]
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod access;
-mod acme;
 pub mod attest;
 mod blocking;
 mod bulk;
 mod cert;
-pub mod cli;
 mod client;
 mod crypto;
 mod error;
 pub mod eventlog;
 mod key;
 mod key_auth;
-pub mod keylime;
 mod names;
 mod pcr;
 mod policy;
@@ -76,7 +69,6 @@ mod pq;
 mod seal;
 pub mod seal_for;
 mod sign;
-pub mod ssh_agent;
 mod status;
 mod sync_io;
 pub mod tls;
@@ -87,18 +79,20 @@ pub use blocking::BlockingClient;
 pub use cert::{CertSubject, CertificateChain, San};
 pub use client::{Client, ClientBuilder, DEFAULT_SOCKET, MAX_LIST_BYTES, MAX_LIST_PAGES};
 pub use crypto::{
-    stream_key_name, CryptoReader, DataKey, IN_FLIGHT, MAX_RANDOM_REQUEST, MAX_STREAM_HEADER, MESSAGE_SIZE,
+    read_header as read_stream_header, stream_key_name, CryptoReader, DataKey, IN_FLIGHT, MAX_RANDOM_REQUEST,
+    MAX_STREAM_HEADER, MESSAGE_SIZE,
 };
-pub use error::{ConnectFailure, Error};
+pub use error::{io_reason, ConnectFailure, Error};
 pub use key::{KeyInfo, PublicKey};
 pub use key_auth::{KeyAuth, MAX_KEY_AUTH};
-pub use names::Named;
-pub use pcr::PcrBinding;
+pub use names::{natural_hash, signs_whole_messages, Named};
+pub use pcr::{parse_selection as parse_pcr_selection, PcrBinding};
 pub use policy::{PolicyApproval, PolicyAuthority, PolicyKeyError, SignedPolicy, MAX_SIGNED_POLICY};
 pub use pq::{verify_hybrid, verify_ml_dsa, Encapsulated, KemPublicKey};
 pub use seal::{SealInfo, SealOptions, MAX_SECRET};
-pub use sign::{Hasher, SignInput, SignOptions, Signature};
+pub use sign::{Hasher, SignInput, SignOptions, Signature, INLINE_MESSAGE_LIMIT, MAX_WHOLE_MESSAGE};
 pub use status::{DaemonStatus, Metric};
+pub use sync_io::SyncIo;
 pub use tonic::Code;
 /// The hybrid ECDSA P-256 + ML-DSA-65 signature format (`--scheme hybrid`), shared with the daemon.
 pub use tpm_vault_proto::hybrid;

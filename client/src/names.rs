@@ -148,7 +148,7 @@ impl Named for TpmState {
 
 /// The hash a key uses when the caller leaves it unspecified (as the daemon does):
 /// SHA-384 for P-384 keys, SHA-256 otherwise.
-pub(crate) fn natural_hash(algorithm: KeyAlgorithm) -> HashAlgorithm {
+pub fn natural_hash(algorithm: KeyAlgorithm) -> HashAlgorithm {
     match algorithm {
         KeyAlgorithm::EccP384 => HashAlgorithm::Sha384,
         _ => HashAlgorithm::Sha256,
@@ -157,7 +157,7 @@ pub(crate) fn natural_hash(algorithm: KeyAlgorithm) -> HashAlgorithm {
 
 /// True for keys that sign whole messages, which are therefore never hashed on the client:
 /// ML-DSA and hybrid keys (and, for the scheme, `ml-dsa` and `hybrid`).
-pub(crate) fn signs_whole_messages(algorithm: KeyAlgorithm, scheme: SignatureScheme) -> bool {
+pub fn signs_whole_messages(algorithm: KeyAlgorithm, scheme: SignatureScheme) -> bool {
     matches!(scheme, SignatureScheme::MlDsa | SignatureScheme::Hybrid)
         || matches!(
             algorithm,

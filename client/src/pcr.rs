@@ -142,7 +142,7 @@ impl FromStr for PcrBinding {
 
 /// [`PcrBinding::from_str`] without the "invalid PCR selection" context, for callers (like
 /// clap) that add their own.
-pub(crate) fn parse_selection(text: &str) -> Result<PcrBinding, Error> {
+pub fn parse_selection(text: &str) -> Result<PcrBinding, Error> {
     let (bank, list) = match text.split_once(':') {
         Some((bank, list)) => (bank.trim(), list),
         None => (DEFAULT_BANK, text),

@@ -197,11 +197,6 @@ impl PublicKey {
     }
 }
 
-/// Hex of a secret, in a string wiped on drop.
-pub(crate) fn to_hex(bytes: &[u8]) -> Zeroizing<String> {
-    Zeroizing::new(hex::encode(bytes))
-}
-
 #[cfg(test)]
 mod tests {
     use aws_lc_rs::encoding::AsDer;

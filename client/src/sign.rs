@@ -16,10 +16,10 @@ use crate::{HashAlgorithm, KeyAuth, SignPurpose, SignatureScheme};
 /// Messages up to this size are sent whole; larger ones are hashed on the client.
 ///
 /// Well under the daemon's 4 MiB limit, so request framing never pushes a message over it.
-pub(crate) const INLINE_MESSAGE_LIMIT: usize = 1024 * 1024;
+pub const INLINE_MESSAGE_LIMIT: usize = 1024 * 1024;
 
 /// The largest message the daemon signs whole (ML-DSA and hybrid keys sign nothing else).
-pub(crate) const MAX_WHOLE_MESSAGE: usize = 4 * 1024 * 1024;
+pub const MAX_WHOLE_MESSAGE: usize = 4 * 1024 * 1024;
 
 /// What is signed (or was signed, for verification).
 #[derive(Clone, PartialEq, Eq)]

@@ -17,7 +17,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// A blocking reader or writer used as a tokio one: each poll does the blocking call.
 #[derive(Debug)]
-pub(crate) struct SyncIo<T>(pub(crate) T);
+pub struct SyncIo<T>(pub T);
 
 impl<T: Read + Unpin> AsyncRead for SyncIo<T> {
     fn poll_read(self: Pin<&mut Self>, _cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {

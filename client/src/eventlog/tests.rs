@@ -1,6 +1,6 @@
 //! Unit tests of the parser, decoding and replay on hand-made bytes. The logs built from a
 //! real TPM's extends, tpm2_eventlog agreement and the bad-input cases through the CLI are in
-//! `client/tests/eventlog.rs`.
+//! `cli/tests/eventlog.rs`.
 
 use super::*;
 
@@ -136,7 +136,7 @@ fn uefi_structures_decode() {
     // A name length overrunning the data stays raw.
     let bad = [&guid[..], &u64::MAX.to_le_bytes(), &1u64.to_le_bytes()].concat();
     assert_eq!(EventData::decode(EventType::EFI_VARIABLE_BOOT, &bad), EventData::Raw(bad.clone()));
-    // UEFI_IMAGE_LOAD_EVENT with its device path: `client/tests/eventlog.rs` (replay test).
+    // UEFI_IMAGE_LOAD_EVENT with its device path: `cli/tests/eventlog.rs` (replay test).
     // UTF-16 text (systemd-boot, S-CRTM versions).
     let utf16: Vec<u8> = "1.0\0".encode_utf16().flat_map(u16::to_le_bytes).collect();
     assert_eq!(EventData::decode(EventType::S_CRTM_VERSION, &utf16), EventData::Text("1.0".into()));

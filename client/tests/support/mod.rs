@@ -1,9 +1,10 @@
 //! Test helpers: the real daemon (the `tpm-vault-daemon` library, in-process) over a per-test
-//! swtpm, served on a temp Unix socket from its own thread and runtime, so that tests can run
-//! the `tpm-vault` binary with blocking calls or use the async client, alike.
+//! swtpm, served on a temp Unix socket from its own thread and runtime, so that tests can make
+//! blocking calls (the `tpm-vault` binary, in the CLI crate's tests, which include this module:
+//! `cli/tests/support`) or use the async client, alike.
 #![allow(dead_code, missing_docs)]
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -75,6 +76,12 @@ impl Daemon {
             nix::unistd::getuid().as_raw()
         );
         Daemon::start_in(dir, &rules, "swtpm", "state")
+    }
+
+    /// A daemon with the access policy `rules` (TOML) over the swtpm state already in
+    /// `dir/swtpm`.
+    pub fn start_in_dir_with_policy(dir: TempDir, rules: &str) -> Daemon {
+        Daemon::start_in(dir, rules, "swtpm", "state")
     }
 
     /// A daemon in `dir` with the access policy `rules`, its swtpm's state in `dir/swtpm_dir`
@@ -196,16 +203,6 @@ impl Daemon {
         Client::connect(&self.socket).await.expect("connect")
     }
 
-    /// `tpm-vault --socket SOCKET ARGS...` with empty stdin.
-    pub fn cli(&self, args: &[&str]) -> Output {
-        self.cli_in(args, b"")
-    }
-
-    /// `tpm-vault --socket SOCKET ARGS...` with `stdin` as its standard input.
-    pub fn cli_in(&self, args: &[&str], stdin: &[u8]) -> Output {
-        run_cli(&self.socket, args, stdin, self.dir.path())
-    }
-
     /// Drops every unsealed data key from the daemon's memory, as the idle timer does.
     pub fn evict_data_keys(&self) -> usize {
         let (vault, _) = self.vault.as_ref().expect("daemon running");
@@ -232,12 +229,26 @@ impl Daemon {
         self.swtpm.as_mut().expect("swtpm").restart().expect("restart swtpm");
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {
-            if self.cli(&["pcr", "read", "--pcrs", "sha256:0"]).status.success() {
+            if self.pcr0_readable() {
                 return;
             }
             assert!(std::time::Instant::now() < deadline, "the daemon did not recover after the TPM restart");
             std::thread::sleep(Duration::from_millis(200));
         }
+    }
+
+    /// Whether the daemon reads sha256 PCR 0 (through the library, from a runtime of its own).
+    fn pcr0_readable(&self) -> bool {
+        let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+            return false;
+        };
+        runtime.block_on(async {
+            let binding: tpm_vault_client::PcrBinding = "sha256:0".parse().expect("PCR selection");
+            match Client::connect(&self.socket).await {
+                Ok(client) => client.read_pcrs(Some(&binding)).await.is_ok(),
+                Err(_) => false,
+            }
+        })
     }
 
     /// Stops the server and re-raises a panic of its thread.
@@ -276,33 +287,6 @@ pub fn copy_dir(from: &Path, to: &Path) {
             std::fs::copy(entry.path(), &target).expect("copy file");
         }
     }
-}
-
-/// Runs the `tpm-vault` binary against `socket` in `cwd`, feeding `stdin` from a thread (so
-/// large inputs cannot deadlock against a full stdout pipe).
-pub fn run_cli(socket: &Path, args: &[&str], stdin: &[u8], cwd: &Path) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tpm-vault"))
-        .close_inherited_fds()
-        .arg("--socket")
-        .arg(socket)
-        .args(args)
-        .current_dir(cwd)
-        .env_remove("TPM_VAULT_SOCKET")
-        .env_remove("TPM_VAULT_KEY_AUTH")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn tpm-vault");
-    let mut pipe = child.stdin.take().expect("stdin");
-    let input = stdin.to_vec();
-    let feeder = std::thread::spawn(move || {
-        // The command may exit without reading everything (an error): a broken pipe is fine.
-        let _ = pipe.write_all(&input);
-    });
-    let output = child.wait_with_output().expect("wait for tpm-vault");
-    feeder.join().expect("stdin feeder");
-    output
 }
 
 /// Asserts success and returns stdout.

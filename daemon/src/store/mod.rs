@@ -560,7 +560,7 @@ mod tests {
             }
             names.len()
         }
-        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../client/tests/data/compat-v1/state");
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cli/tests/data/compat-v1/state");
         let copy = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         for dir in ["keys", "sealed", "datakeys"] {
             std::fs::create_dir(copy.path().join(dir)).unwrap_or_else(|e| panic!("{e}"));

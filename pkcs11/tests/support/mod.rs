@@ -68,7 +68,7 @@ fn ensure_built() {
             assert!(status.success(), "cargo build {args:?} failed: {status}");
         };
         if stale("tpm-vaultd") || stale("tpm-vault") {
-            build(&["-p", "tpm-vault-daemon", "-p", "tpm-vault-client", "--bins"]);
+            build(&["-p", "tpm-vault-daemon", "-p", "tpm-vault-cli", "--bins"]);
         }
         if !dir.join("deps/libtpm_vault_pkcs11.so").exists() && !dir.join("libtpm_vault_pkcs11.so").exists() {
             build(&["-p", "tpm-vault-pkcs11"]);
