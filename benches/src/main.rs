@@ -4,7 +4,7 @@
 //! ```sh
 //! cargo run --release -p tpm-vault-bench            # full: 3 rounds, 5 s windows (~20 min)
 //! cargo run -p tpm-vault-bench -- --quick --out /tmp/b.md   # CI smoke test (~2.5 min)
-//! cargo run --release -p tpm-vault-bench -- --device-only   # the device phase alone (~4 min)
+//! cargo run --release -p tpm-vault-bench -- --device-only   # the device phase alone (~2.5 min)
 //! ```
 //!
 //! A run starts one swtpm, creates the keys (untimed), then repeats rounds of: raw ESAPI →
