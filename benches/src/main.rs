@@ -2,8 +2,9 @@
 //! swtpm, prints a table and writes `docs/BENCHMARKS.md` plus the chart `docs/bench-sign.svg`.
 //!
 //! ```sh
-//! cargo run --release -p tpm-vault-bench            # full: 3 rounds, 5 s windows (< 10 min)
-//! cargo run -p tpm-vault-bench -- --quick --out /tmp/b.md   # CI smoke test (~1.5 min)
+//! cargo run --release -p tpm-vault-bench            # full: 3 rounds, 5 s windows (~20 min)
+//! cargo run -p tpm-vault-bench -- --quick --out /tmp/b.md   # CI smoke test (~2.5 min)
+//! cargo run --release -p tpm-vault-bench -- --device-only   # the device phase alone (~2.5 min)
 //! ```
 //!
 //! A run starts one swtpm, creates the keys (untimed), then repeats rounds of: raw ESAPI →
@@ -27,14 +28,16 @@
 //! 1,000 and 100,000 stored keys, [`algs`] signing with P-384, RSA-2048/3072 (against raw
 //! ESAPI) and the post-quantum keys (against aws-lc-rs in-process), and [`policy`] one
 //! access-policy decision. The thread and gRPC round trips under the
-//! latency figures are in [`floor`] (the health checks in [`sign::health`]). After the rounds, [`device`] counts the TPM commands of every
-//! operation through the [`tap`] and projects the run onto the Jetson Orin and i.MX95.
+//! latency figures are in [`floor`] (the health checks in [`sign::health`]). After the rounds, [`census`] counts the TPM commands of every
+//! operation through the [`tap`], and [`device`] measures the vault and raw ESAPI through the TPM
+//! device model (`tpm-model/`: the Jetson Orin's fTPM behind the kernel's resource manager).
 #![forbid(unsafe_code)]
 
 mod agent;
 mod algs;
 mod binaries;
 mod bulk;
+mod census;
 mod device;
 mod floor;
 mod machine;
@@ -128,6 +131,10 @@ struct Args {
     /// shipped default).
     #[arg(long, value_name = "FILTER", default_value = "info")]
     daemon_rust_log: String,
+    /// Run the device phase alone (the vault and raw ESAPI through the TPM device model) and
+    /// print its section, or write it to --out.
+    #[arg(long)]
+    device_only: bool,
 }
 
 /// What a run does.
@@ -148,6 +155,8 @@ struct Plan {
     counts: Vec<usize>,
     /// Operations per census row.
     census_ops: u64,
+    /// The device phase.
+    device: device::DevicePlan,
 }
 
 impl Plan {
@@ -175,6 +184,7 @@ impl Plan {
             stream_bytes: if args.quick { QUICK_STREAM_BYTES } else { STREAM_BYTES },
             counts: if args.quick { scale::QUICK_COUNTS.to_vec() } else { scale::COUNTS.to_vec() },
             census_ops: if args.quick { 3 } else { CENSUS_OPS },
+            device: device::DevicePlan::new(args.quick),
         })
     }
 }
@@ -268,16 +278,84 @@ fn warn(notes: &mut Vec<String>, note: String) {
     notes.push(note);
 }
 
+/// `--device-only`: one swtpm, the raw keys, the device phase; its section on stdout or in `--out`.
+fn run_device_only(args: &Args) -> Result<()> {
+    let plan = Plan::new(args)?;
+    let workspace = binaries::workspace_root();
+    let mut notes = Vec::new();
+    let bin = binaries::daemon(args.daemon.as_deref(), &workspace, &mut notes)?;
+    let tmp = tempfile::Builder::new().prefix("tpmvb-").tempdir().context("creating a temporary directory")?;
+    let (swtpm, tcti, _) = start_swtpm(tmp.path())?;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
+    let key = raw::create_key(&tcti, KeyAlg::EccP256).context("creating the raw ESAPI key")?;
+    let ak = ops::create_ak(&tcti).context("creating the raw ESAPI AK")?;
+    let (state_dir, work) = (tmp.path().join("state"), tmp.path().join("d"));
+    let base = daemon::Setup {
+        bin,
+        tcti: tcti.clone(),
+        state_dir,
+        work,
+        rust_log: args.daemon_rust_log.clone(),
+        args: Vec::new(),
+    };
+    let setup = device::DeviceSetup::new(&base, &tmp.path().join("v"), swtpm.port(), key, ak)?;
+    let load_start = machine::loadavg();
+    let dev = device::run(&setup, plan.device, &rt, |m| progress("device", m)).context("device phase")?;
+    check_clean(&tcti, "the device phase", &mut notes)?;
+    let section = format!(
+        "{}Command: `{}`; load average {} at the start, {} at the end.\n",
+        device::markdown(Some(&dev)),
+        command_line(),
+        load_start,
+        machine::loadavg()
+    );
+    match &args.out {
+        Some(out) => std::fs::write(out, &section).with_context(|| format!("writing {}", out.display()))?,
+        None => println!("{section}"),
+    }
+    for n in notes {
+        eprintln!("note: {n}");
+    }
+    Ok(())
+}
+
 fn run(args: &Args) -> Result<()> {
+    if args.device_only {
+        return run_device_only(args);
+    }
     let started = Instant::now();
     let mut bench = Bench::setup(args)?;
     let measured = bench.rounds()?;
     let ops = bench.plan.census_ops;
     progress("census", &format!("TPM commands per operation ({ops} of each, through a tap)"));
     let setup = bench.more.census(bench.swtpm.port());
-    let census = device::census(&setup, ops, bench.swtpm_pid, &bench.rt).context("TPM command census")?;
+    let census = census::census(&setup, ops, bench.swtpm_pid, &bench.rt).context("TPM command census")?;
     check_clean(&bench.tcti, "the census", &mut bench.notes)?;
-    bench.write_report(args, started, &measured, &census)
+    let plan = bench.plan.device;
+    progress(
+        "device",
+        &format!("the vault and raw ESAPI through the TPM device model (orin-ftpm ×{}, resource manager)", plan.speed),
+    );
+    let dev_setup = device::DeviceSetup::new(
+        &bench.setup,
+        &bench.tmp.path().join("v"),
+        bench.swtpm.port(),
+        bench.key.clone(),
+        bench.more.ops.ak.clone(),
+    )?;
+    let dev = device::run(&dev_setup, plan, &bench.rt, |m| progress("device", m)).context("device phase")?;
+    check_clean(&bench.tcti, "the device phase", &mut bench.notes)?;
+    if bench.plan.quick {
+        // The smoke test still checks the resource-manager figure the device depends on.
+        let commands = dev.commands_per_signature().context("no steady-state signature row")?;
+        ensure!(
+            device::COMMANDS_GOAL.met(commands),
+            "{commands:.2} TPM commands per steady-state signature through the resource-manager model \
+             (goal {})",
+            device::COMMANDS_GOAL.describe(0)
+        );
+    }
+    bench.write_report(args, started, &measured, &census, &dev)
 }
 
 /// Everything a run sets up once, before the rounds. Fields drop in this order: swtpm first
@@ -428,7 +506,7 @@ impl Bench {
         };
         check_clean(&tcti, "setup", &mut notes)?;
         let rust_log = args.daemon_rust_log.clone();
-        let setup = daemon::Setup { bin, tcti: tcti.clone(), state_dir, work, rust_log };
+        let setup = daemon::Setup { bin, tcti: tcti.clone(), state_dir, work, rust_log, args: Vec::new() };
         if args.daemon_rust_log != "info" {
             notes.push(format!("the daemon ran with RUST_LOG={}, not its default `info`", args.daemon_rust_log));
         }
@@ -553,12 +631,14 @@ impl Bench {
         args: &Args,
         started: Instant,
         measured: &Measured,
-        census: &device::Census,
+        census: &census::Census,
+        dev: &device::DeviceRun,
     ) -> Result<()> {
         let (plan, machine) = (&self.plan, &self.machine);
         let mut summary = Summary::new(&measured.rounds);
         summary.checks.extend(tls::checks(&measured.tls));
         summary.checks.extend(p11_report::checks(&measured.p11));
+        summary.checks.extend(device::checks(dev));
         let tls_skipped = self.tls.as_ref().map_or(&[][..], |t| &t.peers.skipped);
         let p11_skipped = self.p11.as_ref().map_or(&[][..], |p| &p.skipped);
         let run = RunInfo {
@@ -581,7 +661,7 @@ impl Bench {
             key_sets: self.more.scale.sets.iter().map(|k| (k.count, k.written_in, k.atomic_write)).collect(),
             key_creation: self.more.key_creation,
             algs_created: self.more.algs.created.clone(),
-            device_section: device::markdown(&measured.rounds, Some(census), summary::DAEMON_GOAL_CLIENTS),
+            device_section: format!("{}{}", census::markdown(Some(census)), device::markdown(Some(dev))),
         };
         let out = args.out.clone().unwrap_or_else(|| self.workspace.join("docs").join("BENCHMARKS.md"));
         write_files(&out, &run, machine, &summary, plan.quick)?;
@@ -735,8 +815,8 @@ impl MoreSetup {
     }
 
     /// What the command census needs (its daemon reuses the quote/seal phase's scratch dir).
-    fn census(&self, swtpm_port: u16) -> device::CensusSetup {
-        device::CensusSetup {
+    fn census(&self, swtpm_port: u16) -> census::CensusSetup {
+        census::CensusSetup {
             daemon: self.ops.daemon.clone(),
             swtpm_port,
             key: self.ops.key.clone(),

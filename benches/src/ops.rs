@@ -86,8 +86,10 @@ const URANDOM_READ: usize = 1024 * 1024;
 /// The attestation key the raw phase quotes with (created once, untimed).
 #[derive(Debug, Clone)]
 pub struct RawAk {
-    public: Public,
-    private: Private,
+    /// Public area.
+    pub public: Public,
+    /// TPM-wrapped private area.
+    pub private: Private,
 }
 
 /// Creates an AK from the vault's template under the SRK.
@@ -129,6 +131,8 @@ pub struct RawOps {
     ctx: Context,
     srk: KeyHandle,
     ak: KeyHandle,
+    /// False once [`RawOps::flush_ak`] ran.
+    ak_loaded: bool,
     hmac: AuthSession,
     quote_list: PcrSelectionList,
     seal_sel: PcrSelection,
@@ -195,6 +199,7 @@ impl RawOps {
             ctx,
             srk,
             ak,
+            ak_loaded: true,
             hmac,
             quote_list: pcr::selection_list(&quote_selection()?)?,
             seal_list: pcr::selection_list(&seal_sel)?,
@@ -426,8 +431,24 @@ impl RawOps {
     /// TPM errors.
     pub fn close(mut self) -> Result<()> {
         self.ctx.flush_context(ObjectHandle::from(SessionHandle::from(self.hmac))).context("flushing the session")?;
-        self.ctx.flush_context(self.ak.into()).context("flushing the AK")?;
+        if self.ak_loaded {
+            self.ctx.flush_context(self.ak.into()).context("flushing the AK")?;
+        }
         self.ctx.flush_context(self.srk.into()).context("flushing the SRK")?;
+        Ok(())
+    }
+
+    /// Flushes the AK (no more quotes): behind a resource manager every loaded object costs
+    /// each command a ContextLoad, a ContextSave and a FlushContext, so the device phase seals
+    /// and unseals with the SRK and the session alone.
+    ///
+    /// # Errors
+    /// TPM errors.
+    pub fn flush_ak(&mut self) -> Result<()> {
+        if self.ak_loaded {
+            self.ctx.flush_context(self.ak.into()).context("flushing the AK")?;
+            self.ak_loaded = false;
+        }
         Ok(())
     }
 }

@@ -755,7 +755,10 @@ fn not_measured(w: &mut String, tls_measured: bool) {
         ),
         ("seal / unseal against `tpm2_create` / `tpm2_unseal`", "the raw ESAPI figures above"),
         ("RSASSA-PKCS1-v1_5 signing (RSA keys are measured in their default, PSS)", "raw ESAPI"),
-        ("a hardware or firmware TPM (`/dev/tpmrm0`)", "raw ESAPI on the same TPM"),
+        (
+            "a hardware or firmware TPM (`/dev/tpmrm0`) itself; the device section measures through a model of one",
+            "raw ESAPI on the same TPM",
+        ),
     ] {
         if tls_measured && what.starts_with("TLS 1.3") {
             continue;

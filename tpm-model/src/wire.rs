@@ -247,7 +247,8 @@ pub fn write_buffer(to: &mut impl Write, buf: &[u8]) -> io::Result<()> {
 pub fn command_name(code: u32) -> String {
     let name = match code {
         0x11F => "NV_UndefineSpaceSpecial",
-        0x121 => "EvictControl",
+        0x120 => "EvictControl",
+        0x121 => "HierarchyControl",
         0x12A => "NV_DefineSpace",
         0x12C => "ChangeEPS",
         0x131 => "CreatePrimary",
@@ -332,6 +333,7 @@ mod tests {
         assert_eq!(rc_value(0x18B), RC_HANDLE);
         assert_eq!(rc_value(RC_REFERENCE_H0), RC_REFERENCE_H0);
         assert_eq!(command_name(cc::SIGN), "Sign");
+        assert_eq!(command_name(0x120), "EvictControl");
         assert_eq!(command_name(0x1FF), "0x1ff");
     }
 }

@@ -51,6 +51,8 @@ pub struct Setup {
     pub work: PathBuf,
     /// `RUST_LOG` of the daemon (`info` is what it ships with).
     pub rust_log: String,
+    /// More command-line arguments (the device phase's `--resource-manager kernel`).
+    pub args: Vec<String>,
 }
 
 /// One concurrency level of one round.
@@ -151,6 +153,7 @@ impl Daemon {
             .arg(&socket)
             .arg("--policies")
             .arg(&policies)
+            .args(&setup.args)
             // Not inherited: a debug filter in the caller's environment would measure logging.
             .env("RUST_LOG", &setup.rust_log)
             .env_remove("NOTIFY_SOCKET")
