@@ -139,7 +139,7 @@ enum Command {
     /// Show and replay the measured-boot event log (from the daemon, or a file)
     #[command(subcommand)]
     Eventlog(eventlog::EventlogCommand),
-    /// Show the attestation key; activate credentials made for it
+    /// Show the attestation key; activate credentials made for it; certify the SRK
     #[command(subcommand)]
     Attest(attest::AttestCommand),
     /// Seal a secret (from stdin) to PCR values, by default sha256:9
@@ -151,6 +151,8 @@ enum Command {
     /// Show the storage root key (what seal-for seals to)
     #[command(subcommand)]
     Srk(seal_for::SrkCommand),
+    /// Check an SRK certification (attest srk) offline against the device's AK; write the SRK
+    VerifySrk(seal_for::VerifySrkArgs),
     /// Sign PCR policies for secrets sealed with --authorized-by
     #[command(subcommand)]
     Policy(seal::PolicyCommand),
@@ -200,6 +202,7 @@ impl Command {
             Command::Unseal(args) => args.run(ctx).await,
             Command::SealFor(args) => args.run(),
             Command::Srk(command) => command.run(ctx).await,
+            Command::VerifySrk(args) => args.run(ctx),
             Command::Policy(command) => command.run(ctx).await,
             Command::Access(command) => command.run(ctx).await,
             Command::SshAgent(args) => args.run(ctx).await,
