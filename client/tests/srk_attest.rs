@@ -137,3 +137,79 @@ fn a_certified_srk_verifies_offline_and_each_forgery_is_refused() {
     let out = offline(dir, &["verify-srk", "--in-dir", "att", "--nonce", NONCE]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// `scripts/fleet-seal` over `devices` with `secrets` and `policy`: (exit status, stdout, stderr).
+fn fleet_seal(fleet: &Path, policy: &[&str]) -> (Option<i32>, String, String) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/fleet-seal");
+    let out = Command::new(script)
+        .close_inherited_fds()
+        .current_dir(fleet)
+        .env("TPM_VAULT", env!("CARGO_BIN_EXE_tpm-vault"))
+        .env("TPM_VAULT_SOCKET", fleet.join("no-daemon.sock"))
+        .args(["devices", "secrets"])
+        .args(policy)
+        .output()
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
+#[test]
+fn the_fleet_script_seals_only_for_devices_whose_srk_verifies() {
+    let devices = [Daemon::start(), Daemon::start(), Daemon::start()];
+    let fleet = tempfile::tempdir().unwrap();
+    let fleet = fleet.path();
+    std::fs::create_dir_all(fleet.join("secrets")).unwrap();
+    std::fs::write(fleet.join("secrets/wifi"), b"psk-for-the-fleet").unwrap();
+    let big = support::data(10_000);
+    std::fs::write(fleet.join("secrets/db"), &big).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    for (i, d) in devices.iter().enumerate() {
+        let dev = fleet.join(format!("devices/dev{i}"));
+        std::fs::create_dir_all(&dev).unwrap();
+        // Enrolment through Keylime: the registrar holds the AK as a TPM2B_PUBLIC (`aik_tpm`);
+        // tpm2-tools turns it into the PEM verify-srk takes.
+        let client = rt.block_on(tpm_vault_client::Client::connect(&d.socket)).unwrap();
+        let ak = rt.block_on(client.attestation_key()).unwrap();
+        std::fs::write(dev.join("ak.tpm2b"), &ak.ak_tpm2b_public).unwrap();
+        let pem = Command::new("tpm2_print")
+            .close_inherited_fds()
+            .args(["-t", "TPM2B_PUBLIC", "-f", "pem"])
+            .arg(dev.join("ak.tpm2b"))
+            .output()
+            .unwrap();
+        assert!(pem.status.success(), "tpm2_print: {}", String::from_utf8_lossy(&pem.stderr));
+        assert_eq!(String::from_utf8(pem.stdout.clone()).unwrap().trim(), ak.ak_public_pem.trim());
+        std::fs::write(dev.join("ak.pem"), &pem.stdout).unwrap();
+        let nonce = format!("{:032x}", 0xf1ee7_u128 + i as u128);
+        std::fs::write(dev.join("nonce"), format!("{nonce}\n")).unwrap();
+        ok(d.cli(&["attest", "srk", "--nonce", &nonce, "--out-dir", "srk-cert"]));
+        support::copy_dir(&d.dir.path().join("srk-cert"), &dev.join("srk-cert"));
+    }
+    // dev2's files were swapped for dev0's SRK on the way: its certification fails.
+    std::fs::copy(fleet.join("devices/dev0/srk-cert/srk.pub"), fleet.join("devices/dev2/srk-cert/srk.pub")).unwrap();
+
+    let pcr = format!("sha256:9={}", "00".repeat(32));
+    let (code, stdout, stderr) = fleet_seal(fleet, &["--pcr", &pcr]);
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
+    assert_eq!(stdout, "dev0: 2 blobs\ndev1: 2 blobs\n", "{stderr}");
+    assert!(stderr.contains("dev2: SRK not verified") && stderr.contains("not the certified key"), "{stderr}");
+    assert!(!fleet.join("devices/dev2/blobs").exists() && !fleet.join("devices/dev2/srk.pub").exists());
+
+    // Delivered, each device imports its own blobs and opens them; not another's.
+    for (i, d) in devices.iter().take(2).enumerate() {
+        let blobs = fleet.join(format!("devices/dev{i}/blobs"));
+        ok(d.cli_in(&["seal", "import", "wifi"], &std::fs::read(blobs.join("wifi.blob")).unwrap()));
+        ok(d.cli_in(&["seal", "import", "db"], &std::fs::read(blobs.join("db.blob")).unwrap()));
+        assert_eq!(ok(d.cli(&["unseal", "wifi"])), b"psk-for-the-fleet");
+        assert_eq!(ok(d.cli(&["unseal", "db"])), big);
+    }
+    let line = fails(
+        &devices[1].cli_in(
+            &["seal", "import", "foreign"],
+            &std::fs::read(fleet.join("devices/dev0/blobs/wifi.blob")).unwrap(),
+        ),
+        2,
+    );
+    assert!(line.contains("another TPM"), "{line}");
+}
