@@ -11,6 +11,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use support::{fails, ok, run_cli, Daemon};
+use tpm_vault_client::attest::AkAlg;
 use tpm_vault_daemon::harness::CloseInheritedFds as _;
 
 const NONCE: &str = "f1ee70000000000000000000000000a1";
@@ -167,25 +168,54 @@ fn the_fleet_script_seals_only_for_devices_whose_srk_verifies() {
     for (i, d) in devices.iter().enumerate() {
         let dev = fleet.join(format!("devices/dev{i}"));
         std::fs::create_dir_all(&dev).unwrap();
-        // Enrolment through Keylime: the registrar holds the AK as a TPM2B_PUBLIC (`aik_tpm`);
-        // tpm2-tools turns it into the PEM verify-srk takes.
-        let client = rt.block_on(tpm_vault_client::Client::connect(&d.socket)).unwrap();
-        let ak = rt.block_on(client.attestation_key()).unwrap();
-        std::fs::write(dev.join("ak.tpm2b"), &ak.ak_tpm2b_public).unwrap();
-        let pem = Command::new("tpm2_print")
-            .close_inherited_fds()
-            .args(["-t", "TPM2B_PUBLIC", "-f", "pem"])
-            .arg(dev.join("ak.tpm2b"))
-            .output()
-            .unwrap();
-        assert!(pem.status.success(), "tpm2_print: {}", String::from_utf8_lossy(&pem.stderr));
-        assert_eq!(String::from_utf8(pem.stdout.clone()).unwrap().trim(), ak.ak_public_pem.trim());
-        std::fs::write(dev.join("ak.pem"), &pem.stdout).unwrap();
         let nonce = format!("{:032x}", 0xf1ee7_u128 + i as u128);
         std::fs::write(dev.join("nonce"), format!("{nonce}\n")).unwrap();
-        ok(d.cli(&["attest", "srk", "--nonce", &nonce, "--out-dir", "srk-cert"]));
+        if i == 1 {
+            // Enrolled by the fleet itself: the ECC AK.
+            ok(d.cli(&["attest", "key", "--ak-out", "ak.pem"]));
+            std::fs::copy(d.dir.path().join("ak.pem"), dev.join("ak.pem")).unwrap();
+            ok(d.cli(&["attest", "srk", "--nonce", &nonce, "--out-dir", "srk-cert"]));
+        } else {
+            // Enrolled through Keylime: the registrar holds the RSA AK the agent registers, as
+            // a TPM2B_PUBLIC (`aik_tpm`); tpm2-tools turns it into the PEM verify-srk takes.
+            let client = rt.block_on(tpm_vault_client::Client::connect(&d.socket)).unwrap();
+            let ak = rt.block_on(client.attestation_key_of(AkAlg::Rsa2048)).unwrap();
+            std::fs::write(dev.join("ak.tpm2b"), &ak.ak_tpm2b_public).unwrap();
+            let pem = Command::new("tpm2_print")
+                .close_inherited_fds()
+                .args(["-t", "TPM2B_PUBLIC", "-f", "pem"])
+                .arg(dev.join("ak.tpm2b"))
+                .output()
+                .unwrap();
+            assert!(pem.status.success(), "tpm2_print: {}", String::from_utf8_lossy(&pem.stderr));
+            assert!(String::from_utf8_lossy(&pem.stdout).starts_with("-----BEGIN PUBLIC KEY-----"));
+            std::fs::write(dev.join("ak.pem"), &pem.stdout).unwrap();
+            ok(d.cli(&["attest", "srk", "--ak-alg", "rsa-2048", "--nonce", &nonce, "--out-dir", "srk-cert"]));
+        }
         support::copy_dir(&d.dir.path().join("srk-cert"), &dev.join("srk-cert"));
     }
+    // dev1's ECC AK does not verify dev0's RSA-signed certification, nor the reverse.
+    let cross = |cert: &str, ak: &str| {
+        let nonce = std::fs::read_to_string(fleet.join(format!("devices/{cert}/nonce"))).unwrap();
+        let certs = format!("devices/{cert}/srk-cert");
+        let ak = format!("devices/{ak}/ak.pem");
+        run_cli(
+            &fleet.join("none.sock"),
+            &["verify-srk", "--in-dir", &certs, "--nonce", nonce.trim(), "--ak", &ak],
+            b"",
+            fleet,
+        )
+    };
+    assert!(fails(&cross("dev0", "dev1"), 1).contains("unsupported signature"));
+    assert!(fails(&cross("dev1", "dev0"), 1).contains("unsupported signature"));
+    ok(cross("dev0", "dev0"));
+    // An RSA signature altered.
+    support::copy_dir(&fleet.join("devices/dev0"), &fleet.join("devices/dev0x"));
+    let mut sig = std::fs::read(fleet.join("devices/dev0x/srk-cert/certify.sig")).unwrap();
+    sig[100] ^= 1;
+    std::fs::write(fleet.join("devices/dev0x/srk-cert/certify.sig"), sig).unwrap();
+    assert!(fails(&cross("dev0x", "dev0"), 1).contains("bad signature"));
+    std::fs::remove_dir_all(fleet.join("devices/dev0x")).unwrap();
     // dev2's files were swapped for dev0's SRK on the way: its certification fails.
     std::fs::copy(fleet.join("devices/dev0/srk-cert/srk.pub"), fleet.join("devices/dev2/srk-cert/srk.pub")).unwrap();
 

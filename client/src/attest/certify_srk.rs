@@ -22,6 +22,10 @@ use crate::seal_for::{SrkCertification, SrkPublic};
 const TPM_GENERATED_VALUE: u32 = 0xff54_4347;
 /// TPM_ST_ATTEST_CERTIFY.
 const TPM_ST_ATTEST_CERTIFY: u16 = 0x8017;
+/// TPM_ALG_RSASSA.
+const TPM_ALG_RSASSA: u16 = 0x0014;
+/// TPM_ALG_SHA256.
+const TPM_ALG_SHA256: u16 = 0x000b;
 
 /// Why an SRK certification was rejected. Each check has its own variant.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -31,8 +35,9 @@ pub enum SrkCertError {
     /// does not parse.
     #[error("malformed certification: {0}")]
     Malformed(ParseError),
-    /// The signature is not ECDSA with SHA-256, the only scheme of the vault's AK.
-    #[error("unsupported signature: algorithm {sig_alg:#06x} with hash {hash:#06x} (expected ECDSA 0x0018 with SHA-256 0x000b)")]
+    /// The signature is not one of the vault's AKs make: ECDSA (ECC AK) or RSASSA (RSA AK),
+    /// with SHA-256.
+    #[error("unsupported signature: algorithm {sig_alg:#06x} with hash {hash:#06x} (expected ECDSA 0x0018 from an ECC P-256 AK or RSASSA 0x0014 from an RSA AK, with SHA-256 0x000b)")]
     UnsupportedSignature {
         /// TPMT_SIGNATURE sigAlg.
         sig_alg: u16,
@@ -114,7 +119,8 @@ pub struct CertifiedSrk {
 }
 
 impl SrkCertification {
-    /// Checks that the attestation key `ak_public_der` signed a TPM2_Certify over `nonce` of
+    /// Checks that the attestation key `ak_public_der` (ECC P-256, or RSA as a Keylime
+    /// registrar holds it) signed a TPM2_Certify over `nonce` of
     /// the key whose public area is `srk_tpm2b_public`, and that this key is a storage key
     /// `seal-for` can seal for. Offline: no daemon, no TPM.
     ///
@@ -137,16 +143,7 @@ impl SrkCertification {
     /// # Ok(()) }
     /// ```
     pub fn verify(&self, nonce: &[u8]) -> Result<CertifiedSrk, SrkCertError> {
-        let key = VerifyingKey::from_public_key_der(&self.ak_public_der).map_err(|_| ParseError::Invalid {
-            what: "attestation key",
-            reason: "not an ECC P-256 SubjectPublicKeyInfo",
-        })?;
-        let signature = parse_signature(&self.signature).map_err(|e| match e {
-            QuoteError::UnsupportedSignature { sig_alg, hash } => SrkCertError::UnsupportedSignature { sig_alg, hash },
-            QuoteError::Malformed(p) => SrkCertError::Malformed(p),
-            _ => SrkCertError::Malformed(ParseError::Invalid { what: "TPMT_SIGNATURE", reason: "does not parse" }),
-        })?;
-        key.verify(&self.attest, &signature).map_err(|_| SrkCertError::BadSignature)?;
+        check_signature(&self.ak_public_der, &self.signature, &self.attest)?;
         let attest = parse_certify(&self.attest)?;
         if attest.nonce != nonce {
             return Err(SrkCertError::WrongNonce { expected: nonce.to_vec(), actual: attest.nonce });
@@ -178,6 +175,33 @@ impl SrkCertification {
             firmware_version: attest.firmware_version,
         })
     }
+}
+
+/// Checks `signature` (a TPMT_SIGNATURE) over `attest` with the AK `ak_der`: ECDSA-SHA256 for
+/// an ECC P-256 AK, RSASSA-PKCS1-v1_5-SHA256 for an RSA AK (the one a Keylime registrar holds).
+fn check_signature(ak_der: &[u8], signature: &[u8], attest: &[u8]) -> Result<(), SrkCertError> {
+    if let Ok(key) = VerifyingKey::from_public_key_der(ak_der) {
+        let signature = parse_signature(signature).map_err(|e| match e {
+            QuoteError::UnsupportedSignature { sig_alg, hash } => SrkCertError::UnsupportedSignature { sig_alg, hash },
+            QuoteError::Malformed(p) => SrkCertError::Malformed(p),
+            _ => SrkCertError::Malformed(ParseError::Invalid { what: "TPMT_SIGNATURE", reason: "does not parse" }),
+        })?;
+        return key.verify(attest, &signature).map_err(|_| SrkCertError::BadSignature);
+    }
+    let key = rsa::RsaPublicKey::from_public_key_der(ak_der).map_err(|_| ParseError::Invalid {
+        what: "attestation key",
+        reason: "neither an ECC P-256 nor an RSA SubjectPublicKeyInfo",
+    })?;
+    let mut r = Reader::new(signature, "TPMT_SIGNATURE");
+    let sig_alg = r.u16()?;
+    let hash = r.u16()?;
+    if sig_alg != TPM_ALG_RSASSA || hash != TPM_ALG_SHA256 {
+        return Err(SrkCertError::UnsupportedSignature { sig_alg, hash });
+    }
+    let sig = r.tpm2b("signature")?;
+    r.finish()?;
+    let sig = rsa::pkcs1v15::Signature::try_from(sig).map_err(|_| SrkCertError::BadSignature)?;
+    rsa::pkcs1v15::VerifyingKey::<Sha256>::new(key).verify(attest, &sig).map_err(|_| SrkCertError::BadSignature)
 }
 
 /// A parsed TPMS_ATTEST of type certify.

@@ -12,7 +12,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{json, Value};
 use zeroize::Zeroizing;
 
-use crate::attest::{public_key_der, public_key_pem, CertifiedSrk, SrkCertError};
+use crate::attest::{public_key_der, public_key_pem, AkAlg, CertifiedSrk, SrkCertError};
 use crate::seal_for::{self, SealForPolicy, SrkCertification, MAX_BLOB};
 use crate::{Error, PcrBinding, SealInfo, MAX_SECRET};
 
@@ -99,11 +99,29 @@ pub(crate) struct AttestSrkArgs {
     /// Directory to write the files to (created if missing)
     #[arg(long, value_name = "DIR")]
     pub(crate) out_dir: PathBuf,
+    /// Which attestation key certifies: the ECC one, or the RSA one a Keylime registrar holds
+    #[arg(long, value_enum, default_value = "ecc-p256")]
+    pub(crate) ak_alg: AkAlgArg,
+}
+
+/// `--ak-alg`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum AkAlgArg {
+    /// The vault's default AK (ECDSA-SHA256)
+    #[value(name = "ecc-p256")]
+    EccP256,
+    /// The RSA AK (RSASSA-SHA256) the Keylime agent registers (the registrar's aik_tpm)
+    #[value(name = "rsa-2048")]
+    Rsa2048,
 }
 
 impl AttestSrkArgs {
     pub(crate) async fn run(self, ctx: &mut Context) -> Result<(), CliError> {
-        let cert = ctx.client().await?.certify_srk(&self.nonce.0).await?;
+        let alg = match self.ak_alg {
+            AkAlgArg::EccP256 => AkAlg::EccP256,
+            AkAlgArg::Rsa2048 => AkAlg::Rsa2048,
+        };
+        let cert = ctx.client().await?.certify_srk_with(alg, &self.nonce.0).await?;
         // The daemon's own answer must check out against the AK it names before it is written.
         let certified = cert
             .verify(&self.nonce.0)
@@ -179,7 +197,10 @@ pub(crate) struct VerifySrkArgs {
     /// The nonce the certification must be over, hex
     #[arg(long, value_name = "HEX", value_parser = parse_nonce)]
     pub(crate) nonce: Nonce,
-    /// The device's enrolled attestation key (PEM or DER)
+    /// The device's enrolled attestation key: ECC P-256 or RSA, PEM or DER
+    ///
+    /// A Keylime registrar's aik_tpm (base64 TPM2B_PUBLIC of the RSA AK; attest srk --ak-alg
+    /// rsa-2048) converts with `base64 -d > ak.tpm2b; tpm2_print -t TPM2B_PUBLIC -f pem ak.tpm2b`.
     #[arg(long, value_name = "FILE")]
     pub(crate) ak: PathBuf,
     /// Where to write the verified SRK; - for stdout (with --output json, it is in the object)
