@@ -41,7 +41,8 @@ use output::Report;
 const EXIT_STATUS_HELP: &str = "\
 Exit status:
   0  success
-  1  failure, including \"Verification failure\", a rejected quote and a TPM the event log does not explain
+  1  failure, including \"Verification failure\", a rejected quote or SRK certification and a TPM the
+     event log does not explain
   2  usage error or invalid argument (bad key name, digest length, scheme...)
   3  no such key (or, for eventlog and quote --with-eventlog, no event log on the device)
   4  a key with that name already exists
