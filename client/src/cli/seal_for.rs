@@ -461,3 +461,47 @@ impl Report for ImportReport {
         json!({ "name": self.0.name, "pcrs": self.0.pcrs, "policy_digest": self.0.policy_digest, "imported": true })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::error::ErrorKind;
+    use clap::Parser;
+
+    use super::super::attest::AttestCommand;
+    use super::super::{Cli, Command};
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Command, clap::Error> {
+        Cli::try_parse_from(std::iter::once("tpm-vault").chain(args.iter().copied())).map(|cli| cli.command)
+    }
+
+    #[test]
+    fn srk_attestation_args() {
+        let Ok(Command::Attest(AttestCommand::Srk(args))) =
+            parse(&["attest", "srk", "--nonce", "ab", "--out-dir", "d"])
+        else {
+            panic!("not attest srk")
+        };
+        assert_eq!((args.nonce, args.out_dir, args.ak_alg), (Nonce(vec![0xab]), PathBuf::from("d"), AkAlgArg::EccP256));
+        let rsa = parse(&["attest", "srk", "--nonce", "ab", "--out-dir", "d", "--ak-alg", "rsa-2048"]);
+        assert!(matches!(
+            rsa,
+            Ok(Command::Attest(AttestCommand::Srk(AttestSrkArgs { ak_alg: AkAlgArg::Rsa2048, .. })))
+        ));
+        let Ok(Command::VerifySrk(args)) = parse(&["verify-srk", "--in-dir", "d", "--nonce", "ab", "--ak", "a.pem"])
+        else {
+            panic!("not verify-srk")
+        };
+        assert_eq!((args.out, args.format), (PathBuf::from("-"), SrkFormat::Tpm2b));
+        // The AK in the directory proves nothing: --ak is required.
+        let missing = parse(&["verify-srk", "--in-dir", "d", "--nonce", "ab"]).unwrap_err();
+        assert_eq!(missing.kind(), ErrorKind::MissingRequiredArgument);
+    }
+
+    #[test]
+    fn rejection_json_names_the_reason() {
+        let report = VerifySrkReport { result: Err(SrkCertError::BadSignature), out: None };
+        let value = report.json();
+        assert_eq!((&value["valid"], &value["reason"]), (&false.into(), &"bad_signature".into()));
+    }
+}
