@@ -7,6 +7,7 @@ use tpm_vault_proto::policy_digest::{ALG_SHA1, ALG_SHA256, ALG_SHA384};
 use tpm_vault_proto::sealed_blob::{self, BlobPolicy, SealedBlob, StorageKey};
 use tpm_vault_proto::v1 as proto;
 
+use crate::attest::AkAlg;
 use crate::{Client, Error, PcrBinding, SealInfo};
 
 pub use tpm_vault_proto::sealed_blob::{MAX_BLOB, MAX_DIRECT};
@@ -185,7 +186,16 @@ impl Client {
     /// # Errors
     /// `InvalidArgument` (nonce size), `PermissionDenied` (the `quote` operation), `Unavailable`.
     pub async fn certify_srk(&self, nonce: &[u8]) -> Result<SrkCertification, Error> {
-        let request = self.request(proto::CertifySrkRequest { nonce: nonce.to_vec() });
+        self.certify_srk_with(AkAlg::EccP256, nonce).await
+    }
+
+    /// The attestation key `alg` certifies the SRK over `nonce` (TPM2_Certify): `Rsa2048` for a
+    /// verifier that knows the device's RSA AK (a Keylime registrar's `aik_tpm`).
+    ///
+    /// # Errors
+    /// `InvalidArgument` (nonce size), `PermissionDenied` (the `quote` operation), `Unavailable`.
+    pub async fn certify_srk_with(&self, alg: AkAlg, nonce: &[u8]) -> Result<SrkCertification, Error> {
+        let request = self.request(proto::CertifySrkRequest { nonce: nonce.to_vec(), ak_alg: alg.as_str().to_owned() });
         let r = self.attestation.clone().certify_srk(request).await?.into_inner();
         Ok(SrkCertification {
             attest: r.attest,

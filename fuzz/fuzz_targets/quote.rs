@@ -9,10 +9,13 @@
 //! each), PCR values (each a u8 length and bytes), an expected-values binding
 //! (`sha256:9=HEX`). With flag bit 0 the harness signs the TPMS_ATTEST itself with a fixed AK
 //! (so mutated attestation structures get past the signature check and reach the parser). The
-//! whole input is also given to the three file parsers.
+//! whole input is also given to the three file parsers. The same TPMS_ATTEST, signature, AK
+//! and nonce, with the PCR-bank field as the SRK's TPM2B_PUBLIC, go to the SRK certification
+//! check (`SrkCertification::verify`, `verify-srk`).
 //!
 //! Properties: no panic; an accepted quote carries the nonce and PCR digest it was checked
-//! against; files that parse re-encode to what they were.
+//! against; an accepted SRK certification carries the nonce and the SRK's name; files that
+//! parse re-encode to what they were.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -20,6 +23,7 @@ use p256::ecdsa::signature::Signer;
 use p256::pkcs8::EncodePublicKey;
 use sha2::{Digest, Sha256};
 use tpm_vault_client::attest::{decode_pcrs, encode_pcrs, public_key_der, CredentialFile};
+use tpm_vault_client::seal_for::SrkCertification;
 use tpm_vault_client::{PcrBinding, PcrValues, Quote};
 
 fuzz_target!(|data: &[u8]| {
@@ -36,7 +40,8 @@ fuzz_target!(|data: &[u8]| {
     let mut signature = field();
     let mut ak = field();
     let nonce = field();
-    let bank = String::from_utf8_lossy(&field()).into_owned();
+    let bank_field = field();
+    let bank = String::from_utf8_lossy(&bank_field).into_owned();
     let pcrs: Vec<u32> = field().into_iter().map(u32::from).collect();
     let mut values = Vec::new();
     let mut raw = field();
@@ -51,6 +56,18 @@ fuzz_target!(|data: &[u8]| {
         let key = ak_key();
         ak = key.verifying_key().to_public_key_der().map(|d| d.as_bytes().to_vec()).unwrap_or_default();
         signature = tpmt_signature(&key.sign(&attest));
+    }
+    let certification = SrkCertification {
+        attest: attest.clone(),
+        signature: signature.clone(),
+        srk_tpm2b_public: bank_field,
+        ak_public_der: ak.clone(),
+    };
+    if let Ok(srk) = certification.verify(&nonce) {
+        assert_eq!(srk.nonce, nonce);
+        assert!(certification.srk_tpm2b_public.ends_with(&srk.srk.tpm2b_public[2..]), "not the SRK given");
+        let name = [&[0x00, 0x0b][..], &Sha256::digest(&srk.srk.tpm2b_public[2..])].concat();
+        assert_eq!(srk.srk.name, name);
     }
     let quote = Quote { attest, signature, pcrs: PcrValues { bank, pcrs, values }, ak_public_der: ak };
     if let Ok(info) = quote.verify(&nonce, &expected) {

@@ -192,6 +192,8 @@ pub(crate) enum AttestCommand {
     Key(AttestKeyArgs),
     /// Recover a credential made with tpm2_makecredential for the AK (proves AK and EK share a TPM)
     Activate(ActivateArgs),
+    /// Have the AK certify the storage root key over a nonce (TPM2_Certify), for verify-srk
+    Srk(super::seal_for::AttestSrkArgs),
 }
 
 impl AttestCommand {
@@ -199,6 +201,7 @@ impl AttestCommand {
         match self {
             AttestCommand::Key(args) => args.run(ctx).await,
             AttestCommand::Activate(args) => args.run(ctx).await,
+            AttestCommand::Srk(args) => args.run(ctx).await,
         }
     }
 }

@@ -36,6 +36,9 @@ pub(crate) enum CliError {
     /// `verify-quote` rejected the quote, for the reason given.
     #[error("quote rejected: {0}")]
     QuoteRejected(QuoteError),
+    /// `verify-srk` rejected the SRK certification, for the reason given.
+    #[error("SRK certification rejected: {0}")]
+    SrkRejected(tpm_vault_client::attest::SrkCertError),
     /// `verify-quote` without `--ak`: the quote checks out, but only against the AK that came
     /// with it in this directory, which proves nothing about the device (a result, already
     /// printed on stdout).
@@ -114,6 +117,7 @@ impl CliError {
             CliError::Io { .. }
             | CliError::VerificationFailed
             | CliError::QuoteRejected(_)
+            | CliError::SrkRejected(_)
             | CliError::LogDisagrees(_) => 1,
             CliError::AccessDenied => 5,
             CliError::SignerNotEnrolled(_) => 12,

@@ -41,7 +41,8 @@ use output::Report;
 const EXIT_STATUS_HELP: &str = "\
 Exit status:
   0  success
-  1  failure, including \"Verification failure\", a rejected quote and a TPM the event log does not explain
+  1  failure, including \"Verification failure\", a rejected quote or SRK certification and a TPM the
+     event log does not explain
   2  usage error or invalid argument (bad key name, digest length, scheme...)
   3  no such key (or, for eventlog and quote --with-eventlog, no event log on the device)
   4  a key with that name already exists
@@ -139,7 +140,7 @@ enum Command {
     /// Show and replay the measured-boot event log (from the daemon, or a file)
     #[command(subcommand)]
     Eventlog(eventlog::EventlogCommand),
-    /// Show the attestation key; activate credentials made for it
+    /// Show the attestation key; activate credentials made for it; certify the SRK
     #[command(subcommand)]
     Attest(attest::AttestCommand),
     /// Seal a secret (from stdin) to PCR values, by default sha256:9
@@ -151,6 +152,8 @@ enum Command {
     /// Show the storage root key (what seal-for seals to)
     #[command(subcommand)]
     Srk(seal_for::SrkCommand),
+    /// Check an SRK certification (attest srk) offline against the device's AK; write the SRK
+    VerifySrk(seal_for::VerifySrkArgs),
     /// Sign PCR policies for secrets sealed with --authorized-by
     #[command(subcommand)]
     Policy(seal::PolicyCommand),
@@ -200,6 +203,7 @@ impl Command {
             Command::Unseal(args) => args.run(ctx).await,
             Command::SealFor(args) => args.run(),
             Command::Srk(command) => command.run(ctx).await,
+            Command::VerifySrk(args) => args.run(ctx),
             Command::Policy(command) => command.run(ctx).await,
             Command::Access(command) => command.run(ctx).await,
             Command::SshAgent(args) => args.run(ctx).await,

@@ -3,13 +3,16 @@
 //! Owns the [`Client`] methods of `tpmvault.v1.AttestationService` (the event log's too; it is
 //! parsed by [`crate::eventlog`]), the plain-data types they
 //! return ([`AttestationKey`], [`Quote`], [`PcrValues`]), the in-core quote verifier (`verify`: TPMS_ATTEST and
-//! TPMT_SIGNATURE parsing, ECDSA P-256 check, nonce, PCR digest and expected values) and the
-//! tpm2-tools file formats (`tpm2_tools`: `quote.pcrs`, credential files). It does not touch
+//! TPMT_SIGNATURE parsing, ECDSA P-256 check, nonce, PCR digest and expected values), the
+//! tpm2-tools file formats (`tpm2_tools`: `quote.pcrs`, credential files) and the offline check
+//! of an SRK certification (`certify_srk`). It does not touch
 //! the file system (the CLI does).
 
+mod certify_srk;
 mod tpm2_tools;
 mod verify;
 
+pub use certify_srk::{CertifiedSrk, SrkCertError};
 pub use tpm2_tools::{decode_pcrs, encode_pcrs, CredentialFile};
 pub(crate) use verify::bank_alg;
 pub use verify::{ParseError, QuoteError, QuoteInfo};

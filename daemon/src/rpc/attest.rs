@@ -201,7 +201,8 @@ impl AttestationService for AttestRpc {
     ) -> Result<Response<pb::CertifySrkResponse>, Status> {
         self.ctx
             .on_vault("CertifySrk", req, Operation::Quote, |r, vault| async move {
-                let (attest, signature, srk, ak) = vault.certify_srk(r.nonce).await?;
+                let kind = AkKind::parse(&r.ak_alg)?;
+                let (attest, signature, srk, ak) = vault.certify_srk(kind, r.nonce).await?;
                 Ok(pb::CertifySrkResponse { attest, signature, srk_tpm2b_public: srk, ak_public_der: ak.spki })
             })
             .await

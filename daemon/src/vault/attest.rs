@@ -234,16 +234,20 @@ impl Vault {
         Ok(SrkInfo { tpm2b, spki: spki.as_bytes().to_vec(), name: srk.name })
     }
 
-    /// TPM2_Certify of the SRK by the AK over `nonce`: (TPMS_ATTEST, TPMT_SIGNATURE, SRK
-    /// `TPM2B_PUBLIC`, AK).
+    /// TPM2_Certify of the SRK by the attestation key `kind` over `nonce`: (TPMS_ATTEST,
+    /// TPMT_SIGNATURE, SRK `TPM2B_PUBLIC`, AK).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a nonce of the wrong size; TPM errors.
-    pub async fn certify_srk(&self, nonce: Vec<u8>) -> Result<(Vec<u8>, Vec<u8>, Vec<u8>, AkInfo), Error> {
+    pub async fn certify_srk(
+        &self,
+        kind: AkKind,
+        nonce: Vec<u8>,
+    ) -> Result<(Vec<u8>, Vec<u8>, Vec<u8>, AkInfo), Error> {
         if nonce.is_empty() || nonce.len() > MAX_NONCE {
             return Err(Invalid::Nonce { max: MAX_NONCE, got: nonce.len() }.into());
         }
-        let loaded = self.ak(AkKind::Ecc).await?;
+        let loaded = self.ak(kind).await?;
         let ak = loaded.clone();
         let (attest, signature) =
             self.tpm().call(self.client, "certify_srk", move |tpm| tpm.certify_srk(&ak.blob, &nonce)).await?;

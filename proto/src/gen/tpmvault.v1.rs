@@ -1843,6 +1843,10 @@ pub struct CertifySrkRequest {
     /// Caller nonce (qualifying data), 1 to 64 bytes.
     #[prost(bytes = "vec", tag = "1")]
     pub nonce: ::prost::alloc::vec::Vec<u8>,
+    /// Which attestation key certifies (as in GetAttestationKeyRequest): "" or "ecc-p256" (the
+    /// default), "rsa-2048".
+    #[prost(string, tag = "2")]
+    pub ak_alg: ::prost::alloc::string::String,
 }
 /// A certification of the SRK by the AK.
 #[allow(clippy::all)]
@@ -2264,7 +2268,8 @@ pub mod attestation_service_client {
             self.inner.unary(req, path, codec).await
         }
         /// TPM2_Certify: the attestation key certifies the SRK over the caller's nonce, so a verifier
-        /// who trusts the AK knows the SRK lives in the same TPM. Allowed by the `quote` operation.
+        /// who trusts the AK knows the SRK lives in the same TPM. The ECC AK by default; the RSA AK
+        /// (`ak_alg` "rsa-2048") is the one a Keylime registrar holds. Allowed by the `quote` operation.
         pub async fn certify_srk(
             &mut self,
             request: impl tonic::IntoRequest<super::CertifySrkRequest>,
@@ -2380,7 +2385,8 @@ pub mod attestation_service_server {
             request: tonic::Request<super::GetSrkPublicRequest>,
         ) -> std::result::Result<tonic::Response<super::SrkPublic>, tonic::Status>;
         /// TPM2_Certify: the attestation key certifies the SRK over the caller's nonce, so a verifier
-        /// who trusts the AK knows the SRK lives in the same TPM. Allowed by the `quote` operation.
+        /// who trusts the AK knows the SRK lives in the same TPM. The ECC AK by default; the RSA AK
+        /// (`ak_alg` "rsa-2048") is the one a Keylime registrar holds. Allowed by the `quote` operation.
         async fn certify_srk(
             &self,
             request: tonic::Request<super::CertifySrkRequest>,
