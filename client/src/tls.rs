@@ -40,9 +40,10 @@ use rustls::pki_types::{CertificateDer, SubjectPublicKeyInfoDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::{CertifiedKey, Signer, SigningKey};
 use rustls::{ClientConfig, ServerConfig, SignatureAlgorithm, SignatureScheme};
+use tpm_vault_proto::algorithm::Family;
 use tpm_vault_proto::tls_scheme;
 
-use crate::{Client, ClientBuilder, Error, HashAlgorithm, KeyAlgorithm, SignInput, SignOptions};
+use crate::{Client, ClientBuilder, Error, KeyAlgorithm, SignInput, SignOptions};
 
 /// How long a handshake signature may take before the handshake fails.
 pub const DEFAULT_SIGN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -285,10 +286,7 @@ impl VaultSigningKey {
         spki: Vec<u8>,
     ) -> Result<VaultSigningKey, TlsError> {
         // TLS keys are ECC or RSA; ML-DSA, ML-KEM and hybrid keys have no TLS signature scheme here.
-        if !matches!(
-            algorithm,
-            KeyAlgorithm::EccP256 | KeyAlgorithm::EccP384 | KeyAlgorithm::Rsa2048 | KeyAlgorithm::Rsa3072
-        ) {
+        if algorithm.info().is_none_or(|a| a.tls_schemes.is_empty()) {
             return Err(TlsError::Algorithm(name.to_owned()));
         }
         Ok(VaultSigningKey { client: client.clone(), name: name.to_owned(), algorithm, spki })
@@ -298,21 +296,14 @@ impl VaultSigningKey {
     pub fn name(&self) -> &str {
         &self.name
     }
-
-    /// The kind of TLS key this is (`None` for an algorithm `from_public` refuses).
-    fn kind(&self) -> Option<tls_scheme::KeyKind> {
-        match self.algorithm {
-            KeyAlgorithm::EccP256 => Some(tls_scheme::KeyKind::EccP256),
-            KeyAlgorithm::EccP384 => Some(tls_scheme::KeyKind::EccP384),
-            KeyAlgorithm::Rsa2048 | KeyAlgorithm::Rsa3072 => Some(tls_scheme::KeyKind::Rsa),
-            _ => None,
-        }
-    }
 }
 
 impl SigningKey for VaultSigningKey {
     fn choose_scheme(&self, offered: &[SignatureScheme]) -> Option<Box<dyn Signer>> {
-        let scheme = tls_scheme::offered(self.kind()?)
+        let scheme = self
+            .algorithm
+            .info()?
+            .tls_schemes
             .iter()
             .map(|&code| SignatureScheme::from(code))
             .find(|s| offered.contains(s))?;
@@ -324,8 +315,8 @@ impl SigningKey for VaultSigningKey {
     }
 
     fn algorithm(&self) -> SignatureAlgorithm {
-        match self.algorithm {
-            KeyAlgorithm::Rsa2048 | KeyAlgorithm::Rsa3072 => SignatureAlgorithm::RSA,
+        match self.algorithm.info().map(|a| a.family) {
+            Some(Family::Rsa) => SignatureAlgorithm::RSA,
             _ => SignatureAlgorithm::ECDSA,
         }
     }
@@ -340,17 +331,8 @@ struct VaultSigner {
 
 impl Signer for VaultSigner {
     fn sign(&self, message: &[u8]) -> Result<Vec<u8>, rustls::Error> {
-        use crate::SignatureScheme as Vs;
-        let Some((hash, signature)) = tls_scheme::meaning(u16::from(self.scheme)) else {
+        let Some((hash, scheme)) = tls_scheme::meaning(u16::from(self.scheme)) else {
             return Err(rustls::Error::General(format!("unsupported signature scheme {:?}", self.scheme)));
-        };
-        let hash = match hash {
-            tls_scheme::Hash::Sha256 => HashAlgorithm::Sha256,
-            tls_scheme::Hash::Sha384 => HashAlgorithm::Sha384,
-        };
-        let scheme = match signature {
-            tls_scheme::Signature::Ecdsa => Vs::Ecdsa,
-            tls_scheme::Signature::RsaPss => Vs::RsaPss,
         };
         let options = SignOptions::new().with_hash(hash).with_scheme(scheme);
         self.key

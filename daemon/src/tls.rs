@@ -154,21 +154,14 @@ impl TpmSigningKey {
             in_flight: Tally::up_to(MAX_HANDSHAKE_SIGNATURES),
         })
     }
-
-    /// The kind of TLS key this is (`None` for an algorithm `new` refuses).
-    fn kind(&self) -> Option<tls_scheme::KeyKind> {
-        match self.alg {
-            KeyAlg::EccP256 => Some(tls_scheme::KeyKind::EccP256),
-            KeyAlg::EccP384 => Some(tls_scheme::KeyKind::EccP384),
-            KeyAlg::Rsa2048 | KeyAlg::Rsa3072 => Some(tls_scheme::KeyKind::Rsa),
-            _ => None,
-        }
-    }
 }
 
 impl SigningKey for TpmSigningKey {
     fn choose_scheme(&self, offered: &[SignatureScheme]) -> Option<Box<dyn Signer>> {
-        let scheme = tls_scheme::offered(self.kind()?)
+        let scheme = self
+            .alg
+            .info()
+            .tls_schemes
             .iter()
             .map(|&code| SignatureScheme::from(code))
             .find(|s| offered.contains(s))?;
@@ -200,21 +193,13 @@ impl Signer for TpmSigner {
         let Some((hash, signature)) = tls_scheme::meaning(u16::from(self.scheme)) else {
             return Err(rustls::Error::General(format!("unsupported signature scheme {:?}", self.scheme)));
         };
-        let hash = match hash {
-            tls_scheme::Hash::Sha256 => HashAlg::Sha256,
-            tls_scheme::Hash::Sha384 => HashAlg::Sha384,
-        };
-        let scheme = match signature {
-            tls_scheme::Signature::Ecdsa => Scheme::Ecdsa,
-            tls_scheme::Signature::RsaPss => Scheme::RsaPss,
-        };
+        let (hash, scheme) = (HashAlg::from_api(hash), Scheme::from_api(signature));
         let Ok(_held) = self.key.in_flight.try_take(()) else {
             // Debug, not warn: a flood of handshakes must not become a flood of log lines.
             tracing::debug!(key = %self.key.key, "TLS handshake refused: {MAX_HANDSHAKE_SIGNATURES} signatures already wait for the TPM");
             return Err(rustls::Error::General("server busy: too many handshakes waiting for the TPM".into()));
         };
-        let request =
-            SignRequest { input: SignInput::Message(message.to_vec()), hash: Some(hash), scheme: Some(scheme) };
+        let request = SignRequest { input: SignInput::Message(message.to_vec()), hash, scheme };
         let sign = || self.key.vault.sign_blocking(&self.key.key, request);
         let result = match tokio::runtime::Handle::try_current() {
             // Lets the runtime move this worker's other tasks elsewhere while the TPM works.

@@ -8,6 +8,7 @@
 //! signatures come back DER-encoded and leave as r || s, each padded to the field size.
 
 use cryptoki_sys::*;
+use tpm_vault_client::algorithm::Curve;
 use tpm_vault_client::{HashAlgorithm, Hasher, SignInput, SignatureScheme};
 use zeroize::Zeroizing;
 
@@ -219,7 +220,7 @@ impl Sign {
     /// `CKR_FUNCTION_FAILED` when the daemon's signature does not have the expected shape.
     pub(crate) fn encode(self, key: &Key, signature: &[u8]) -> Result<Vec<u8>> {
         let out = match (self, &key.kind) {
-            (Sign::Ecdsa(_), KeyKind::Ec { field: 32 }) => {
+            (Sign::Ecdsa(_), KeyKind::Ec { curve: Curve::NistP256 }) => {
                 p256::ecdsa::Signature::from_der(signature).map_err(|_| CKR_FUNCTION_FAILED)?.to_bytes().to_vec()
             }
             (Sign::Ecdsa(_), KeyKind::Ec { .. }) => {
@@ -245,7 +246,7 @@ impl Sign {
         }
         let (what, hash, _) = self.request(key, input)?;
         let valid = match (what, &key.kind) {
-            (SignInput::Digest(digest), KeyKind::Ec { field: 32 }) => {
+            (SignInput::Digest(digest), KeyKind::Ec { curve: Curve::NistP256 }) => {
                 use p256::ecdsa::signature::hazmat::PrehashVerifier as _;
                 let vk =
                     p256::ecdsa::VerifyingKey::from_sec1_bytes(&key.public_bits).map_err(|_| CKR_FUNCTION_FAILED)?;
@@ -316,7 +317,7 @@ fn pss_hash(params: &Params, implied: Option<Hash>) -> Result<Hash> {
 /// §6.4.1), so the signature verifies for the original; then the hash of the field's size.
 fn ecdsa_digest(key: &Key, data: &[u8]) -> (Hash, Vec<u8>) {
     let field = match key.kind {
-        KeyKind::Ec { field } => field,
+        KeyKind::Ec { curve } => curve.field_len(),
         _ => 32,
     };
     let digest = if data.len() >= field {

@@ -26,6 +26,7 @@ pub mod v1 {
     pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!("gen/tpmvault_descriptor.bin");
 }
 
+pub mod algorithm;
 pub mod ml_dsa;
 pub mod ml_kem;
 pub mod operation;
