@@ -476,29 +476,6 @@ pub(crate) fn info(kind: CK_MECHANISM_TYPE) -> Result<CK_MECHANISM_INFO> {
         .ok_or(CKR_MECHANISM_INVALID)
 }
 
-/// A key's `CKA_KEY_GEN_MECHANISM` and `CKA_ALLOWED_MECHANISMS`.
-pub(crate) fn for_key(key: &Key) -> (CK_MECHANISM_TYPE, Vec<CK_MECHANISM_TYPE>) {
-    match key.kind {
-        KeyKind::Ec { .. } => {
-            (CKM_EC_KEY_PAIR_GEN, vec![CKM_ECDSA, CKM_ECDSA_SHA256, CKM_ECDSA_SHA384, CKM_ECDSA_SHA512])
-        }
-        KeyKind::Rsa { .. } => (
-            CKM_RSA_PKCS_KEY_PAIR_GEN,
-            vec![
-                CKM_RSA_PKCS,
-                CKM_SHA256_RSA_PKCS,
-                CKM_SHA384_RSA_PKCS,
-                CKM_SHA512_RSA_PKCS,
-                CKM_RSA_PKCS_PSS,
-                CKM_SHA256_RSA_PKCS_PSS,
-                CKM_SHA384_RSA_PKCS_PSS,
-                CKM_SHA512_RSA_PKCS_PSS,
-            ],
-        ),
-        KeyKind::MlDsa { .. } => (CKM_ML_DSA_KEY_PAIR_GEN, vec![CKM_ML_DSA]),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -338,7 +338,7 @@ fn storage_attrs(class: CK_OBJECT_CLASS, label: &str, destroyable: bool) -> Vec<
 /// Attributes both key objects have.
 fn key_attrs(key: &Key, class: CK_OBJECT_CLASS, subject: &[u8]) -> Vec<(CK_ATTRIBUTE_TYPE, Attr)> {
     let mut attrs = storage_attrs(class, &key.name, true);
-    let (generator, mechanisms) = crate::mechanism::for_key(key);
+    let (generator, mechanisms) = for_key(key);
     let allowed: Vec<u8> = mechanisms.iter().flat_map(|m| m.to_ne_bytes()).collect();
     attrs.extend([
         (CKA_ID, bytes(&key.id)),
@@ -456,6 +456,29 @@ fn octet_string(content: &[u8]) -> Vec<u8> {
     }
     out.extend_from_slice(content);
     out
+}
+
+/// A key's `CKA_KEY_GEN_MECHANISM` and `CKA_ALLOWED_MECHANISMS`.
+fn for_key(key: &Key) -> (CK_MECHANISM_TYPE, Vec<CK_MECHANISM_TYPE>) {
+    match key.kind {
+        KeyKind::Ec { .. } => {
+            (CKM_EC_KEY_PAIR_GEN, vec![CKM_ECDSA, CKM_ECDSA_SHA256, CKM_ECDSA_SHA384, CKM_ECDSA_SHA512])
+        }
+        KeyKind::Rsa { .. } => (
+            CKM_RSA_PKCS_KEY_PAIR_GEN,
+            vec![
+                CKM_RSA_PKCS,
+                CKM_SHA256_RSA_PKCS,
+                CKM_SHA384_RSA_PKCS,
+                CKM_SHA512_RSA_PKCS,
+                CKM_RSA_PKCS_PSS,
+                CKM_SHA256_RSA_PKCS_PSS,
+                CKM_SHA384_RSA_PKCS_PSS,
+                CKM_SHA512_RSA_PKCS_PSS,
+            ],
+        ),
+        KeyKind::MlDsa { .. } => (CKM_ML_DSA_KEY_PAIR_GEN, vec![CKM_ML_DSA]),
+    }
 }
 
 #[cfg(test)]
