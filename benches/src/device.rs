@@ -577,18 +577,7 @@ const CREATED: [KeyAlg; 8] = [
 ];
 
 fn client_alg(alg: KeyAlg) -> KeyAlgorithm {
-    match alg {
-        KeyAlg::EccP256 => KeyAlgorithm::EccP256,
-        KeyAlg::EccP384 => KeyAlgorithm::EccP384,
-        KeyAlg::Rsa2048 => KeyAlgorithm::Rsa2048,
-        KeyAlg::Rsa3072 => KeyAlgorithm::Rsa3072,
-        KeyAlg::MlDsa44 => KeyAlgorithm::MlDsa44,
-        KeyAlg::MlDsa65 => KeyAlgorithm::MlDsa65,
-        KeyAlg::MlDsa87 => KeyAlgorithm::MlDsa87,
-        KeyAlg::MlKem768 => KeyAlgorithm::MlKem768,
-        KeyAlg::MlKem1024 => KeyAlgorithm::MlKem1024,
-        KeyAlg::HybridP256MlDsa65 => KeyAlgorithm::HybridP256MlDsa65,
-    }
+    alg.api()
 }
 
 fn sign_name(alg: KeyAlg) -> String {
@@ -721,7 +710,7 @@ fn raw_rows(setup: &DeviceSetup, plan: DevicePlan, model: &Model, progress: &imp
 
     let mut ctx = connect(&tcti)?;
     let srk = create_srk(&mut ctx)?;
-    for alg in CREATED.into_iter().filter(|&a| a.tpm_key() == Some(a)) {
+    for alg in CREATED.into_iter().filter(|a| !a.has_pq()) {
         let template = templates::signing_key(alg, None, false)?;
         let before = model.total();
         let mut latencies = Vec::new();

@@ -1,8 +1,12 @@
 //! [`BlockingClient`]: the [`Client`] calls for synchronous code.
 //!
 //! Owns a private current-thread tokio runtime and drives each call to completion with
-//! `block_on`, as mini-redis' blocking client does. It adds no behaviour of its own.
+//! `block_on`, as mini-redis' blocking client does. It adds no behaviour of its own: its methods
+//! are generated from a list of [`Client`]'s signatures (the `blocking!` macro), and
+//! [`BlockingClient::call`] runs any other `Client` call; only the streaming encrypt and decrypt
+//! calls are written out, to adapt `std::io` readers and writers.
 
+use std::future::Future;
 use std::io::{Read, Write};
 use std::path::Path;
 
@@ -14,8 +18,8 @@ use crate::{
     AccessCheck, AttestationKey, Operation, PcrValues, PolicyApproval, Quote, SealInfo, SealOptions, SignedPolicy,
 };
 use crate::{
-    Client, ClientBuilder, DaemonStatus, DataKey, Error, KeyAlgorithm, KeyAuth, KeyInfo, PcrBinding, PublicKey,
-    SignInput, SignOptions, Signature,
+    Client, ClientBuilder, DaemonStatus, DataKey, Error, KeyAlgorithm, KeyAuth, KeyInfo, KeyUsage, PcrBinding,
+    PublicKey, SignInput, SignOptions, Signature,
 };
 
 /// A synchronous client for `tpm-vaultd`.
@@ -39,6 +43,100 @@ pub struct BlockingClient {
     runtime: Runtime,
 }
 
+/// The blocking twins of [`Client`]'s methods, each listed once by its signature: it calls
+/// the method of the same name on the runtime, with the same arguments.
+macro_rules! blocking {
+    ($(
+        $(#[$doc:meta])*
+        fn $name:ident(&self $(, $arg:ident: $ty:ty)* $(,)?) -> $ret:ty;
+    )*) => {
+        impl BlockingClient {$(
+            $(#[$doc])*
+            #[doc = concat!("\n\nSee [`Client::", stringify!($name), "`].\n\n# Errors\nAs [`Client::", stringify!($name), "`].")]
+            pub fn $name(&self $(, $arg: $ty)*) -> Result<$ret, Error> {
+                self.runtime.block_on(self.inner.$name($($arg),*))
+            }
+        )*}
+    };
+}
+
+blocking! {
+    /// Creates a key inside the TPM.
+    fn create_key(&self, name: &str, algorithm: KeyAlgorithm, pcr_binding: Option<PcrBinding>) -> KeyInfo;
+    /// Creates a key with the usages given (and optionally a password).
+    fn create_key_with_usages(
+        &self,
+        name: &str,
+        algorithm: KeyAlgorithm,
+        pcr_binding: Option<PcrBinding>,
+        auth: Option<&KeyAuth>,
+        usages: &[KeyUsage],
+    ) -> KeyInfo;
+    /// Narrows a key's usages.
+    fn set_key_usage(&self, name: &str, usages: &[KeyUsage]) -> KeyInfo;
+    /// Creates a key that needs a password.
+    fn create_key_with_auth(&self, name: &str, algorithm: KeyAlgorithm, auth: &KeyAuth) -> KeyInfo;
+    /// A key's metadata.
+    fn key(&self, name: &str) -> KeyInfo;
+    /// Every key the caller may see.
+    fn list_keys(&self) -> Vec<KeyInfo>;
+    /// Deletes a key.
+    fn delete_key(&self, name: &str) -> ();
+    /// A key's public part.
+    fn public_key(&self, name: &str) -> PublicKey;
+    /// Signs a message or a digest.
+    ///
+    /// ```no_run
+    /// use tpm_vault_client::{BlockingClient, SignInput, SignOptions};
+    ///
+    /// let client = BlockingClient::connect("/run/tpm-vault/vault.sock")?;
+    /// let digest = [0u8; 32].to_vec();
+    /// let signature = client.sign("web", SignInput::Digest(digest), &SignOptions::new())?;
+    /// std::fs::write("web.sig", signature.bytes())?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn sign(&self, name: &str, input: SignInput, options: &SignOptions) -> Signature;
+    /// Checks a signature.
+    fn verify(&self, name: &str, input: SignInput, signature: &[u8], options: &SignOptions) -> bool;
+    /// The daemon's and the TPM's state.
+    fn status(&self) -> DaemonStatus;
+    /// The access-policy decision for a local user.
+    fn check_access(&self, uid: u32, operation: Operation, key: Option<&str>) -> AccessCheck;
+    /// The attestation and endorsement keys.
+    fn attestation_key(&self) -> AttestationKey;
+    /// Quotes PCRs over a nonce.
+    fn quote(&self, pcrs: &PcrBinding, nonce: &[u8]) -> Quote;
+    /// Reads PCR values.
+    fn read_pcrs(&self, pcrs: Option<&PcrBinding>) -> PcrValues;
+    /// Recovers a credential made for the AK.
+    fn activate_credential(&self, credential_blob: &[u8], encrypted_secret: &[u8]) -> Zeroizing<Vec<u8>>;
+    /// The device's event log and its path on the device.
+    fn event_log(&self) -> (Vec<u8>, String);
+    /// Seals a secret.
+    ///
+    /// ```no_run
+    /// use tpm_vault_client::{BlockingClient, SealOptions};
+    ///
+    /// let client = BlockingClient::connect("/run/tpm-vault/vault.sock")?;
+    /// client.seal("disk", b"hunter2", &SealOptions::new().with_pcrs("sha256:9".parse()?))?;
+    /// assert_eq!(client.unseal("disk", None)?.as_slice(), b"hunter2");
+    /// # Ok::<(), tpm_vault_client::Error>(())
+    /// ```
+    fn seal(&self, name: &str, secret: &[u8], options: &SealOptions) -> SealInfo;
+    /// Unseals a secret.
+    fn unseal(&self, name: &str, signed_policy: Option<&[u8]>) -> Zeroizing<Vec<u8>>;
+    /// Deletes a sealed secret.
+    fn delete_sealed(&self, name: &str) -> ();
+    /// Approves PCR values with a vault key.
+    fn sign_policy(&self, key_name: &str, approval: &PolicyApproval) -> SignedPolicy;
+    /// Creates a data key.
+    fn create_data_key(&self, name: &str, pcr_binding: Option<PcrBinding>) -> DataKey;
+    /// Deletes a data key.
+    fn delete_data_key(&self, name: &str) -> ();
+    /// Random bytes from the daemon.
+    fn random(&self, len: usize) -> Vec<u8>;
+}
+
 impl BlockingClient {
     /// Connects to the daemon's Unix socket with the default timeouts.
     ///
@@ -56,210 +154,18 @@ impl BlockingClient {
         Ok(BlockingClient { inner, runtime })
     }
 
-    /// Creates a key inside the TPM. See [`Client::create_key`].
+    /// Runs `call` with the async client and waits for its result: every [`Client`] method,
+    /// also those without a blocking twin below.
     ///
-    /// # Errors
-    /// As [`Client::create_key`].
-    pub fn create_key(
-        &self,
-        name: &str,
-        algorithm: KeyAlgorithm,
-        pcr_binding: Option<PcrBinding>,
-    ) -> Result<KeyInfo, Error> {
-        self.runtime.block_on(self.inner.create_key(name, algorithm, pcr_binding))
-    }
-
-    /// Creates a key that needs a password. See [`Client::create_key_with_auth`].
-    ///
-    /// # Errors
-    /// As [`Client::create_key`].
-    pub fn create_key_with_auth(&self, name: &str, algorithm: KeyAlgorithm, auth: &KeyAuth) -> Result<KeyInfo, Error> {
-        self.runtime.block_on(self.inner.create_key_with_auth(name, algorithm, auth))
-    }
-
-    /// A key's metadata. See [`Client::key`].
-    ///
-    /// # Errors
-    /// As [`Client::key`].
-    pub fn key(&self, name: &str) -> Result<KeyInfo, Error> {
-        self.runtime.block_on(self.inner.key(name))
-    }
-
-    /// All keys the caller may see. See [`Client::list_keys`].
-    ///
-    /// # Errors
-    /// As [`Client::list_keys`].
-    pub fn list_keys(&self) -> Result<Vec<KeyInfo>, Error> {
-        self.runtime.block_on(self.inner.list_keys())
-    }
-
-    /// Deletes a key. See [`Client::delete_key`].
-    ///
-    /// # Errors
-    /// As [`Client::delete_key`].
-    pub fn delete_key(&self, name: &str) -> Result<(), Error> {
-        self.runtime.block_on(self.inner.delete_key(name))
-    }
-
-    /// A key's public part. See [`Client::public_key`].
-    ///
-    /// # Errors
-    /// As [`Client::public_key`].
-    pub fn public_key(&self, name: &str) -> Result<PublicKey, Error> {
-        self.runtime.block_on(self.inner.public_key(name))
-    }
-
-    /// Signs a message or a digest. See [`Client::sign`].
-    ///
-    /// # Errors
-    /// As [`Client::sign`].
-    ///
-    /// # Examples
     /// ```no_run
-    /// use tpm_vault_client::{BlockingClient, SignInput, SignOptions};
+    /// use tpm_vault_client::{BlockingClient, KeyUsage};
     ///
     /// let client = BlockingClient::connect("/run/tpm-vault/vault.sock")?;
-    /// let digest = [0u8; 32].to_vec();
-    /// let signature = client.sign("web", SignInput::Digest(digest), &SignOptions::new())?;
-    /// std::fs::write("web.sig", signature.bytes())?;
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn sign(&self, name: &str, input: SignInput, options: &SignOptions) -> Result<Signature, Error> {
-        self.runtime.block_on(self.inner.sign(name, input, options))
-    }
-
-    /// Checks a signature. See [`Client::verify`].
-    ///
-    /// # Errors
-    /// As [`Client::verify`].
-    pub fn verify(&self, name: &str, input: SignInput, signature: &[u8], options: &SignOptions) -> Result<bool, Error> {
-        self.runtime.block_on(self.inner.verify(name, input, signature, options))
-    }
-
-    /// The daemon's and the TPM's state. See [`Client::status`].
-    ///
-    /// # Errors
-    /// As [`Client::status`].
-    pub fn status(&self) -> Result<DaemonStatus, Error> {
-        self.runtime.block_on(self.inner.status())
-    }
-
-    /// The access-policy decision for a local user. See [`Client::check_access`].
-    ///
-    /// # Errors
-    /// As [`Client::check_access`].
-    pub fn check_access(&self, uid: u32, operation: Operation, key: Option<&str>) -> Result<AccessCheck, Error> {
-        self.runtime.block_on(self.inner.check_access(uid, operation, key))
-    }
-
-    /// The attestation and endorsement keys. See [`Client::attestation_key`].
-    ///
-    /// # Errors
-    /// As [`Client::attestation_key`].
-    pub fn attestation_key(&self) -> Result<AttestationKey, Error> {
-        self.runtime.block_on(self.inner.attestation_key())
-    }
-
-    /// Quotes PCRs over a nonce. See [`Client::quote`].
-    ///
-    /// # Errors
-    /// As [`Client::quote`].
-    pub fn quote(&self, pcrs: &PcrBinding, nonce: &[u8]) -> Result<Quote, Error> {
-        self.runtime.block_on(self.inner.quote(pcrs, nonce))
-    }
-
-    /// Reads PCR values. See [`Client::read_pcrs`].
-    ///
-    /// # Errors
-    /// As [`Client::read_pcrs`].
-    pub fn read_pcrs(&self, pcrs: Option<&PcrBinding>) -> Result<PcrValues, Error> {
-        self.runtime.block_on(self.inner.read_pcrs(pcrs))
-    }
-
-    /// Recovers a credential made for the AK. See [`Client::activate_credential`].
-    ///
-    /// # Errors
-    /// As [`Client::activate_credential`].
-    pub fn activate_credential(
-        &self,
-        credential_blob: &[u8],
-        encrypted_secret: &[u8],
-    ) -> Result<Zeroizing<Vec<u8>>, Error> {
-        self.runtime.block_on(self.inner.activate_credential(credential_blob, encrypted_secret))
-    }
-
-    /// The device's event log and its path on the device. See [`Client::event_log`].
-    ///
-    /// # Errors
-    /// As [`Client::event_log`].
-    pub fn event_log(&self) -> Result<(Vec<u8>, String), Error> {
-        self.runtime.block_on(self.inner.event_log())
-    }
-
-    /// Seals a secret. See [`Client::seal`].
-    ///
-    /// # Errors
-    /// As [`Client::seal`].
-    ///
-    /// # Examples
-    /// ```no_run
-    /// use tpm_vault_client::{BlockingClient, SealOptions};
-    ///
-    /// let client = BlockingClient::connect("/run/tpm-vault/vault.sock")?;
-    /// client.seal("disk", b"hunter2", &SealOptions::new().with_pcrs("sha256:9".parse()?))?;
-    /// assert_eq!(client.unseal("disk", None)?.as_slice(), b"hunter2");
+    /// let info = client.call(|c| c.set_key_usage("web", &[KeyUsage::Sign]))?;
     /// # Ok::<(), tpm_vault_client::Error>(())
     /// ```
-    pub fn seal(&self, name: &str, secret: &[u8], options: &SealOptions) -> Result<SealInfo, Error> {
-        self.runtime.block_on(self.inner.seal(name, secret, options))
-    }
-
-    /// Unseals a secret. See [`Client::unseal`].
-    ///
-    /// # Errors
-    /// As [`Client::unseal`].
-    pub fn unseal(&self, name: &str, signed_policy: Option<&[u8]>) -> Result<Zeroizing<Vec<u8>>, Error> {
-        self.runtime.block_on(self.inner.unseal(name, signed_policy))
-    }
-
-    /// Deletes a sealed secret. See [`Client::delete_sealed`].
-    ///
-    /// # Errors
-    /// As [`Client::delete_sealed`].
-    pub fn delete_sealed(&self, name: &str) -> Result<(), Error> {
-        self.runtime.block_on(self.inner.delete_sealed(name))
-    }
-
-    /// Approves PCR values with a vault key. See [`Client::sign_policy`].
-    ///
-    /// # Errors
-    /// As [`Client::sign_policy`].
-    pub fn sign_policy(&self, key_name: &str, approval: &PolicyApproval) -> Result<SignedPolicy, Error> {
-        self.runtime.block_on(self.inner.sign_policy(key_name, approval))
-    }
-
-    /// Creates a data key. See [`Client::create_data_key`].
-    ///
-    /// # Errors
-    /// As [`Client::create_data_key`].
-    pub fn create_data_key(&self, name: &str, pcr_binding: Option<PcrBinding>) -> Result<DataKey, Error> {
-        self.runtime.block_on(self.inner.create_data_key(name, pcr_binding))
-    }
-
-    /// Deletes a data key. See [`Client::delete_data_key`].
-    ///
-    /// # Errors
-    /// As [`Client::delete_data_key`].
-    pub fn delete_data_key(&self, name: &str) -> Result<(), Error> {
-        self.runtime.block_on(self.inner.delete_data_key(name))
-    }
-
-    /// Random bytes from the daemon. See [`Client::random`].
-    ///
-    /// # Errors
-    /// As [`Client::random`].
-    pub fn random(&self, len: usize) -> Result<Vec<u8>, Error> {
-        self.runtime.block_on(self.inner.random(len))
+    pub fn call<'a, T, F: Future<Output = T>>(&'a self, call: impl FnOnce(&'a Client) -> F) -> T {
+        self.runtime.block_on(call(&self.inner))
     }
 
     /// Encrypts everything `reader` yields into `writer` with data key `key`. See

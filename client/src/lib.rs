@@ -94,9 +94,9 @@ pub use sign::{Hasher, SignInput, SignOptions, Signature, INLINE_MESSAGE_LIMIT, 
 pub use status::{DaemonStatus, Metric};
 pub use sync_io::SyncIo;
 pub use tonic::Code;
-/// The hybrid ECDSA P-256 + ML-DSA-65 signature format (`--scheme hybrid`), shared with the daemon.
-pub use tpm_vault_proto::hybrid;
 pub use tpm_vault_proto::v1::{HashAlgorithm, KeyAlgorithm, KeyUsage, SignPurpose, SignatureScheme, TpmState};
+/// The hybrid ECDSA P-256 + ML-DSA-65 signature format (`--scheme hybrid`), shared with the daemon.
+pub use tpm_vault_proto::{algorithm, hybrid};
 
 /// The generated gRPC types and service clients, for calls this crate does not wrap.
 pub use tpm_vault_proto::v1 as proto;

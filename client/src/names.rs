@@ -1,8 +1,11 @@
 //! The names people type for the API's enums: `ecc-p256`, `sha384`, `pss`, ...
 //!
-//! The enums themselves are generated in `tpm-vault-proto`; this module only maps them to and
-//! from the short lowercase names used by the CLI, the SPEC and JSON output. It does not decide
+//! The enums themselves are generated in `tpm-vault-proto` (the key algorithms' names are in its
+//! table, `tpm_vault_proto::algorithm`); this module only maps them to and from the short
+//! lowercase names used by the CLI, the SPEC and JSON output. It does not decide
 //! defaults (an `Unspecified` value means "let the daemon choose").
+
+use tpm_vault_proto::algorithm;
 
 use crate::{Error, HashAlgorithm, KeyAlgorithm, KeyUsage, SignatureScheme, TpmState};
 
@@ -46,35 +49,23 @@ pub trait Named: Sized + Copy + 'static {
     }
 }
 
+/// The names of [`algorithm::ALL`], in its order.
+const KEY_ALGORITHM_NAMES: [(&str, KeyAlgorithm); algorithm::ALL.len()] = {
+    let mut out = [("", KeyAlgorithm::Unspecified); algorithm::ALL.len()];
+    let mut i = 0;
+    while i < out.len() {
+        out[i] = (algorithm::ALL[i].name, algorithm::ALL[i].id);
+        i += 1;
+    }
+    out
+};
+
 impl Named for KeyAlgorithm {
     const KIND: &'static str = "key algorithm";
-    const VALUES: &'static [(&'static str, Self)] = &[
-        ("ecc-p256", KeyAlgorithm::EccP256),
-        ("ecc-p384", KeyAlgorithm::EccP384),
-        ("rsa-2048", KeyAlgorithm::Rsa2048),
-        ("rsa-3072", KeyAlgorithm::Rsa3072),
-        ("ml-dsa-44", KeyAlgorithm::MlDsa44),
-        ("ml-dsa-65", KeyAlgorithm::MlDsa65),
-        ("ml-dsa-87", KeyAlgorithm::MlDsa87),
-        ("ml-kem-768", KeyAlgorithm::MlKem768),
-        ("ml-kem-1024", KeyAlgorithm::MlKem1024),
-        ("hybrid-p256-mldsa65", KeyAlgorithm::HybridP256MlDsa65),
-    ];
+    const VALUES: &'static [(&'static str, Self)] = &KEY_ALGORITHM_NAMES;
 
     fn name(self) -> &'static str {
-        match self {
-            KeyAlgorithm::Unspecified => "unspecified",
-            KeyAlgorithm::EccP256 => "ecc-p256",
-            KeyAlgorithm::EccP384 => "ecc-p384",
-            KeyAlgorithm::Rsa2048 => "rsa-2048",
-            KeyAlgorithm::Rsa3072 => "rsa-3072",
-            KeyAlgorithm::MlDsa44 => "ml-dsa-44",
-            KeyAlgorithm::MlDsa65 => "ml-dsa-65",
-            KeyAlgorithm::MlDsa87 => "ml-dsa-87",
-            KeyAlgorithm::MlKem768 => "ml-kem-768",
-            KeyAlgorithm::MlKem1024 => "ml-kem-1024",
-            KeyAlgorithm::HybridP256MlDsa65 => "hybrid-p256-mldsa65",
-        }
+        self.info().map_or("unspecified", |a| a.name)
     }
 }
 
@@ -149,20 +140,14 @@ impl Named for TpmState {
 /// The hash a key uses when the caller leaves it unspecified (as the daemon does):
 /// SHA-384 for P-384 keys, SHA-256 otherwise.
 pub fn natural_hash(algorithm: KeyAlgorithm) -> HashAlgorithm {
-    match algorithm {
-        KeyAlgorithm::EccP384 => HashAlgorithm::Sha384,
-        _ => HashAlgorithm::Sha256,
-    }
+    algorithm.info().map_or(HashAlgorithm::Sha256, |a| a.default_hash)
 }
 
 /// True for keys that sign whole messages, which are therefore never hashed on the client:
 /// ML-DSA and hybrid keys (and, for the scheme, `ml-dsa` and `hybrid`).
 pub fn signs_whole_messages(algorithm: KeyAlgorithm, scheme: SignatureScheme) -> bool {
     matches!(scheme, SignatureScheme::MlDsa | SignatureScheme::Hybrid)
-        || matches!(
-            algorithm,
-            KeyAlgorithm::MlDsa44 | KeyAlgorithm::MlDsa65 | KeyAlgorithm::MlDsa87 | KeyAlgorithm::HybridP256MlDsa65
-        )
+        || algorithm.info().is_some_and(|a| a.signs_whole_messages())
 }
 
 #[cfg(test)]

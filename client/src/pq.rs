@@ -11,18 +11,13 @@
 use aws_lc_rs::kem::{EncapsulationKey, ML_KEM_1024, ML_KEM_768};
 use aws_lc_rs::signature::{UnparsedPublicKey, ML_DSA_44, ML_DSA_65, ML_DSA_87};
 use spki::der::Decode;
-use spki::{ObjectIdentifier, SubjectPublicKeyInfoRef};
+use spki::SubjectPublicKeyInfoRef;
+use tpm_vault_proto::algorithm::{self, Family};
 use tpm_vault_proto::ml_dsa::{self, ParameterSet};
-use tpm_vault_proto::{hybrid, ml_kem, pq_oids};
+use tpm_vault_proto::{hybrid, ml_kem};
 use zeroize::Zeroizing;
 
 use crate::{Error, KeyAlgorithm, PublicKey};
-
-const ID_ML_DSA_44: ObjectIdentifier = ObjectIdentifier::new_unwrap(pq_oids::ID_ML_DSA_44);
-const ID_ML_DSA_65: ObjectIdentifier = ObjectIdentifier::new_unwrap(pq_oids::ID_ML_DSA_65);
-const ID_ML_DSA_87: ObjectIdentifier = ObjectIdentifier::new_unwrap(pq_oids::ID_ML_DSA_87);
-const ID_ALG_ML_KEM_768: ObjectIdentifier = ObjectIdentifier::new_unwrap(pq_oids::ID_ALG_ML_KEM_768);
-const ID_ALG_ML_KEM_1024: ObjectIdentifier = ObjectIdentifier::new_unwrap(pq_oids::ID_ALG_ML_KEM_1024);
 
 /// The algorithm and raw key of an ML-DSA or ML-KEM SubjectPublicKeyInfo; an ML-DSA key has
 /// its parameter set's length ([`tpm_vault_proto::ml_dsa`]; an ML-KEM key is checked by
@@ -30,25 +25,16 @@ const ID_ALG_ML_KEM_1024: ObjectIdentifier = ObjectIdentifier::new_unwrap(pq_oid
 fn parse_spki(der: &[u8]) -> Result<(KeyAlgorithm, &[u8]), Error> {
     let bad = |why: String| Error::InvalidInput(format!("post-quantum public key: {why}"));
     let spki = SubjectPublicKeyInfoRef::from_der(der).map_err(|e| bad(e.to_string()))?;
-    let algorithm = match spki.algorithm.oid {
-        ID_ML_DSA_44 => KeyAlgorithm::MlDsa44,
-        ID_ML_DSA_65 => KeyAlgorithm::MlDsa65,
-        ID_ML_DSA_87 => KeyAlgorithm::MlDsa87,
-        ID_ALG_ML_KEM_768 => KeyAlgorithm::MlKem768,
-        ID_ALG_ML_KEM_1024 => KeyAlgorithm::MlKem1024,
-        other => return Err(bad(format!("algorithm {other} is not ML-DSA or ML-KEM"))),
+    let oid = spki.algorithm.oid;
+    let Some(info) = algorithm::by_spki_oid(&oid.to_string()) else {
+        return Err(bad(format!("algorithm {oid} is not ML-DSA or ML-KEM")));
     };
+    let algorithm = info.id;
     if spki.algorithm.parameters.is_some() {
         return Err(bad("the algorithm identifier must have no parameters".into()));
     }
     let raw = spki.subject_public_key.as_bytes().ok_or_else(|| bad("BIT STRING has unused bits".into()))?;
-    let set = match algorithm {
-        KeyAlgorithm::MlDsa44 => Some(ParameterSet::MlDsa44),
-        KeyAlgorithm::MlDsa65 => Some(ParameterSet::MlDsa65),
-        KeyAlgorithm::MlDsa87 => Some(ParameterSet::MlDsa87),
-        _ => None,
-    };
-    if let Some(set) = set {
+    if let Some(set) = info.ml_dsa() {
         ml_dsa::check_public_key(raw, set).map_err(|e| bad(e.to_string()))?;
     }
     Ok((algorithm, raw))
@@ -93,9 +79,9 @@ impl KemPublicKey {
     /// modulus check.
     pub fn from_spki(der: &[u8]) -> Result<KemPublicKey, Error> {
         let (algorithm, raw) = parse_spki(der)?;
-        let (params, k) = match algorithm {
-            KeyAlgorithm::MlKem768 => (&ML_KEM_768, 3),
-            KeyAlgorithm::MlKem1024 => (&ML_KEM_1024, 4),
+        let (params, k) = match algorithm.info().and_then(|a| a.ml_kem_rank()) {
+            Some(3) => (&ML_KEM_768, 3),
+            Some(4) => (&ML_KEM_1024, 4),
             _ => return Err(Error::InvalidInput(format!("a {algorithm:?} key cannot encapsulate"))),
         };
         ml_kem::check_encapsulation_key(raw, k)
@@ -132,11 +118,11 @@ impl KemPublicKey {
 /// set's length).
 pub fn verify_ml_dsa(spki_der: &[u8], message: &[u8], signature: &[u8]) -> Result<bool, Error> {
     let (algorithm, raw) = parse_spki(spki_der)?;
-    let params = match algorithm {
-        KeyAlgorithm::MlDsa44 => &ML_DSA_44,
-        KeyAlgorithm::MlDsa65 => &ML_DSA_65,
-        KeyAlgorithm::MlDsa87 => &ML_DSA_87,
-        _ => return Err(Error::InvalidInput(format!("a {algorithm:?} key does not sign"))),
+    let params = match algorithm.info().and_then(|a| a.ml_dsa()) {
+        Some(ParameterSet::MlDsa44) => &ML_DSA_44,
+        Some(ParameterSet::MlDsa65) => &ML_DSA_65,
+        Some(ParameterSet::MlDsa87) => &ML_DSA_87,
+        None => return Err(Error::InvalidInput(format!("a {algorithm:?} key does not sign"))),
     };
     Ok(UnparsedPublicKey::new(params, raw).verify(message, signature).is_ok())
 }
@@ -183,15 +169,12 @@ impl PublicKey {
     /// # Ok(()) }
     /// ```
     pub fn verify_signature(&self, message: &[u8], signature: &[u8]) -> Result<bool, Error> {
-        match (&self.algorithm, &self.ml_dsa) {
-            (KeyAlgorithm::HybridP256MlDsa65, Some((ml_dsa_der, _))) => {
-                verify_hybrid(&self.der, ml_dsa_der, message, signature)
-            }
-            (KeyAlgorithm::MlDsa44 | KeyAlgorithm::MlDsa65 | KeyAlgorithm::MlDsa87, _) => {
-                verify_ml_dsa(&self.der, message, signature)
-            }
-            (other, _) => Err(Error::InvalidInput(format!(
-                "in-core verification is for ML-DSA and hybrid keys; this is a {other:?} key"
+        match (self.algorithm.info().map(|a| a.family), &self.ml_dsa) {
+            (Some(Family::Hybrid), Some((ml_dsa_der, _))) => verify_hybrid(&self.der, ml_dsa_der, message, signature),
+            (Some(Family::MlDsa), _) => verify_ml_dsa(&self.der, message, signature),
+            (_, _) => Err(Error::InvalidInput(format!(
+                "in-core verification is for ML-DSA and hybrid keys; this is a {:?} key",
+                self.algorithm
             ))),
         }
     }

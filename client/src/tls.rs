@@ -40,7 +40,7 @@ use rustls::pki_types::{CertificateDer, SubjectPublicKeyInfoDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::{CertifiedKey, Signer, SigningKey};
 use rustls::{ClientConfig, ServerConfig, SignatureAlgorithm, SignatureScheme};
-use tpm_vault_proto::tls_scheme;
+use tpm_vault_proto::tls_key::{wait_blocking, SignMessage, TlsKey};
 
 use crate::{Client, ClientBuilder, Error, HashAlgorithm, KeyAlgorithm, SignInput, SignOptions};
 
@@ -201,13 +201,7 @@ impl SigningClient {
             })
         }))?;
         let timeout = self.timeout;
-        let wait = move || reply_rx.recv_timeout(timeout);
-        let received = match tokio::runtime::Handle::try_current() {
-            Ok(h) if matches!(h.runtime_flavor(), tokio::runtime::RuntimeFlavor::MultiThread) => {
-                tokio::task::block_in_place(wait)
-            }
-            _ => wait(),
-        };
+        let received = wait_blocking(move || reply_rx.recv_timeout(timeout));
         match received {
             Ok(result) => Ok(result?),
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(TlsError::Timeout(timeout)),
@@ -257,14 +251,16 @@ fn spawn(
 ///
 /// ECDSA P-256 and P-384 keys sign `ecdsa_secp256r1_sha256` / `ecdsa_secp384r1_sha384`; RSA keys
 /// offer only RSA-PSS (`rsa_pss_rsae_sha256`, `_sha384`, salt = hash length), as TLS 1.3
-/// requires.
+/// requires. The rustls side is the one shared with the daemon's own TLS key
+/// (`tpm_vault_proto::tls_key`).
 #[derive(Clone, Debug)]
-pub struct VaultSigningKey {
+pub struct VaultSigningKey(TlsKey<VaultKeySigner>);
+
+/// Signs handshake messages with one vault key through a [`SigningClient`].
+#[derive(Debug)]
+struct VaultKeySigner {
     client: SigningClient,
     name: String,
-    algorithm: KeyAlgorithm,
-    /// DER SubjectPublicKeyInfo, for `CertifiedKey::keys_match`.
-    spki: Vec<u8>,
 }
 
 impl VaultSigningKey {
@@ -285,82 +281,41 @@ impl VaultSigningKey {
         spki: Vec<u8>,
     ) -> Result<VaultSigningKey, TlsError> {
         // TLS keys are ECC or RSA; ML-DSA, ML-KEM and hybrid keys have no TLS signature scheme here.
-        if !matches!(
-            algorithm,
-            KeyAlgorithm::EccP256 | KeyAlgorithm::EccP384 | KeyAlgorithm::Rsa2048 | KeyAlgorithm::Rsa3072
-        ) {
-            return Err(TlsError::Algorithm(name.to_owned()));
-        }
-        Ok(VaultSigningKey { client: client.clone(), name: name.to_owned(), algorithm, spki })
+        let signer = VaultKeySigner { client: client.clone(), name: name.to_owned() };
+        TlsKey::new(signer, algorithm, spki).map(VaultSigningKey).ok_or_else(|| TlsError::Algorithm(name.to_owned()))
     }
 
     /// The vault key's name.
     pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The kind of TLS key this is (`None` for an algorithm `from_public` refuses).
-    fn kind(&self) -> Option<tls_scheme::KeyKind> {
-        match self.algorithm {
-            KeyAlgorithm::EccP256 => Some(tls_scheme::KeyKind::EccP256),
-            KeyAlgorithm::EccP384 => Some(tls_scheme::KeyKind::EccP384),
-            KeyAlgorithm::Rsa2048 | KeyAlgorithm::Rsa3072 => Some(tls_scheme::KeyKind::Rsa),
-            _ => None,
-        }
+        &self.0.signer().name
     }
 }
 
 impl SigningKey for VaultSigningKey {
     fn choose_scheme(&self, offered: &[SignatureScheme]) -> Option<Box<dyn Signer>> {
-        let scheme = tls_scheme::offered(self.kind()?)
-            .iter()
-            .map(|&code| SignatureScheme::from(code))
-            .find(|s| offered.contains(s))?;
-        Some(Box::new(VaultSigner { key: self.clone(), scheme }))
+        self.0.choose_scheme(offered)
     }
 
     fn public_key(&self) -> Option<SubjectPublicKeyInfoDer<'_>> {
-        Some(SubjectPublicKeyInfoDer::from(self.spki.as_slice()))
+        self.0.public_key()
     }
 
     fn algorithm(&self) -> SignatureAlgorithm {
-        match self.algorithm {
-            KeyAlgorithm::Rsa2048 | KeyAlgorithm::Rsa3072 => SignatureAlgorithm::RSA,
-            _ => SignatureAlgorithm::ECDSA,
-        }
+        self.0.algorithm()
     }
 }
 
-/// One handshake's signer.
-#[derive(Debug)]
-struct VaultSigner {
-    key: VaultSigningKey,
-    scheme: SignatureScheme,
-}
-
-impl Signer for VaultSigner {
-    fn sign(&self, message: &[u8]) -> Result<Vec<u8>, rustls::Error> {
-        use crate::SignatureScheme as Vs;
-        let Some((hash, signature)) = tls_scheme::meaning(u16::from(self.scheme)) else {
-            return Err(rustls::Error::General(format!("unsupported signature scheme {:?}", self.scheme)));
-        };
-        let hash = match hash {
-            tls_scheme::Hash::Sha256 => HashAlgorithm::Sha256,
-            tls_scheme::Hash::Sha384 => HashAlgorithm::Sha384,
-        };
-        let scheme = match signature {
-            tls_scheme::Signature::Ecdsa => Vs::Ecdsa,
-            tls_scheme::Signature::RsaPss => Vs::RsaPss,
-        };
+impl SignMessage for VaultKeySigner {
+    fn sign_message(
+        &self,
+        message: &[u8],
+        hash: HashAlgorithm,
+        scheme: crate::SignatureScheme,
+    ) -> Result<Vec<u8>, rustls::Error> {
         let options = SignOptions::new().with_hash(hash).with_scheme(scheme);
-        self.key
-            .client
-            .sign_blocking(&self.key.name, message, options)
-            .map_err(|e| rustls::Error::General(format!("vault key {}: {e}", self.key.name)))
-    }
-
-    fn scheme(&self) -> SignatureScheme {
-        self.scheme
+        self.client
+            .sign_blocking(&self.name, message, options)
+            .map_err(|e| rustls::Error::General(format!("vault key {}: {e}", self.name)))
     }
 }
 

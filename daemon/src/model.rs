@@ -9,6 +9,8 @@ use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
+use tpm_vault_proto::algorithm::{self, Algorithm, Family, TpmKey};
+use tpm_vault_proto::v1::{HashAlgorithm, KeyAlgorithm, SignatureScheme};
 
 /// Input that is not a valid domain value: the message names the field and the rule. The RPC
 /// layer answers it as INVALID_ARGUMENT (`Error::InvalidArgument`).
@@ -145,121 +147,104 @@ pub(crate) fn truncate_for_message(s: &str) -> String {
     }
 }
 
-/// Key algorithm. ECC and RSA private parts are generated inside the TPM; TPMs cannot do ML-DSA
-/// or ML-KEM, so those are generated in-core and sealed by the TPM (see `vault::pq`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum KeyAlg {
+/// Key algorithm: an API [`KeyAlgorithm`] that is never `Unspecified`. ECC and RSA private parts
+/// are generated inside the TPM; TPMs cannot do ML-DSA or ML-KEM, so those are generated in-core
+/// and sealed by the TPM (see `vault::pq`). What each algorithm is (its TPM key, schemes,
+/// hashes, OIDs...) is in the one table [`tpm_vault_proto::algorithm`]; records store its name.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "&'static str")]
+pub struct KeyAlg(KeyAlgorithm);
+
+// The constants stand for the API's values and read like the enum variants they replace, in
+// expressions and in patterns alike.
+#[allow(non_upper_case_globals)]
+impl KeyAlg {
     /// ECDSA on NIST P-256.
-    #[serde(rename = "ecc-p256")]
-    EccP256,
+    pub const EccP256: KeyAlg = KeyAlg(KeyAlgorithm::EccP256);
     /// ECDSA on NIST P-384.
-    #[serde(rename = "ecc-p384")]
-    EccP384,
+    pub const EccP384: KeyAlg = KeyAlg(KeyAlgorithm::EccP384);
     /// RSA with a 2048-bit modulus.
-    #[serde(rename = "rsa-2048")]
-    Rsa2048,
+    pub const Rsa2048: KeyAlg = KeyAlg(KeyAlgorithm::Rsa2048);
     /// RSA with a 3072-bit modulus.
-    #[serde(rename = "rsa-3072")]
-    Rsa3072,
+    pub const Rsa3072: KeyAlg = KeyAlg(KeyAlgorithm::Rsa3072);
     /// ML-DSA-44 (FIPS 204), TPM-sealed.
-    #[serde(rename = "ml-dsa-44")]
-    MlDsa44,
+    pub const MlDsa44: KeyAlg = KeyAlg(KeyAlgorithm::MlDsa44);
     /// ML-DSA-65 (FIPS 204), TPM-sealed.
-    #[serde(rename = "ml-dsa-65")]
-    MlDsa65,
+    pub const MlDsa65: KeyAlg = KeyAlg(KeyAlgorithm::MlDsa65);
     /// ML-DSA-87 (FIPS 204), TPM-sealed.
-    #[serde(rename = "ml-dsa-87")]
-    MlDsa87,
+    pub const MlDsa87: KeyAlg = KeyAlg(KeyAlgorithm::MlDsa87);
     /// ML-KEM-768 (FIPS 203), TPM-sealed; decapsulation only.
-    #[serde(rename = "ml-kem-768")]
-    MlKem768,
+    pub const MlKem768: KeyAlg = KeyAlg(KeyAlgorithm::MlKem768);
     /// ML-KEM-1024 (FIPS 203), TPM-sealed; decapsulation only.
-    #[serde(rename = "ml-kem-1024")]
-    MlKem1024,
+    pub const MlKem1024: KeyAlg = KeyAlg(KeyAlgorithm::MlKem1024);
     /// An ECC P-256 key in the TPM paired with a TPM-sealed ML-DSA-65 key, for hybrid signatures.
-    #[serde(rename = "hybrid-p256-mldsa65")]
-    HybridP256MlDsa65,
+    pub const HybridP256MlDsa65: KeyAlg = KeyAlg(KeyAlgorithm::HybridP256MlDsa65);
 }
 
 impl KeyAlg {
     /// Every algorithm, in documentation order.
-    pub const ALL: [KeyAlg; 10] = [
-        Self::EccP256,
-        Self::EccP384,
-        Self::Rsa2048,
-        Self::Rsa3072,
-        Self::MlDsa44,
-        Self::MlDsa65,
-        Self::MlDsa87,
-        Self::MlKem768,
-        Self::MlKem1024,
-        Self::HybridP256MlDsa65,
-    ];
+    pub fn all() -> impl Iterator<Item = KeyAlg> {
+        algorithm::ALL.iter().map(|a| KeyAlg(a.id))
+    }
+
+    /// The algorithm of an API value; `None` for `Unspecified`.
+    pub fn from_api(alg: KeyAlgorithm) -> Option<KeyAlg> {
+        alg.info().map(|_| KeyAlg(alg))
+    }
+
+    /// The API value.
+    pub fn api(self) -> KeyAlgorithm {
+        self.0
+    }
+
+    /// The algorithm's row of [`tpm_vault_proto::algorithm`].
+    pub fn info(self) -> &'static Algorithm {
+        // invariant: a KeyAlg is only made from a value with a row (`from_api`, the constants,
+        // `all`), so the fallback row is never used.
+        self.0.info().unwrap_or(&algorithm::ALL[0])
+    }
 
     /// The CLI / file-format name (`ecc-p256`, ...).
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::EccP256 => "ecc-p256",
-            Self::EccP384 => "ecc-p384",
-            Self::Rsa2048 => "rsa-2048",
-            Self::Rsa3072 => "rsa-3072",
-            Self::MlDsa44 => "ml-dsa-44",
-            Self::MlDsa65 => "ml-dsa-65",
-            Self::MlDsa87 => "ml-dsa-87",
-            Self::MlKem768 => "ml-kem-768",
-            Self::MlKem1024 => "ml-kem-1024",
-            Self::HybridP256MlDsa65 => "hybrid-p256-mldsa65",
-        }
+        self.info().name
     }
 
     /// The algorithm of the key that lives in the TPM: the key itself for ECC and RSA, the
     /// ECDSA half (P-256) of a hybrid key, none for ML-DSA and ML-KEM keys (whose TPM object is
     /// the sealed wrapping key).
-    pub fn tpm_key(self) -> Option<KeyAlg> {
-        match self {
-            Self::EccP256 | Self::EccP384 | Self::Rsa2048 | Self::Rsa3072 => Some(self),
-            Self::HybridP256MlDsa65 => Some(Self::EccP256),
-            Self::MlDsa44 | Self::MlDsa65 | Self::MlDsa87 | Self::MlKem768 | Self::MlKem1024 => None,
-        }
+    pub fn tpm_key(self) -> Option<TpmKey> {
+        self.info().tpm_key
     }
 
     /// True for the keys that carry TPM-sealed post-quantum material (ML-DSA, ML-KEM, hybrid).
     pub fn has_pq(self) -> bool {
-        !matches!(self, Self::EccP256 | Self::EccP384 | Self::Rsa2048 | Self::Rsa3072)
+        self.info().pq.is_some()
     }
 
     /// True for ML-KEM keys.
     pub fn is_kem(self) -> bool {
-        matches!(self, Self::MlKem768 | Self::MlKem1024)
+        self.info().family == Family::MlKem
     }
 
     /// True for ML-DSA keys (not hybrid ones).
     pub fn is_ml_dsa(self) -> bool {
-        matches!(self, Self::MlDsa44 | Self::MlDsa65 | Self::MlDsa87)
+        self.info().family == Family::MlDsa
     }
 
     /// True for the RSA algorithms.
     pub fn is_rsa(self) -> bool {
-        matches!(self, Self::Rsa2048 | Self::Rsa3072)
+        self.info().family == Family::Rsa
     }
 
     /// The hash used when the caller names none.
     pub fn default_hash(self) -> HashAlg {
-        match self {
-            Self::EccP384 => HashAlg::Sha384,
-            _ => HashAlg::Sha256,
-        }
+        HashAlg::from_api(self.info().default_hash).unwrap_or(HashAlg::Sha256)
     }
 
     /// The scheme used when the caller names none (ML-KEM keys do not sign; theirs is refused
     /// by [`KeyAlg::check_scheme`]).
     pub fn default_scheme(self) -> Scheme {
-        match self {
-            Self::Rsa2048 | Self::Rsa3072 => Scheme::RsaPss,
-            Self::MlDsa44 | Self::MlDsa65 | Self::MlDsa87 | Self::MlKem768 | Self::MlKem1024 => Scheme::MlDsa,
-            Self::HybridP256MlDsa65 => Scheme::Hybrid,
-            Self::EccP256 | Self::EccP384 => Scheme::Ecdsa,
-        }
+        self.info().default_scheme().and_then(Scheme::from_api).unwrap_or(Scheme::MlDsa)
     }
 
     /// Checks that `scheme` can be used with this key.
@@ -273,13 +258,7 @@ impl KeyAlg {
                 self.as_str()
             )));
         }
-        let fits = match scheme {
-            Scheme::Ecdsa => matches!(self, Self::EccP256 | Self::EccP384),
-            Scheme::RsaPss | Scheme::RsaPkcs1 => self.is_rsa(),
-            Scheme::MlDsa => self.is_ml_dsa(),
-            Scheme::Hybrid => self == Self::HybridP256MlDsa65,
-        };
-        if fits {
+        if self.info().signs_with(scheme.api()) {
             Ok(())
         } else {
             Err(InvalidInput(format!("scheme {} is not supported by a {} key", scheme.as_str(), self.as_str())))
@@ -291,14 +270,34 @@ impl FromStr for KeyAlg {
     type Err = InvalidInput;
 
     fn from_str(s: &str) -> Result<Self, InvalidInput> {
-        Self::ALL.into_iter().find(|a| a.as_str() == s).ok_or_else(|| {
-            let names: Vec<&str> = Self::ALL.iter().map(|a| a.as_str()).collect();
+        algorithm::by_name(s).map(|a| KeyAlg(a.id)).ok_or_else(|| {
+            let names: Vec<&str> = algorithm::names().collect();
             InvalidInput(format!(
                 "unknown key algorithm {:?} (expected one of {})",
                 truncate_for_message(s),
                 names.join(", ")
             ))
         })
+    }
+}
+
+impl TryFrom<String> for KeyAlg {
+    type Error = InvalidInput;
+
+    fn try_from(s: String) -> Result<Self, InvalidInput> {
+        s.parse()
+    }
+}
+
+impl From<KeyAlg> for &'static str {
+    fn from(a: KeyAlg) -> &'static str {
+        a.as_str()
+    }
+}
+
+impl fmt::Debug for KeyAlg {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
     }
 }
 
@@ -327,6 +326,27 @@ pub enum HashAlg {
 }
 
 impl HashAlg {
+    /// The hash of an API value; `None` for `Unspecified`.
+    pub fn from_api(hash: HashAlgorithm) -> Option<HashAlg> {
+        match hash {
+            HashAlgorithm::Unspecified => None,
+            HashAlgorithm::Sha256 => Some(Self::Sha256),
+            HashAlgorithm::Sha384 => Some(Self::Sha384),
+            HashAlgorithm::Sha512 => Some(Self::Sha512),
+            HashAlgorithm::Sha1 => Some(Self::Sha1),
+        }
+    }
+
+    /// The API value.
+    pub fn api(self) -> HashAlgorithm {
+        match self {
+            Self::Sha256 => HashAlgorithm::Sha256,
+            Self::Sha384 => HashAlgorithm::Sha384,
+            Self::Sha512 => HashAlgorithm::Sha512,
+            Self::Sha1 => HashAlgorithm::Sha1,
+        }
+    }
+
     /// Digest length in bytes.
     pub fn digest_len(self) -> usize {
         match self {
@@ -396,6 +416,29 @@ pub enum Scheme {
 }
 
 impl Scheme {
+    /// The scheme of an API value; `None` for `Unspecified`.
+    pub fn from_api(scheme: SignatureScheme) -> Option<Scheme> {
+        match scheme {
+            SignatureScheme::Unspecified => None,
+            SignatureScheme::Ecdsa => Some(Self::Ecdsa),
+            SignatureScheme::RsaPss => Some(Self::RsaPss),
+            SignatureScheme::RsaPkcs1 => Some(Self::RsaPkcs1),
+            SignatureScheme::MlDsa => Some(Self::MlDsa),
+            SignatureScheme::Hybrid => Some(Self::Hybrid),
+        }
+    }
+
+    /// The API value.
+    pub fn api(self) -> SignatureScheme {
+        match self {
+            Self::Ecdsa => SignatureScheme::Ecdsa,
+            Self::RsaPss => SignatureScheme::RsaPss,
+            Self::RsaPkcs1 => SignatureScheme::RsaPkcs1,
+            Self::MlDsa => SignatureScheme::MlDsa,
+            Self::Hybrid => SignatureScheme::Hybrid,
+        }
+    }
+
     /// Name as used by the CLI.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -734,11 +777,11 @@ mod tests {
 
     #[test]
     fn algorithm_names_round_trip() {
-        for alg in KeyAlg::ALL {
+        for alg in KeyAlg::all() {
             assert_eq!(alg.as_str().parse::<KeyAlg>().ok(), Some(alg));
             assert_eq!(serde_json::to_string(&alg).ok(), Some(format!("\"{}\"", alg.as_str())));
         }
-        assert_eq!(KeyAlg::HybridP256MlDsa65.tpm_key(), Some(KeyAlg::EccP256));
+        assert_eq!(KeyAlg::HybridP256MlDsa65.tpm_key(), KeyAlg::EccP256.tpm_key());
         assert_eq!(KeyAlg::MlKem1024.tpm_key(), None);
         assert!(!KeyAlg::Rsa2048.has_pq() && KeyAlg::MlDsa44.has_pq() && KeyAlg::HybridP256MlDsa65.has_pq());
     }

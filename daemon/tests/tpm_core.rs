@@ -210,7 +210,7 @@ async fn keys_survive_tpm_restart_and_vault_reopen() {
     {
         let vault = env.vault().await;
         // Every signing algorithm (ML-KEM keys decapsulate instead; tests/pq.rs restarts those).
-        for alg in KeyAlg::ALL.into_iter().filter(|a| !a.is_kem()) {
+        for alg in KeyAlg::all().filter(|a| !a.is_kem()) {
             let n = key(&format!("persist-{}", alg.as_str()));
             vault.create_key(n.clone(), alg, 0, None, None).await.expect("create");
             publics.push((n.clone(), vault.public_key(&n).await.expect("public")));

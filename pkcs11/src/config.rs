@@ -57,6 +57,7 @@ struct File {
 
 /// True in a secure-execution process: the kernel set `AT_SECURE` (setuid, setgid, file
 /// capabilities), or the real and effective uid or gid differ now.
+#[allow(unsafe_code)] // libc calls, each with its SAFETY note
 pub(crate) fn secure_execution() -> bool {
     // SAFETY: getauxval and the id getters take no pointers and cannot fail.
     let (at_secure, uid, euid, gid, egid) =
@@ -66,6 +67,7 @@ pub(crate) fn secure_execution() -> bool {
 
 /// True while the real and effective uid differ (a setuid program, or one that set only its
 /// effective uid): the module then refuses to sign.
+#[allow(unsafe_code)] // libc calls, each with its SAFETY note
 pub(crate) fn uids_differ() -> bool {
     // SAFETY: as above.
     unsafe { libc::getuid() != libc::geteuid() }
@@ -176,6 +178,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[allow(unsafe_code)] // libc calls, each with its SAFETY note
     fn a_fifo_or_a_device_is_refused_without_blocking() {
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("fifo");

@@ -50,6 +50,7 @@ pub(crate) struct Credentials {
 
 impl Credentials {
     /// The calling process's credentials now.
+    #[allow(unsafe_code)] // libc calls, each with its SAFETY note
     pub(crate) fn current() -> Credentials {
         // SAFETY: these calls cannot fail and take no pointers.
         let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
@@ -58,6 +59,7 @@ impl Credentials {
 }
 
 /// The supplementary groups, sorted (empty if they cannot be read).
+#[allow(unsafe_code)] // libc calls, each with its SAFETY note
 fn supplementary_groups() -> Vec<u32> {
     for _ in 0..4 {
         // SAFETY: a zero size asks for the count only and writes nothing.
@@ -253,6 +255,7 @@ const FDINFO_MAX: usize = 4096;
 /// Closes the descriptors on `epoll`'s interest list whose inode is the one the kernel lists
 /// for them, then `epoll` itself, if `marker` is on that list (so `epoll` is still the
 /// runtime's). Async-signal-safe.
+#[allow(unsafe_code)] // libc calls, each with its SAFETY note
 fn close_runtime_fds(epoll: RawFd, marker: RawFd) {
     let mut buf = [0u8; FDINFO_MAX];
     let Some(info) = read_fdinfo(epoll, &mut buf) else { return };
@@ -272,6 +275,7 @@ fn close_runtime_fds(epoll: RawFd, marker: RawFd) {
 }
 
 /// The inode of the file open on `fd`.
+#[allow(unsafe_code)] // libc calls, each with its SAFETY note
 fn inode(fd: RawFd) -> Option<u64> {
     let mut stat = std::mem::MaybeUninit::<libc::stat>::uninit();
     // SAFETY: `stat` is a valid out-pointer; fstat fills it on success.
@@ -283,6 +287,7 @@ fn inode(fd: RawFd) -> Option<u64> {
 }
 
 /// Reads `/proc/self/fdinfo/FD` into `buf` with system calls only; the text read.
+#[allow(unsafe_code)] // libc calls, each with its SAFETY note
 fn read_fdinfo(fd: RawFd, buf: &mut [u8; FDINFO_MAX]) -> Option<&[u8]> {
     let mut path = [0u8; 40];
     let prefix = b"/proc/self/fdinfo/";

@@ -8,6 +8,7 @@
 //! signatures come back DER-encoded and leave as r || s, each padded to the field size.
 
 use cryptoki_sys::*;
+use tpm_vault_client::algorithm::Curve;
 use tpm_vault_client::{HashAlgorithm, Hasher, SignInput, SignatureScheme};
 use zeroize::Zeroizing;
 
@@ -219,7 +220,7 @@ impl Sign {
     /// `CKR_FUNCTION_FAILED` when the daemon's signature does not have the expected shape.
     pub(crate) fn encode(self, key: &Key, signature: &[u8]) -> Result<Vec<u8>> {
         let out = match (self, &key.kind) {
-            (Sign::Ecdsa(_), KeyKind::Ec { field: 32 }) => {
+            (Sign::Ecdsa(_), KeyKind::Ec { curve: Curve::NistP256 }) => {
                 p256::ecdsa::Signature::from_der(signature).map_err(|_| CKR_FUNCTION_FAILED)?.to_bytes().to_vec()
             }
             (Sign::Ecdsa(_), KeyKind::Ec { .. }) => {
@@ -245,7 +246,7 @@ impl Sign {
         }
         let (what, hash, _) = self.request(key, input)?;
         let valid = match (what, &key.kind) {
-            (SignInput::Digest(digest), KeyKind::Ec { field: 32 }) => {
+            (SignInput::Digest(digest), KeyKind::Ec { curve: Curve::NistP256 }) => {
                 use p256::ecdsa::signature::hazmat::PrehashVerifier as _;
                 let vk =
                     p256::ecdsa::VerifyingKey::from_sec1_bytes(&key.public_bits).map_err(|_| CKR_FUNCTION_FAILED)?;
@@ -316,7 +317,7 @@ fn pss_hash(params: &Params, implied: Option<Hash>) -> Result<Hash> {
 /// §6.4.1), so the signature verifies for the original; then the hash of the field's size.
 fn ecdsa_digest(key: &Key, data: &[u8]) -> (Hash, Vec<u8>) {
     let field = match key.kind {
-        KeyKind::Ec { field } => field,
+        KeyKind::Ec { curve } => curve.field_len(),
         _ => 32,
     };
     let digest = if data.len() >= field {
@@ -473,29 +474,6 @@ pub(crate) fn info(kind: CK_MECHANISM_TYPE) -> Result<CK_MECHANISM_INFO> {
         .find(|m| m.kind == kind)
         .map(|m| CK_MECHANISM_INFO { ulMinKeySize: m.min, ulMaxKeySize: m.max, flags: m.flags })
         .ok_or(CKR_MECHANISM_INVALID)
-}
-
-/// A key's `CKA_KEY_GEN_MECHANISM` and `CKA_ALLOWED_MECHANISMS`.
-pub(crate) fn for_key(key: &Key) -> (CK_MECHANISM_TYPE, Vec<CK_MECHANISM_TYPE>) {
-    match key.kind {
-        KeyKind::Ec { .. } => {
-            (CKM_EC_KEY_PAIR_GEN, vec![CKM_ECDSA, CKM_ECDSA_SHA256, CKM_ECDSA_SHA384, CKM_ECDSA_SHA512])
-        }
-        KeyKind::Rsa { .. } => (
-            CKM_RSA_PKCS_KEY_PAIR_GEN,
-            vec![
-                CKM_RSA_PKCS,
-                CKM_SHA256_RSA_PKCS,
-                CKM_SHA384_RSA_PKCS,
-                CKM_SHA512_RSA_PKCS,
-                CKM_RSA_PKCS_PSS,
-                CKM_SHA256_RSA_PKCS_PSS,
-                CKM_SHA384_RSA_PKCS_PSS,
-                CKM_SHA512_RSA_PKCS_PSS,
-            ],
-        ),
-        KeyKind::MlDsa { .. } => (CKM_ML_DSA_KEY_PAIR_GEN, vec![CKM_ML_DSA]),
-    }
 }
 
 #[cfg(test)]

@@ -16,20 +16,16 @@ use std::sync::Arc;
 use cryptoki_sys::*;
 use parking_lot::Mutex;
 use spki::der::{Decode as _, Encode as _};
+use tpm_vault_client::algorithm::{Curve, Family, ParameterSet, TpmKey};
 use tpm_vault_client::{KeyAlgorithm, KeyInfo, KeyUsage};
-
-/// DER of the named-curve OID of P-256 (1.2.840.10045.3.1.7), as `CKA_EC_PARAMS` holds it.
-pub(crate) const P256_PARAMS: &[u8] = &[0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
-/// DER of the named-curve OID of P-384 (1.3.132.0.34).
-pub(crate) const P384_PARAMS: &[u8] = &[0x06, 0x05, 0x2b, 0x81, 0x04, 0x00, 0x22];
 
 /// What kind of key, with what its attributes need.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum KeyKind {
-    /// ECDSA on a NIST curve; `field` is the size of a coordinate in bytes (32 or 48).
+    /// ECDSA on a NIST curve.
     Ec {
-        /// 32 for P-256, 48 for P-384.
-        field: usize,
+        /// The curve.
+        curve: Curve,
     },
     /// RSA; the modulus and public exponent, big-endian.
     Rsa {
@@ -68,24 +64,38 @@ pub(crate) struct Key {
     pub(crate) id: Vec<u8>,
 }
 
+/// Whether the token shows keys of `algorithm` (not ML-KEM, not hybrid): those [`Key::new`] takes.
+pub(crate) fn usable(algorithm: KeyAlgorithm) -> bool {
+    algorithm.info().is_some_and(|a| matches!(a.family, Family::Ecc | Family::Rsa | Family::MlDsa))
+}
+
+/// The PKCS#11 parameter set (`CKP_ML_DSA_*`) of an ML-DSA parameter set.
+pub(crate) fn ml_dsa_parameter_set(set: ParameterSet) -> CK_ULONG {
+    match set {
+        ParameterSet::MlDsa44 => CKP_ML_DSA_44,
+        ParameterSet::MlDsa65 => CKP_ML_DSA_65,
+        ParameterSet::MlDsa87 => CKP_ML_DSA_87,
+    }
+}
+
 impl Key {
     /// The token's view of a vault key, or `None` for keys that PKCS#11 cannot use here
     /// (ML-KEM, hybrid) or a public key that does not parse.
     pub(crate) fn new(info: &KeyInfo, spki: Vec<u8>) -> Option<Key> {
         let parsed = spki::SubjectPublicKeyInfoRef::from_der(&spki).ok()?;
         let public_bits = parsed.subject_public_key.raw_bytes().to_vec();
-        let kind = match info.algorithm {
-            KeyAlgorithm::EccP256 => KeyKind::Ec { field: 32 },
-            KeyAlgorithm::EccP384 => KeyKind::Ec { field: 48 },
-            KeyAlgorithm::Rsa2048 | KeyAlgorithm::Rsa3072 => {
+        let alg = info.algorithm.info()?;
+        let kind = match (alg.family, alg.tpm_key) {
+            (Family::Ecc, Some(TpmKey::Ecc(curve))) => KeyKind::Ec { curve },
+            (Family::Rsa, _) => {
                 use rsa::pkcs8::DecodePublicKey as _;
                 use rsa::traits::PublicKeyParts as _;
                 let key = rsa::RsaPublicKey::from_public_key_der(&spki).ok()?;
                 KeyKind::Rsa { modulus: key.n().to_bytes_be(), exponent: key.e().to_bytes_be() }
             }
-            KeyAlgorithm::MlDsa44 => KeyKind::MlDsa { parameter_set: CKP_ML_DSA_44, signature_len: 2420 },
-            KeyAlgorithm::MlDsa65 => KeyKind::MlDsa { parameter_set: CKP_ML_DSA_65, signature_len: 3309 },
-            KeyAlgorithm::MlDsa87 => KeyKind::MlDsa { parameter_set: CKP_ML_DSA_87, signature_len: 4627 },
+            (Family::MlDsa, _) => {
+                KeyKind::MlDsa { parameter_set: ml_dsa_parameter_set(alg.ml_dsa()?), signature_len: alg.signature_len? }
+            }
             _ => return None,
         };
         let id =
@@ -106,7 +116,7 @@ impl Key {
     /// Bytes in one signature, in the PKCS#11 encoding (ECDSA: r || s).
     pub(crate) fn signature_len(&self) -> usize {
         match &self.kind {
-            KeyKind::Ec { field } => 2 * field,
+            KeyKind::Ec { curve } => 2 * curve.field_len(),
             KeyKind::Rsa { modulus, .. } => modulus.len(),
             KeyKind::MlDsa { signature_len, .. } => *signature_len,
         }
@@ -328,7 +338,7 @@ fn storage_attrs(class: CK_OBJECT_CLASS, label: &str, destroyable: bool) -> Vec<
 /// Attributes both key objects have.
 fn key_attrs(key: &Key, class: CK_OBJECT_CLASS, subject: &[u8]) -> Vec<(CK_ATTRIBUTE_TYPE, Attr)> {
     let mut attrs = storage_attrs(class, &key.name, true);
-    let (generator, mechanisms) = crate::mechanism::for_key(key);
+    let (generator, mechanisms) = for_key(key);
     let allowed: Vec<u8> = mechanisms.iter().flat_map(|m| m.to_ne_bytes()).collect();
     attrs.extend([
         (CKA_ID, bytes(&key.id)),
@@ -343,9 +353,8 @@ fn key_attrs(key: &Key, class: CK_OBJECT_CLASS, subject: &[u8]) -> Vec<(CK_ATTRI
         (CKA_PUBLIC_KEY_INFO, bytes(&key.spki)),
     ]);
     match &key.kind {
-        KeyKind::Ec { field } => {
-            let params = if *field == 32 { P256_PARAMS } else { P384_PARAMS };
-            attrs.push((CKA_EC_PARAMS, bytes(params)));
+        KeyKind::Ec { curve } => {
+            attrs.push((CKA_EC_PARAMS, bytes(curve.oid_der())));
             attrs.push((CKA_EC_POINT, bytes(&octet_string(&key.public_bits))));
         }
         KeyKind::Rsa { modulus, exponent } => {
@@ -447,6 +456,29 @@ fn octet_string(content: &[u8]) -> Vec<u8> {
     }
     out.extend_from_slice(content);
     out
+}
+
+/// A key's `CKA_KEY_GEN_MECHANISM` and `CKA_ALLOWED_MECHANISMS`.
+fn for_key(key: &Key) -> (CK_MECHANISM_TYPE, Vec<CK_MECHANISM_TYPE>) {
+    match key.kind {
+        KeyKind::Ec { .. } => {
+            (CKM_EC_KEY_PAIR_GEN, vec![CKM_ECDSA, CKM_ECDSA_SHA256, CKM_ECDSA_SHA384, CKM_ECDSA_SHA512])
+        }
+        KeyKind::Rsa { .. } => (
+            CKM_RSA_PKCS_KEY_PAIR_GEN,
+            vec![
+                CKM_RSA_PKCS,
+                CKM_SHA256_RSA_PKCS,
+                CKM_SHA384_RSA_PKCS,
+                CKM_SHA512_RSA_PKCS,
+                CKM_RSA_PKCS_PSS,
+                CKM_SHA256_RSA_PKCS_PSS,
+                CKM_SHA384_RSA_PKCS_PSS,
+                CKM_SHA512_RSA_PKCS_PSS,
+            ],
+        ),
+        KeyKind::MlDsa { .. } => (CKM_ML_DSA_KEY_PAIR_GEN, vec![CKM_ML_DSA]),
+    }
 }
 
 #[cfg(test)]

@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use cryptoki_sys::*;
 use parking_lot::Mutex;
-use tpm_vault_client::{Client, HashAlgorithm, KeyAlgorithm, KeyAuth, KeyInfo, SignOptions};
+use tpm_vault_client::algorithm::{self, Curve, TpmKey};
+use tpm_vault_client::{Client, HashAlgorithm, KeyAuth, KeyInfo, SignOptions};
 use zeroize::Zeroizing;
 
 use crate::config::Config;
@@ -376,16 +377,7 @@ async fn read_objects(
 
 /// Keys PKCS#11 can sign with here (not ML-KEM, not hybrid).
 fn usable(info: &KeyInfo) -> bool {
-    matches!(
-        info.algorithm,
-        KeyAlgorithm::EccP256
-            | KeyAlgorithm::EccP384
-            | KeyAlgorithm::Rsa2048
-            | KeyAlgorithm::Rsa3072
-            | KeyAlgorithm::MlDsa44
-            | KeyAlgorithm::MlDsa65
-            | KeyAlgorithm::MlDsa87
-    )
+    objects::usable(info.algorithm)
 }
 
 /// The object `handle`, from the cache or, if it is not there, after reading the daemon's
@@ -726,9 +718,12 @@ pub(crate) fn generate_key_pair(
     session(handle)?;
     let algorithm = match kind {
         CKM_EC_KEY_PAIR_GEN => match template_bytes(public, CKA_EC_PARAMS) {
-            Some(objects::P256_PARAMS) => KeyAlgorithm::EccP256,
-            Some(objects::P384_PARAMS) => KeyAlgorithm::EccP384,
-            Some(_) => return Err(CKR_CURVE_NOT_SUPPORTED),
+            Some(params) => {
+                Curve::from_oid_der(params)
+                    .and_then(|curve| algorithm::by_tpm_key(TpmKey::Ecc(curve)))
+                    .ok_or(CKR_CURVE_NOT_SUPPORTED)?
+                    .id
+            }
             None => return Err(CKR_TEMPLATE_INCOMPLETE),
         },
         CKM_RSA_PKCS_KEY_PAIR_GEN => {
@@ -739,9 +734,13 @@ pub(crate) fn generate_key_pair(
                 }
             }
             match template_ulong(public, CKA_MODULUS_BITS)? {
-                Some(2048) => KeyAlgorithm::Rsa2048,
-                Some(3072) => KeyAlgorithm::Rsa3072,
-                Some(_) => return Err(CKR_KEY_SIZE_RANGE),
+                Some(bits) => {
+                    u16::try_from(bits)
+                        .ok()
+                        .and_then(|bits| algorithm::by_tpm_key(TpmKey::Rsa { bits }))
+                        .ok_or(CKR_KEY_SIZE_RANGE)?
+                        .id
+                }
                 None => return Err(CKR_TEMPLATE_INCOMPLETE),
             }
         }
@@ -751,10 +750,13 @@ pub(crate) fn generate_key_pair(
                 None => template_ulong(private, CKA_PARAMETER_SET)?,
             };
             match set {
-                Some(CKP_ML_DSA_44) => KeyAlgorithm::MlDsa44,
-                Some(CKP_ML_DSA_65) => KeyAlgorithm::MlDsa65,
-                Some(CKP_ML_DSA_87) => KeyAlgorithm::MlDsa87,
-                Some(_) => return Err(CKR_ATTRIBUTE_VALUE_INVALID),
+                Some(set) => {
+                    algorithm::ALL
+                        .iter()
+                        .find(|a| a.ml_dsa().map(objects::ml_dsa_parameter_set) == Some(set))
+                        .ok_or(CKR_ATTRIBUTE_VALUE_INVALID)?
+                        .id
+                }
                 None => return Err(CKR_TEMPLATE_INCOMPLETE),
             }
         }

@@ -9,7 +9,7 @@
 //! [`hybrid`], [`ml_kem`] (the FIPS 203 check of an ML-KEM public key), [`ml_dsa`] (the FIPS
 //! 204 length check of an ML-DSA public key), [`policy_digest`] (TPM policy digests in
 //! software), [`sealed_blob`] (secrets sealed for a device: the blob and its duplication), [`stream`] (the encrypted stream format) and
-//! [`status`]. [`secret`] holds the response messages that carry secrets, hand-written so their
+//! [`status`]; with the `rustls` feature, `tls_key` (the rustls signing key of a vault key). [`secret`] holds the response messages that carry secrets, hand-written so their
 //! bytes are zeroized on drop.
 #![deny(missing_debug_implementations)]
 #![forbid(unsafe_code)]
@@ -26,6 +26,7 @@ pub mod v1 {
     pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!("gen/tpmvault_descriptor.bin");
 }
 
+pub mod algorithm;
 pub mod ml_dsa;
 pub mod ml_kem;
 pub mod operation;
@@ -33,6 +34,8 @@ pub mod policy_digest;
 pub mod sealed_blob;
 pub mod secret;
 pub mod stream;
+#[cfg(feature = "rustls")]
+pub mod tls_key;
 pub mod tls_scheme;
 
 /// The byte strings a policy authority signs in a [`v1::SignedPolicy`] (ECDSA P-256 with

@@ -6,6 +6,7 @@ use ssh_agent_lib::ssh_key::public::{EcdsaPublicKey, KeyData, RsaPublicKey};
 use ssh_agent_lib::ssh_key::{Algorithm, HashAlg, Signature};
 
 use tpm_vault_client::{HashAlgorithm, KeyAlgorithm, SignOptions, SignatureScheme};
+use tpm_vault_proto::algorithm::{Curve, TpmKey};
 
 /// `SSH_AGENT_RSA_SHA2_256`: the client wants an `rsa-sha2-256` signature.
 pub const SSH_AGENT_RSA_SHA2_256: u32 = 0x02;
@@ -34,22 +35,26 @@ pub enum KeyFormatError {
 pub fn key_data(algorithm: KeyAlgorithm, spki_der: &[u8]) -> Result<KeyData, KeyFormatError> {
     use p256::pkcs8::DecodePublicKey as _;
     let bad = || KeyFormatError::Malformed("public key");
-    match algorithm {
-        KeyAlgorithm::EccP256 => {
-            let key = p256::PublicKey::from_public_key_der(spki_der).map_err(|_| bad())?;
-            let point = p256::elliptic_curve::sec1::ToEncodedPoint::to_encoded_point(&key, false);
-            Ok(KeyData::Ecdsa(EcdsaPublicKey::from_sec1_bytes(point.as_bytes()).map_err(|_| bad())?))
+    let info = algorithm.info().filter(|a| a.ssh_key_type.is_some());
+    match info.and_then(|a| a.tpm_key) {
+        Some(TpmKey::Ecc(curve)) => {
+            let point = match curve {
+                Curve::NistP256 => {
+                    let key = p256::PublicKey::from_public_key_der(spki_der).map_err(|_| bad())?;
+                    p256::elliptic_curve::sec1::ToEncodedPoint::to_encoded_point(&key, false).to_bytes()
+                }
+                Curve::NistP384 => {
+                    let key = p384::PublicKey::from_public_key_der(spki_der).map_err(|_| bad())?;
+                    p384::elliptic_curve::sec1::ToEncodedPoint::to_encoded_point(&key, false).to_bytes()
+                }
+            };
+            Ok(KeyData::Ecdsa(EcdsaPublicKey::from_sec1_bytes(&point).map_err(|_| bad())?))
         }
-        KeyAlgorithm::EccP384 => {
-            let key = p384::PublicKey::from_public_key_der(spki_der).map_err(|_| bad())?;
-            let point = p384::elliptic_curve::sec1::ToEncodedPoint::to_encoded_point(&key, false);
-            Ok(KeyData::Ecdsa(EcdsaPublicKey::from_sec1_bytes(point.as_bytes()).map_err(|_| bad())?))
-        }
-        KeyAlgorithm::Rsa2048 | KeyAlgorithm::Rsa3072 => {
+        Some(TpmKey::Rsa { .. }) => {
             let key = rsa::RsaPublicKey::from_public_key_der(spki_der).map_err(|_| bad())?;
             Ok(KeyData::Rsa(RsaPublicKey::try_from(&key).map_err(|_| bad())?))
         }
-        other => Err(KeyFormatError::Unsupported(other)),
+        None => Err(KeyFormatError::Unsupported(algorithm)),
     }
 }
 
@@ -65,16 +70,18 @@ pub fn sign_plan(
     allow_sha1: bool,
 ) -> Result<(SignOptions, Algorithm), KeyFormatError> {
     let options = SignOptions::new();
-    Ok(match algorithm {
-        KeyAlgorithm::EccP256 => (
-            options.with_hash(HashAlgorithm::Sha256).with_scheme(SignatureScheme::Ecdsa),
-            Algorithm::Ecdsa { curve: ssh_agent_lib::ssh_key::EcdsaCurve::NistP256 },
+    let info = algorithm.info().filter(|a| a.ssh_key_type.is_some());
+    Ok(match info.and_then(|a| a.tpm_key) {
+        Some(TpmKey::Ecc(curve)) => (
+            options.with_hash(curve.hash()).with_scheme(SignatureScheme::Ecdsa),
+            Algorithm::Ecdsa {
+                curve: match curve {
+                    Curve::NistP256 => ssh_agent_lib::ssh_key::EcdsaCurve::NistP256,
+                    Curve::NistP384 => ssh_agent_lib::ssh_key::EcdsaCurve::NistP384,
+                },
+            },
         ),
-        KeyAlgorithm::EccP384 => (
-            options.with_hash(HashAlgorithm::Sha384).with_scheme(SignatureScheme::Ecdsa),
-            Algorithm::Ecdsa { curve: ssh_agent_lib::ssh_key::EcdsaCurve::NistP384 },
-        ),
-        KeyAlgorithm::Rsa2048 | KeyAlgorithm::Rsa3072 => {
+        Some(TpmKey::Rsa { .. }) => {
             let (hash, ssh_hash) = if flags & SSH_AGENT_RSA_SHA2_512 != 0 {
                 (HashAlgorithm::Sha512, Some(HashAlg::Sha512))
             } else if flags & SSH_AGENT_RSA_SHA2_256 != 0 {
@@ -86,7 +93,7 @@ pub fn sign_plan(
             };
             (options.with_hash(hash).with_scheme(SignatureScheme::RsaPkcs1), Algorithm::Rsa { hash: ssh_hash })
         }
-        other => return Err(KeyFormatError::Unsupported(other)),
+        None => return Err(KeyFormatError::Unsupported(algorithm)),
     })
 }
 

@@ -122,10 +122,7 @@ impl VaultAgent {
             } else {
                 continue;
             };
-            if !matches!(
-                info.algorithm,
-                KeyAlgorithm::EccP256 | KeyAlgorithm::EccP384 | KeyAlgorithm::Rsa2048 | KeyAlgorithm::Rsa3072
-            ) {
+            if info.algorithm.info().is_none_or(|a| a.ssh_key_type.is_none()) {
                 continue;
             }
             // A key whose public part this user may not read is not listed (and cannot be used).

@@ -15,74 +15,50 @@ use spki::der::asn1::BitString;
 use spki::der::{Decode, Encode};
 use spki::{AlgorithmIdentifierOwned, ObjectIdentifier, SubjectPublicKeyInfoOwned, SubjectPublicKeyInfoRef};
 use tpm_vault_proto::ml_dsa::{self, ParameterSet};
-use tpm_vault_proto::{hybrid, ml_kem, pq_oids};
+use tpm_vault_proto::{hybrid, ml_kem};
 
 use crate::error::Error;
 use crate::model::KeyAlg;
 
-const ID_ML_DSA_44: ObjectIdentifier = ObjectIdentifier::new_unwrap(pq_oids::ID_ML_DSA_44);
-const ID_ML_DSA_65: ObjectIdentifier = ObjectIdentifier::new_unwrap(pq_oids::ID_ML_DSA_65);
-const ID_ML_DSA_87: ObjectIdentifier = ObjectIdentifier::new_unwrap(pq_oids::ID_ML_DSA_87);
-const ID_ALG_ML_KEM_768: ObjectIdentifier = ObjectIdentifier::new_unwrap(pq_oids::ID_ALG_ML_KEM_768);
-const ID_ALG_ML_KEM_1024: ObjectIdentifier = ObjectIdentifier::new_unwrap(pq_oids::ID_ALG_ML_KEM_1024);
-
 /// The post-quantum algorithm a key's sealed material is for: the key's own for ML-DSA and
 /// ML-KEM keys, ML-DSA-65 for a hybrid key, none for ECC and RSA keys.
 pub fn pq_part(alg: KeyAlg) -> Option<KeyAlg> {
-    match alg {
-        KeyAlg::MlDsa44 | KeyAlg::MlDsa65 | KeyAlg::MlDsa87 | KeyAlg::MlKem768 | KeyAlg::MlKem1024 => Some(alg),
-        KeyAlg::HybridP256MlDsa65 => Some(KeyAlg::MlDsa65),
-        KeyAlg::EccP256 | KeyAlg::EccP384 | KeyAlg::Rsa2048 | KeyAlg::Rsa3072 => None,
-    }
+    alg.info().pq_algorithm.and_then(KeyAlg::from_api)
 }
 
 /// The SPKI algorithm OID of an ML-DSA or ML-KEM parameter set.
 pub fn oid(alg: KeyAlg) -> Option<ObjectIdentifier> {
-    match alg {
-        KeyAlg::MlDsa44 => Some(ID_ML_DSA_44),
-        KeyAlg::MlDsa65 => Some(ID_ML_DSA_65),
-        KeyAlg::MlDsa87 => Some(ID_ML_DSA_87),
-        KeyAlg::MlKem768 => Some(ID_ALG_ML_KEM_768),
-        KeyAlg::MlKem1024 => Some(ID_ALG_ML_KEM_1024),
-        _ => None,
-    }
+    alg.info().spki_oid.and_then(|oid| ObjectIdentifier::new(oid).ok())
 }
 
 /// aws-lc-rs signing parameters of an ML-DSA parameter set.
 pub fn ml_dsa_signing(alg: KeyAlg) -> Option<&'static PqdsaSigningAlgorithm> {
-    match alg {
-        KeyAlg::MlDsa44 => Some(&signature::ML_DSA_44_SIGNING),
-        KeyAlg::MlDsa65 => Some(&signature::ML_DSA_65_SIGNING),
-        KeyAlg::MlDsa87 => Some(&signature::ML_DSA_87_SIGNING),
-        _ => None,
-    }
+    Some(match ml_dsa_set(alg)? {
+        ParameterSet::MlDsa44 => &signature::ML_DSA_44_SIGNING,
+        ParameterSet::MlDsa65 => &signature::ML_DSA_65_SIGNING,
+        ParameterSet::MlDsa87 => &signature::ML_DSA_87_SIGNING,
+    })
 }
 
 /// aws-lc-rs verification parameters of an ML-DSA parameter set.
 pub fn ml_dsa_verification(alg: KeyAlg) -> Option<&'static PqdsaVerificationAlgorithm> {
-    match alg {
-        KeyAlg::MlDsa44 => Some(&signature::ML_DSA_44),
-        KeyAlg::MlDsa65 => Some(&signature::ML_DSA_65),
-        KeyAlg::MlDsa87 => Some(&signature::ML_DSA_87),
-        _ => None,
-    }
+    Some(match ml_dsa_set(alg)? {
+        ParameterSet::MlDsa44 => &signature::ML_DSA_44,
+        ParameterSet::MlDsa65 => &signature::ML_DSA_65,
+        ParameterSet::MlDsa87 => &signature::ML_DSA_87,
+    })
 }
 
 /// The FIPS 204 parameter set of an ML-DSA algorithm.
 fn ml_dsa_set(alg: KeyAlg) -> Option<ParameterSet> {
-    match alg {
-        KeyAlg::MlDsa44 => Some(ParameterSet::MlDsa44),
-        KeyAlg::MlDsa65 => Some(ParameterSet::MlDsa65),
-        KeyAlg::MlDsa87 => Some(ParameterSet::MlDsa87),
-        _ => None,
-    }
+    alg.info().ml_dsa()
 }
 
 /// aws-lc-rs parameters of an ML-KEM parameter set.
 pub fn ml_kem(alg: KeyAlg) -> Option<&'static kem::Algorithm> {
-    match alg {
-        KeyAlg::MlKem768 => Some(&kem::ML_KEM_768),
-        KeyAlg::MlKem1024 => Some(&kem::ML_KEM_1024),
+    match alg.info().ml_kem_rank()? {
+        3 => Some(&kem::ML_KEM_768),
+        4 => Some(&kem::ML_KEM_1024),
         _ => None,
     }
 }
@@ -90,9 +66,9 @@ pub fn ml_kem(alg: KeyAlg) -> Option<&'static kem::Algorithm> {
 /// FIPS 203 sizes of an ML-KEM parameter set: (encapsulation key, decapsulation key,
 /// ciphertext) in bytes.
 pub fn ml_kem_sizes(alg: KeyAlg) -> Option<(usize, usize, usize)> {
-    match alg {
-        KeyAlg::MlKem768 => Some((1184, 2400, 1088)),
-        KeyAlg::MlKem1024 => Some((1568, 3168, 1568)),
+    match alg.info().ml_kem_rank()? {
+        3 => Some((1184, 2400, 1088)),
+        4 => Some((1568, 3168, 1568)),
         _ => None,
     }
 }
@@ -122,9 +98,8 @@ pub fn check_public_key(alg: KeyAlg, raw: &[u8]) -> Result<(), String> {
     if let Some(set) = ml_dsa_set(alg) {
         return ml_dsa::check_public_key(raw, set).map_err(|e| e.to_string());
     }
-    if let Some((ek_len, _, _)) = ml_kem_sizes(alg) {
-        // ek is 384·k + 32 bytes.
-        return ml_kem::check_encapsulation_key(raw, (ek_len - 32) / 384).map_err(|e| format!("{alg} public key: {e}"));
+    if let Some(k) = alg.info().ml_kem_rank() {
+        return ml_kem::check_encapsulation_key(raw, k).map_err(|e| format!("{alg} public key: {e}"));
     }
     Ok(())
 }

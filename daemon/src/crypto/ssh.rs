@@ -9,6 +9,8 @@
 //! before use, no field may be left unread, and nothing panics on any input (fuzzed by
 //! `fuzz/fuzz_targets/ssh_userauth.rs` and `ssh_sshsig.rs`).
 
+use tpm_vault_proto::algorithm::{Curve, Family, TpmKey};
+
 use crate::model::{HashAlg, KeyAlg, Scheme};
 
 /// `SSH_MSG_USERAUTH_REQUEST`.
@@ -201,17 +203,18 @@ pub fn signing_plan(
     scheme: Option<Scheme>,
     hash: Option<HashAlg>,
 ) -> Result<(Scheme, HashAlg), SshDataError> {
-    let rsa = matches!(alg, KeyAlg::Rsa2048 | KeyAlg::Rsa3072);
+    let info = alg.info();
+    let rsa = info.family == Family::Rsa;
+    let ecc = info.family == Family::Ecc;
     let (want_scheme, want_hash) = match signed {
         SshSigned::UserAuth(auth) => {
             let plain = auth.algorithm.strip_suffix("-cert-v01@openssh.com");
             let base = plain.unwrap_or(auth.algorithm);
-            let plan = match (alg, base) {
-                (KeyAlg::EccP256, "ecdsa-sha2-nistp256") => (Scheme::Ecdsa, HashAlg::Sha256),
-                (KeyAlg::EccP384, "ecdsa-sha2-nistp384") => (Scheme::Ecdsa, HashAlg::Sha384),
-                (_, "rsa-sha2-256") if rsa => (Scheme::RsaPkcs1, HashAlg::Sha256),
-                (_, "rsa-sha2-512") if rsa => (Scheme::RsaPkcs1, HashAlg::Sha512),
-                (_, "ssh-rsa") if rsa => (Scheme::RsaPkcs1, HashAlg::Sha1),
+            let plan = match base {
+                _ if ecc && info.ssh_key_type == Some(base) => (Scheme::Ecdsa, alg.default_hash()),
+                "rsa-sha2-256" if rsa => (Scheme::RsaPkcs1, HashAlg::Sha256),
+                "rsa-sha2-512" if rsa => (Scheme::RsaPkcs1, HashAlg::Sha512),
+                "ssh-rsa" if rsa => (Scheme::RsaPkcs1, HashAlg::Sha1),
                 _ => return Err(SshDataError::Algorithm(auth.algorithm.to_owned())),
             };
             let names_key = if plain.is_some() {
@@ -225,8 +228,7 @@ pub fn signing_plan(
             plan
         }
         SshSigned::Sshsig(_) => match alg {
-            KeyAlg::EccP256 => (Scheme::Ecdsa, HashAlg::Sha256),
-            KeyAlg::EccP384 => (Scheme::Ecdsa, HashAlg::Sha384),
+            _ if ecc => (Scheme::Ecdsa, alg.default_hash()),
             // ssh-keygen signs with rsa-sha2-512; rsa-sha2-256 is valid too. Never SHA-1.
             _ if rsa => (Scheme::RsaPkcs1, hash.filter(|h| *h == HashAlg::Sha256).unwrap_or(HashAlg::Sha512)),
             other => return Err(SshDataError::Algorithm(other.as_str().to_owned())),
@@ -244,28 +246,28 @@ pub fn signing_plan(
 pub fn public_key_blob(alg: KeyAlg, spki_der: &[u8]) -> Option<Vec<u8>> {
     use p256::elliptic_curve::sec1::ToEncodedPoint as _;
     use p256::pkcs8::DecodePublicKey as _;
+    let info = alg.info();
     let mut blob = Vec::new();
-    match alg {
-        KeyAlg::EccP256 => {
-            let key = p256::PublicKey::from_public_key_der(spki_der).ok()?;
-            put_string(&mut blob, b"ecdsa-sha2-nistp256");
-            put_string(&mut blob, b"nistp256");
-            put_string(&mut blob, key.to_encoded_point(false).as_bytes());
+    put_string(&mut blob, info.ssh_key_type?.as_bytes());
+    match info.tpm_key? {
+        TpmKey::Ecc(curve) => {
+            let point = match curve {
+                Curve::NistP256 => {
+                    p256::PublicKey::from_public_key_der(spki_der).ok()?.to_encoded_point(false).to_bytes()
+                }
+                Curve::NistP384 => {
+                    p384::PublicKey::from_public_key_der(spki_der).ok()?.to_encoded_point(false).to_bytes()
+                }
+            };
+            put_string(&mut blob, curve.ssh_name().as_bytes());
+            put_string(&mut blob, &point);
         }
-        KeyAlg::EccP384 => {
-            let key = p384::PublicKey::from_public_key_der(spki_der).ok()?;
-            put_string(&mut blob, b"ecdsa-sha2-nistp384");
-            put_string(&mut blob, b"nistp384");
-            put_string(&mut blob, key.to_encoded_point(false).as_bytes());
-        }
-        KeyAlg::Rsa2048 | KeyAlg::Rsa3072 => {
+        TpmKey::Rsa { .. } => {
             use rsa::traits::PublicKeyParts as _;
             let key = rsa::RsaPublicKey::from_public_key_der(spki_der).ok()?;
-            put_string(&mut blob, b"ssh-rsa");
             put_mpint(&mut blob, &key.e().to_bytes_be());
             put_mpint(&mut blob, &key.n().to_bytes_be());
         }
-        _ => return None,
     }
     Some(blob)
 }

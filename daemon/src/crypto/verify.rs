@@ -3,6 +3,7 @@
 
 use p256::pkcs8::DecodePublicKey;
 use sha2::{Sha256, Sha384, Sha512};
+use tpm_vault_proto::algorithm::{Curve, Family};
 
 use crate::error::Error;
 use crate::model::{HashAlg, KeyAlg, Scheme};
@@ -24,22 +25,22 @@ pub fn verify_digest(
     use p256::ecdsa::signature::hazmat::PrehashVerifier;
     alg.check_scheme(scheme)?;
     let bad_key = |e: String| Error::Internal(format!("stored public key does not parse: {e}"));
-    match alg {
-        KeyAlg::EccP256 => {
+    match (alg.info().family, alg.info().curve()) {
+        (_, Some(Curve::NistP256)) => {
             let key = p256::ecdsa::VerifyingKey::from_public_key_der(spki).map_err(|e| bad_key(e.to_string()))?;
             let Ok(sig) = p256::ecdsa::Signature::from_der(signature) else {
                 return Ok(false);
             };
             Ok(key.verify_prehash(digest, &sig).is_ok())
         }
-        KeyAlg::EccP384 => {
+        (_, Some(Curve::NistP384)) => {
             let key = p384::ecdsa::VerifyingKey::from_public_key_der(spki).map_err(|e| bad_key(e.to_string()))?;
             let Ok(sig) = p384::ecdsa::Signature::from_der(signature) else {
                 return Ok(false);
             };
             Ok(key.verify_prehash(digest, &sig).is_ok())
         }
-        KeyAlg::Rsa2048 | KeyAlg::Rsa3072 => {
+        (Family::Rsa, _) => {
             let key = rsa::RsaPublicKey::from_public_key_der(spki).map_err(|e| bad_key(e.to_string()))?;
             let ok = match (scheme, hash) {
                 (Scheme::RsaPss, HashAlg::Sha256) => {
@@ -66,6 +67,6 @@ pub fn verify_digest(
             Ok(ok.is_ok())
         }
         // ML-DSA signs whole messages (see `crypto::pq`); `check_scheme` refused ML-KEM above.
-        other => Err(Error::invalid(format!("{other} signatures cannot be checked against a digest"))),
+        _ => Err(Error::invalid(format!("{alg} signatures cannot be checked against a digest"))),
     }
 }

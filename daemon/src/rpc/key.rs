@@ -38,76 +38,36 @@ fn name(s: &str) -> Result<KeyName, Error> {
 
 fn key_alg(v: i32) -> Result<KeyAlg, Error> {
     match pb::KeyAlgorithm::try_from(v) {
-        Ok(pb::KeyAlgorithm::Unspecified | pb::KeyAlgorithm::EccP256) => Ok(KeyAlg::EccP256),
-        Ok(pb::KeyAlgorithm::EccP384) => Ok(KeyAlg::EccP384),
-        Ok(pb::KeyAlgorithm::Rsa2048) => Ok(KeyAlg::Rsa2048),
-        Ok(pb::KeyAlgorithm::Rsa3072) => Ok(KeyAlg::Rsa3072),
-        Ok(pb::KeyAlgorithm::MlDsa44) => Ok(KeyAlg::MlDsa44),
-        Ok(pb::KeyAlgorithm::MlDsa65) => Ok(KeyAlg::MlDsa65),
-        Ok(pb::KeyAlgorithm::MlDsa87) => Ok(KeyAlg::MlDsa87),
-        Ok(pb::KeyAlgorithm::MlKem768) => Ok(KeyAlg::MlKem768),
-        Ok(pb::KeyAlgorithm::MlKem1024) => Ok(KeyAlg::MlKem1024),
-        Ok(pb::KeyAlgorithm::HybridP256MlDsa65) => Ok(KeyAlg::HybridP256MlDsa65),
+        Ok(pb::KeyAlgorithm::Unspecified) => Ok(KeyAlg::EccP256),
+        Ok(alg) => KeyAlg::from_api(alg).ok_or_else(|| Invalid::Unknown { what: "key algorithm", value: v }.into()),
         Err(_) => Err(Invalid::Unknown { what: "key algorithm", value: v }.into()),
     }
 }
 
 fn alg_to_pb(a: KeyAlg) -> pb::KeyAlgorithm {
-    match a {
-        KeyAlg::EccP256 => pb::KeyAlgorithm::EccP256,
-        KeyAlg::EccP384 => pb::KeyAlgorithm::EccP384,
-        KeyAlg::Rsa2048 => pb::KeyAlgorithm::Rsa2048,
-        KeyAlg::Rsa3072 => pb::KeyAlgorithm::Rsa3072,
-        KeyAlg::MlDsa44 => pb::KeyAlgorithm::MlDsa44,
-        KeyAlg::MlDsa65 => pb::KeyAlgorithm::MlDsa65,
-        KeyAlg::MlDsa87 => pb::KeyAlgorithm::MlDsa87,
-        KeyAlg::MlKem768 => pb::KeyAlgorithm::MlKem768,
-        KeyAlg::MlKem1024 => pb::KeyAlgorithm::MlKem1024,
-        KeyAlg::HybridP256MlDsa65 => pb::KeyAlgorithm::HybridP256MlDsa65,
-    }
+    a.api()
 }
 
 fn hash(v: i32) -> Result<Option<HashAlg>, Error> {
     match pb::HashAlgorithm::try_from(v) {
-        Ok(pb::HashAlgorithm::Unspecified) => Ok(None),
-        Ok(pb::HashAlgorithm::Sha256) => Ok(Some(HashAlg::Sha256)),
-        Ok(pb::HashAlgorithm::Sha384) => Ok(Some(HashAlg::Sha384)),
-        Ok(pb::HashAlgorithm::Sha512) => Ok(Some(HashAlg::Sha512)),
-        Ok(pb::HashAlgorithm::Sha1) => Ok(Some(HashAlg::Sha1)),
+        Ok(h) => Ok(HashAlg::from_api(h)),
         Err(_) => Err(Invalid::Unknown { what: "hash algorithm", value: v }.into()),
     }
 }
 
 fn hash_to_pb(h: Option<HashAlg>) -> pb::HashAlgorithm {
-    match h {
-        None => pb::HashAlgorithm::Unspecified,
-        Some(HashAlg::Sha256) => pb::HashAlgorithm::Sha256,
-        Some(HashAlg::Sha384) => pb::HashAlgorithm::Sha384,
-        Some(HashAlg::Sha512) => pb::HashAlgorithm::Sha512,
-        Some(HashAlg::Sha1) => pb::HashAlgorithm::Sha1,
-    }
+    h.map_or(pb::HashAlgorithm::Unspecified, HashAlg::api)
 }
 
 fn scheme(v: i32) -> Result<Option<Scheme>, Error> {
     match pb::SignatureScheme::try_from(v) {
-        Ok(pb::SignatureScheme::Unspecified) => Ok(None),
-        Ok(pb::SignatureScheme::Ecdsa) => Ok(Some(Scheme::Ecdsa)),
-        Ok(pb::SignatureScheme::RsaPss) => Ok(Some(Scheme::RsaPss)),
-        Ok(pb::SignatureScheme::RsaPkcs1) => Ok(Some(Scheme::RsaPkcs1)),
-        Ok(pb::SignatureScheme::MlDsa) => Ok(Some(Scheme::MlDsa)),
-        Ok(pb::SignatureScheme::Hybrid) => Ok(Some(Scheme::Hybrid)),
+        Ok(s) => Ok(Scheme::from_api(s)),
         Err(_) => Err(Invalid::Unknown { what: "signature scheme", value: v }.into()),
     }
 }
 
 fn scheme_to_pb(s: Scheme) -> pb::SignatureScheme {
-    match s {
-        Scheme::Ecdsa => pb::SignatureScheme::Ecdsa,
-        Scheme::RsaPss => pb::SignatureScheme::RsaPss,
-        Scheme::RsaPkcs1 => pb::SignatureScheme::RsaPkcs1,
-        Scheme::MlDsa => pb::SignatureScheme::MlDsa,
-        Scheme::Hybrid => pb::SignatureScheme::Hybrid,
-    }
+    s.api()
 }
 
 fn usage(v: i32) -> Result<Usage, Error> {

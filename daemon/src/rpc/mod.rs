@@ -9,6 +9,7 @@ pub mod error_status;
 pub mod info;
 pub mod key;
 pub mod seal;
+pub mod sizes;
 
 use std::future::Future;
 use std::path::Path;
@@ -219,17 +220,21 @@ pub fn routes(ctx: Ctx) -> Result<Routes, Error> {
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .map_err(|e| Error::Internal(format!("reflection: {e}")))?;
-    let keys = KeyServiceServer::new(key::KeyRpc::new(ctx.clone()))
-        .max_decoding_message_size(MAX_MESSAGE_SIZE)
-        .max_encoding_message_size(MAX_MESSAGE_SIZE);
-    let status = StatusServiceServer::new(info::StatusRpc::new(ctx.clone()));
-    let attestation = AttestationServiceServer::new(attest::AttestRpc::new(ctx.clone()));
-    let crypto = CryptoServiceServer::new(crypto::CryptoRpc::new(ctx.clone()))
-        .max_decoding_message_size(MAX_MESSAGE_SIZE)
-        .max_encoding_message_size(MAX_MESSAGE_SIZE);
-    let sealing = SealServiceServer::new(seal::SealRpc::new(ctx.clone()))
-        .max_decoding_message_size(seal::MAX_SECRET + 4096)
-        .max_encoding_message_size(seal::MAX_SECRET + 4096);
+    // Each service's message bounds, from the one table of them (`sizes`).
+    macro_rules! bounded {
+        ($server:ident, $rpc:expr) => {{
+            let server = $server::new($rpc);
+            let limits = sizes::service(service_name(&server));
+            server
+                .max_decoding_message_size(limits.max_request())
+                .max_encoding_message_size(limits.max_response.unwrap_or(usize::MAX))
+        }};
+    }
+    let keys = bounded!(KeyServiceServer, key::KeyRpc::new(ctx.clone()));
+    let status = bounded!(StatusServiceServer, info::StatusRpc::new(ctx.clone()));
+    let attestation = bounded!(AttestationServiceServer, attest::AttestRpc::new(ctx.clone()));
+    let crypto = bounded!(CryptoServiceServer, crypto::CryptoRpc::new(ctx.clone()));
+    let sealing = bounded!(SealServiceServer, seal::SealRpc::new(ctx.clone()));
     health::spawn_reporter(health_reporter, ctx.vault.clone());
     Ok(Routes::new(health)
         .add_service(reflection)
@@ -238,6 +243,11 @@ pub fn routes(ctx: Ctx) -> Result<Routes, Error> {
         .add_service(sealing)
         .add_service(attestation)
         .add_service(crypto))
+}
+
+/// The gRPC name of `server`'s service (`tpmvault.v1.KeyService`).
+fn service_name<S: tonic::server::NamedService>(_server: &S) -> &'static str {
+    S::NAME
 }
 
 mod health {

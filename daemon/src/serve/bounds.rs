@@ -8,9 +8,9 @@
 //! - [`Tally`] and its [`Held`]: the one "count up, give back on drop" guard these bounds, the
 //!   TLS listener's connections and handshakes, a TLS key's handshake signatures and the
 //!   metrics endpoint's connections are counted with.
-//! - [`max_message`] and [`FrameLimit`]: the largest gRPC message each method may receive,
-//!   checked on each message's 5-byte length prefix as it arrives, before the server reserves
-//!   memory for it. tonic's own limit is per service, and `SealService` must take Seal's 64 MiB
+//! - [`FrameLimit`]: the largest gRPC message each method may receive ([`max_message`], from
+//!   the one table of them in `rpc::sizes`), checked on each message's 5-byte length prefix as
+//!   it arrives, before the server reserves memory for it. tonic's own limit is per service, and `SealService` must take Seal's 64 MiB
 //!   secrets, so without this an Unseal could make the daemon reserve 64 MiB per stream.
 //!
 //! The HTTP/2 bounds that hyper enforces itself (streams per connection, keepalive, reset
@@ -238,28 +238,7 @@ impl AsyncWrite for Counted {
     }
 }
 
-/// The largest message most methods take: their requests are names, digests, nonces, small
-/// blobs (an ML-KEM-1024 ciphertext is 1,568 bytes; a signed approval a few hundred).
-pub const DEFAULT_MAX_MESSAGE: usize = 64 * 1024;
-
-/// The largest gRPC message the method at `path` (`/tpmvault.v1.Service/Method`) may receive:
-/// what its largest valid request needs, [`DEFAULT_MAX_MESSAGE`] for the rest.
-pub fn max_message(path: &str) -> usize {
-    use crate::rpc::MAX_MESSAGE_SIZE;
-    match path.strip_prefix("/tpmvault.v1.") {
-        // A message to sign or verify, and stream chunks, up to the service limit.
-        Some("KeyService/Sign" | "KeyService/Verify" | "CryptoService/Encrypt" | "CryptoService/Decrypt") => {
-            MAX_MESSAGE_SIZE
-        }
-        // A certificate chain.
-        Some("KeyService/SetCertificate") => 1024 * 1024,
-        // The secret to seal.
-        Some("SealService/Seal") => crate::rpc::seal::MAX_SECRET + 4096,
-        // A sealed blob: the secret's ciphertext and the import triple.
-        Some("SealService/ImportSealed") => tpm_vault_proto::sealed_blob::MAX_BLOB + 1024,
-        _ => DEFAULT_MAX_MESSAGE,
-    }
-}
+pub use crate::rpc::sizes::max_message;
 
 /// A request body that fails, with `OUT_OF_RANGE` as tonic does for an oversized message, as
 /// soon as a gRPC message prefix declares more than the method's limit: before anything
@@ -367,13 +346,5 @@ mod tests {
             let status = failed.unwrap_or_else(|| panic!("chunk {chunk}: 101 bytes passed a 100-byte limit"));
             assert_eq!(status.code(), tonic::Code::OutOfRange);
         }
-    }
-
-    #[test]
-    fn per_method_limits() {
-        assert_eq!(max_message("/tpmvault.v1.SealService/Unseal"), DEFAULT_MAX_MESSAGE);
-        assert_eq!(max_message("/tpmvault.v1.SealService/Seal"), crate::rpc::seal::MAX_SECRET + 4096);
-        assert_eq!(max_message("/tpmvault.v1.KeyService/Sign"), crate::rpc::MAX_MESSAGE_SIZE);
-        assert_eq!(max_message("/grpc.health.v1.Health/Check"), DEFAULT_MAX_MESSAGE);
     }
 }

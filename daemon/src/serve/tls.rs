@@ -1,11 +1,12 @@
 //! TLS with TPM-resident keys inside the daemon: the in-process rustls signing key, and the
 //! `--listen` gRPC-over-TLS listener built on it.
 //!
-//! - [`TpmSigningKey`]: a `rustls::sign::SigningKey` whose signatures come from the TPM actor
-//!   through [`Vault::sign_blocking`]. rustls' `Signer::sign` is synchronous and runs on the
-//!   worker polling the handshake, so the wait is wrapped in `block_in_place` on a
-//!   multi-thread runtime and is a plain wait elsewhere; the actor is its own thread, so
-//!   neither flavour can deadlock.
+//! - [`TpmSigningKey`]: signs handshakes with a vault key through the TPM actor
+//!   ([`Vault::sign_blocking`]), for the rustls signing key shared with the client library
+//!   (`tpm_vault_proto::tls_key`). rustls' `Signer::sign` is synchronous and runs on the worker
+//!   polling the handshake, so the wait is wrapped in `block_in_place` on a multi-thread
+//!   runtime and is a plain wait elsewhere; the actor is its own thread, so neither flavour can
+//!   deadlock.
 //! - [`TpmCertResolver`]: serves the key's stored chain and picks up a replaced chain (or a
 //!   re-created key) before the next handshake, without a restart.
 //! - [`TlsListener`]: TLS 1.3 only, client certificates required ([`WebPkiClientVerifier`]),
@@ -31,12 +32,12 @@ use std::time::Duration;
 
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::CertificateDer;
 use rustls::pki_types::UnixTime;
-use rustls::pki_types::{CertificateDer, SubjectPublicKeyInfoDer};
 use rustls::server::danger::ClientCertVerifier;
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
-use rustls::sign::{CertifiedKey, Signer, SigningKey};
-use rustls::{RootCertStore, ServerConfig, SignatureAlgorithm, SignatureScheme};
+use rustls::sign::CertifiedKey;
+use rustls::{RootCertStore, ServerConfig};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
@@ -44,12 +45,13 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::Connected;
 use x509_cert::der::Decode as _;
 
-use tpm_vault_proto::tls_scheme;
+use tpm_vault_proto::tls_key::{wait_blocking, SignMessage, TlsKey};
+use tpm_vault_proto::v1::{HashAlgorithm, SignatureScheme};
 
 use crate::auth::policy::Glob;
 use crate::auth::Identity;
 use crate::error::Error;
-use crate::model::{HashAlg, KeyAlg, KeyName, Scheme, SignInput};
+use crate::model::{HashAlg, KeyName, Scheme, SignInput};
 use crate::serve::bounds::{Held, Tally};
 use crate::vault::{SignRequest, Vault};
 
@@ -118,121 +120,59 @@ pub fn provider() -> CryptoProvider {
 /// clients (whose jobs share the TPM's queue).
 pub const MAX_HANDSHAKE_SIGNATURES: usize = 8;
 
-/// A rustls signing key whose private half is a vault key in the TPM.
-#[derive(Clone)]
+/// Signs TLS handshakes with a vault key in the TPM: the signer of the rustls signing key
+/// [`TlsKey`]`<TpmSigningKey>` ([`TpmSigningKey::tls_key`]).
 pub struct TpmSigningKey {
     vault: Vault,
     key: KeyName,
-    alg: KeyAlg,
-    spki: Vec<u8>,
     /// Handshake signatures in flight (at most [`MAX_HANDSHAKE_SIGNATURES`]).
     in_flight: Tally<()>,
 }
 
 impl std::fmt::Debug for TpmSigningKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TpmSigningKey").field("key", &self.key).field("alg", &self.alg).finish_non_exhaustive()
+        f.debug_struct("TpmSigningKey").field("key", &self.key).finish_non_exhaustive()
     }
 }
 
 impl TpmSigningKey {
-    /// The signing key for vault key `key` (its record is loaded and cached here, so that
-    /// [`Vault::sign_blocking`] finds it).
+    /// The rustls signing key for vault key `key` (its record is loaded and cached here, so
+    /// that [`Vault::sign_blocking`] finds it).
     ///
     /// # Errors
-    /// [`Error::KeyNotFound`], store errors.
-    pub async fn new(vault: &Vault, key: &KeyName) -> Result<Self, Error> {
+    /// [`Error::KeyNotFound`], store errors, [`Error::InvalidArgument`] for a key that cannot
+    /// sign TLS handshakes.
+    pub async fn tls_key(vault: &Vault, key: &KeyName) -> Result<TlsKey<TpmSigningKey>, Error> {
         let (alg, spki) = vault.public_key(key).await?;
-        if alg.has_pq() {
-            return Err(Error::invalid(format!("key {key} is a {alg} key; TLS needs an ECC or RSA key")));
-        }
-        Ok(Self {
-            vault: vault.clone(),
-            key: key.clone(),
-            alg,
-            spki,
-            in_flight: Tally::up_to(MAX_HANDSHAKE_SIGNATURES),
-        })
-    }
-
-    /// The kind of TLS key this is (`None` for an algorithm `new` refuses).
-    fn kind(&self) -> Option<tls_scheme::KeyKind> {
-        match self.alg {
-            KeyAlg::EccP256 => Some(tls_scheme::KeyKind::EccP256),
-            KeyAlg::EccP384 => Some(tls_scheme::KeyKind::EccP384),
-            KeyAlg::Rsa2048 | KeyAlg::Rsa3072 => Some(tls_scheme::KeyKind::Rsa),
-            _ => None,
-        }
+        let signer = Self { vault: vault.clone(), key: key.clone(), in_flight: Tally::up_to(MAX_HANDSHAKE_SIGNATURES) };
+        TlsKey::new(signer, alg.api(), spki)
+            .ok_or_else(|| Error::invalid(format!("key {key} is a {alg} key; TLS needs an ECC or RSA key")))
     }
 }
 
-impl SigningKey for TpmSigningKey {
-    fn choose_scheme(&self, offered: &[SignatureScheme]) -> Option<Box<dyn Signer>> {
-        let scheme = tls_scheme::offered(self.kind()?)
-            .iter()
-            .map(|&code| SignatureScheme::from(code))
-            .find(|s| offered.contains(s))?;
-        Some(Box::new(TpmSigner { key: self.clone(), scheme }))
-    }
-
-    fn public_key(&self) -> Option<SubjectPublicKeyInfoDer<'_>> {
-        Some(SubjectPublicKeyInfoDer::from(self.spki.as_slice()))
-    }
-
-    fn algorithm(&self) -> SignatureAlgorithm {
-        if self.alg.is_rsa() {
-            SignatureAlgorithm::RSA
-        } else {
-            SignatureAlgorithm::ECDSA
-        }
-    }
-}
-
-/// One handshake's signer.
-#[derive(Debug)]
-struct TpmSigner {
-    key: TpmSigningKey,
-    scheme: SignatureScheme,
-}
-
-impl Signer for TpmSigner {
-    fn sign(&self, message: &[u8]) -> Result<Vec<u8>, rustls::Error> {
-        let Some((hash, signature)) = tls_scheme::meaning(u16::from(self.scheme)) else {
-            return Err(rustls::Error::General(format!("unsupported signature scheme {:?}", self.scheme)));
-        };
-        let hash = match hash {
-            tls_scheme::Hash::Sha256 => HashAlg::Sha256,
-            tls_scheme::Hash::Sha384 => HashAlg::Sha384,
-        };
-        let scheme = match signature {
-            tls_scheme::Signature::Ecdsa => Scheme::Ecdsa,
-            tls_scheme::Signature::RsaPss => Scheme::RsaPss,
-        };
-        let Ok(_held) = self.key.in_flight.try_take(()) else {
+impl SignMessage for TpmSigningKey {
+    fn sign_message(
+        &self,
+        message: &[u8],
+        hash: HashAlgorithm,
+        scheme: SignatureScheme,
+    ) -> Result<Vec<u8>, rustls::Error> {
+        let Ok(_held) = self.in_flight.try_take(()) else {
             // Debug, not warn: a flood of handshakes must not become a flood of log lines.
-            tracing::debug!(key = %self.key.key, "TLS handshake refused: {MAX_HANDSHAKE_SIGNATURES} signatures already wait for the TPM");
+            tracing::debug!(key = %self.key, "TLS handshake refused: {MAX_HANDSHAKE_SIGNATURES} signatures already wait for the TPM");
             return Err(rustls::Error::General("server busy: too many handshakes waiting for the TPM".into()));
         };
-        let request =
-            SignRequest { input: SignInput::Message(message.to_vec()), hash: Some(hash), scheme: Some(scheme) };
-        let sign = || self.key.vault.sign_blocking(&self.key.key, request);
-        let result = match tokio::runtime::Handle::try_current() {
-            // Lets the runtime move this worker's other tasks elsewhere while the TPM works.
-            Ok(h) if matches!(h.runtime_flavor(), tokio::runtime::RuntimeFlavor::MultiThread) => {
-                tokio::task::block_in_place(sign)
-            }
-            // Current-thread runtime or no runtime: block_in_place would panic; the TPM actor is
-            // its own thread, so a plain wait cannot deadlock.
-            _ => sign(),
+        let request = SignRequest {
+            input: SignInput::Message(message.to_vec()),
+            hash: HashAlg::from_api(hash),
+            scheme: Scheme::from_api(scheme),
         };
+        // The TPM actor is its own thread, so the wait cannot deadlock on either runtime flavour.
+        let result = wait_blocking(|| self.vault.sign_blocking(&self.key, request));
         result.map(|out| out.signature).map_err(|e| {
-            tracing::warn!(key = %self.key.key, error = %e, "TLS handshake signature failed");
+            tracing::warn!(key = %self.key, error = %e, "TLS handshake signature failed");
             rustls::Error::General(format!("TPM signature failed: {e}"))
         })
-    }
-
-    fn scheme(&self) -> SignatureScheme {
-        self.scheme
     }
 }
 
@@ -302,7 +242,7 @@ impl ResolvesServerCert for TpmCertResolver {
 async fn load(vault: &Vault, key: &KeyName) -> Result<Served, TlsError> {
     let key_err = |source| TlsError::Key { key: key.clone(), source };
     let stored = vault.certificate(key).await.map_err(key_err)?;
-    let signing = TpmSigningKey::new(vault, key).await.map_err(key_err)?;
+    let signing = TpmSigningKey::tls_key(vault, key).await.map_err(key_err)?;
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(stored.chain_pem.as_bytes())
         .collect::<Result<_, _>>()
         .map_err(|e| TlsError::Chain { key: key.clone(), reason: format!("stored chain: {e}") })?;
@@ -629,14 +569,6 @@ mod tests {
             Some("CN=agent-1,O=Example\\, Inc.")
         );
         assert_eq!(client_identity(b"not a certificate"), None);
-    }
-
-    #[test]
-    fn the_shared_scheme_codes_are_rustls_schemes() {
-        assert_eq!(SignatureScheme::from(tls_scheme::ECDSA_NISTP256_SHA256), SignatureScheme::ECDSA_NISTP256_SHA256);
-        assert_eq!(SignatureScheme::from(tls_scheme::ECDSA_NISTP384_SHA384), SignatureScheme::ECDSA_NISTP384_SHA384);
-        assert_eq!(SignatureScheme::from(tls_scheme::RSA_PSS_SHA256), SignatureScheme::RSA_PSS_SHA256);
-        assert_eq!(SignatureScheme::from(tls_scheme::RSA_PSS_SHA384), SignatureScheme::RSA_PSS_SHA384);
     }
 
     #[test]

@@ -7,6 +7,8 @@ use tss_esapi::interface_types::algorithm::HashingAlgorithm;
 use tss_esapi::structures::{HashScheme, HashcheckTicket, Public, Signature, SignatureScheme};
 use tss_esapi::tss2_esys::TPMT_TK_HASHCHECK;
 
+use tpm_vault_proto::algorithm::{Curve, TpmKey};
+
 use super::error::{wrap, TpmError};
 use crate::model::{HashAlg, KeyAlg, Scheme};
 
@@ -41,21 +43,26 @@ pub fn signature_scheme(scheme: Scheme, hash: HashAlg) -> SignatureScheme {
 /// [`TpmError::Malformed`] if the TPM returned something that is not a valid signature.
 pub fn encode_signature(alg: KeyAlg, sig: &Signature) -> Result<Vec<u8>, TpmError> {
     let bad = |why: &str| TpmError::Malformed(format!("signature: {why}"));
-    match (alg, sig) {
-        (KeyAlg::EccP256, Signature::EcDsa(ecc)) => {
-            let r = left_pad::<32>(ecc.signature_r().value()).ok_or_else(|| bad("r too long"))?;
-            let s = left_pad::<32>(ecc.signature_s().value()).ok_or_else(|| bad("s too long"))?;
-            let sig = p256::ecdsa::Signature::from_scalars(r, s).map_err(|e| bad(&e.to_string()))?;
-            Ok(sig.to_der().as_bytes().to_vec())
+    match (alg.tpm_key(), sig) {
+        (Some(TpmKey::Ecc(curve)), Signature::EcDsa(ecc)) => {
+            let (r, s) = (ecc.signature_r().value(), ecc.signature_s().value());
+            match curve {
+                Curve::NistP256 => {
+                    let r = left_pad::<32>(r).ok_or_else(|| bad("r too long"))?;
+                    let s = left_pad::<32>(s).ok_or_else(|| bad("s too long"))?;
+                    let sig = p256::ecdsa::Signature::from_scalars(r, s).map_err(|e| bad(&e.to_string()))?;
+                    Ok(sig.to_der().as_bytes().to_vec())
+                }
+                Curve::NistP384 => {
+                    let r = left_pad::<48>(r).ok_or_else(|| bad("r too long"))?;
+                    let s = left_pad::<48>(s).ok_or_else(|| bad("s too long"))?;
+                    let sig = p384::ecdsa::Signature::from_scalars(r, s).map_err(|e| bad(&e.to_string()))?;
+                    Ok(sig.to_der().as_bytes().to_vec())
+                }
+            }
         }
-        (KeyAlg::EccP384, Signature::EcDsa(ecc)) => {
-            let r = left_pad::<48>(ecc.signature_r().value()).ok_or_else(|| bad("r too long"))?;
-            let s = left_pad::<48>(ecc.signature_s().value()).ok_or_else(|| bad("s too long"))?;
-            let sig = p384::ecdsa::Signature::from_scalars(r, s).map_err(|e| bad(&e.to_string()))?;
-            Ok(sig.to_der().as_bytes().to_vec())
-        }
-        (KeyAlg::Rsa2048 | KeyAlg::Rsa3072, Signature::RsaPss(rsa) | Signature::RsaSsa(rsa)) => {
-            let len = if alg == KeyAlg::Rsa2048 { 256 } else { 384 };
+        (Some(TpmKey::Rsa { bits }), Signature::RsaPss(rsa) | Signature::RsaSsa(rsa)) => {
+            let len = usize::from(bits) / 8;
             let raw = rsa.signature().value();
             if raw.len() > len {
                 return Err(bad("longer than the modulus"));
@@ -85,22 +92,28 @@ fn left_pad<const N: usize>(v: &[u8]) -> Option<[u8; N]> {
 /// [`TpmError::Malformed`] for a public area that is not a valid key of `alg`.
 pub fn public_key_der(alg: KeyAlg, public: &Public) -> Result<Vec<u8>, TpmError> {
     let bad = |why: String| TpmError::Malformed(format!("public key: {why}"));
-    match (alg, public) {
-        (KeyAlg::EccP256, Public::Ecc { unique, .. }) => {
-            let x = left_pad::<32>(unique.x().value()).ok_or_else(|| bad("x too long".into()))?;
-            let y = left_pad::<32>(unique.y().value()).ok_or_else(|| bad("y too long".into()))?;
-            let point = p256::EncodedPoint::from_affine_coordinates(&x.into(), &y.into(), false);
-            let key = p256::PublicKey::from_sec1_bytes(point.as_bytes()).map_err(|e| bad(e.to_string()))?;
-            Ok(key.to_public_key_der().map_err(|e| bad(e.to_string()))?.as_bytes().to_vec())
+    match (alg.tpm_key(), public) {
+        (Some(TpmKey::Ecc(curve)), Public::Ecc { unique, .. }) => {
+            let (x, y) = (unique.x().value(), unique.y().value());
+            let der = match curve {
+                Curve::NistP256 => {
+                    let x = left_pad::<32>(x).ok_or_else(|| bad("x too long".into()))?;
+                    let y = left_pad::<32>(y).ok_or_else(|| bad("y too long".into()))?;
+                    let point = p256::EncodedPoint::from_affine_coordinates(&x.into(), &y.into(), false);
+                    let key = p256::PublicKey::from_sec1_bytes(point.as_bytes()).map_err(|e| bad(e.to_string()))?;
+                    key.to_public_key_der()
+                }
+                Curve::NistP384 => {
+                    let x = left_pad::<48>(x).ok_or_else(|| bad("x too long".into()))?;
+                    let y = left_pad::<48>(y).ok_or_else(|| bad("y too long".into()))?;
+                    let point = p384::EncodedPoint::from_affine_coordinates(&x.into(), &y.into(), false);
+                    let key = p384::PublicKey::from_sec1_bytes(point.as_bytes()).map_err(|e| bad(e.to_string()))?;
+                    key.to_public_key_der()
+                }
+            };
+            Ok(der.map_err(|e| bad(e.to_string()))?.as_bytes().to_vec())
         }
-        (KeyAlg::EccP384, Public::Ecc { unique, .. }) => {
-            let x = left_pad::<48>(unique.x().value()).ok_or_else(|| bad("x too long".into()))?;
-            let y = left_pad::<48>(unique.y().value()).ok_or_else(|| bad("y too long".into()))?;
-            let point = p384::EncodedPoint::from_affine_coordinates(&x.into(), &y.into(), false);
-            let key = p384::PublicKey::from_sec1_bytes(point.as_bytes()).map_err(|e| bad(e.to_string()))?;
-            Ok(key.to_public_key_der().map_err(|e| bad(e.to_string()))?.as_bytes().to_vec())
-        }
-        (KeyAlg::Rsa2048 | KeyAlg::Rsa3072, Public::Rsa { unique, parameters, .. }) => {
+        (Some(TpmKey::Rsa { .. }), Public::Rsa { unique, parameters, .. }) => {
             let n = rsa::BigUint::from_bytes_be(unique.value());
             let e = match parameters.exponent().value() {
                 0 => 65537u32,

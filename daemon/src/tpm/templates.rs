@@ -15,6 +15,8 @@ use tss_esapi::structures::{
     RsaScheme, SymmetricDefinitionObject,
 };
 
+use tpm_vault_proto::algorithm::{Curve, TpmKey};
+
 use super::error::{wrap, TpmError};
 use crate::model::KeyAlg;
 
@@ -66,7 +68,7 @@ pub fn srk() -> Result<Public, TpmError> {
 /// [`TpmError::Malformed`] for ML-DSA and ML-KEM, which have no TPM key (their TPM object is a
 /// [`sealed`] one); otherwise only if tss-esapi rejects the template (a bug).
 pub fn signing_key(alg: KeyAlg, auth_policy: Option<Digest>, has_password: bool) -> Result<Public, TpmError> {
-    let alg = alg.tpm_key().ok_or_else(|| TpmError::Malformed(format!("{alg} keys have no TPM key template")))?;
+    let key = alg.tpm_key().ok_or_else(|| TpmError::Malformed(format!("{alg} keys have no TPM key template")))?;
     let attributes = ObjectAttributesBuilder::new()
         .with_fixed_tpm(true)
         .with_fixed_parent(true)
@@ -80,9 +82,12 @@ pub fn signing_key(alg: KeyAlg, auth_policy: Option<Digest>, has_password: bool)
         .with_name_hashing_algorithm(HashingAlgorithm::Sha256)
         .with_object_attributes(attributes)
         .with_auth_policy(auth_policy.unwrap_or_default());
-    let builder = match alg {
-        KeyAlg::EccP256 | KeyAlg::EccP384 => {
-            let curve = if alg == KeyAlg::EccP256 { EccCurve::NistP256 } else { EccCurve::NistP384 };
+    let builder = match key {
+        TpmKey::Ecc(curve) => {
+            let curve = match curve {
+                Curve::NistP256 => EccCurve::NistP256,
+                Curve::NistP384 => EccCurve::NistP384,
+            };
             builder
                 .with_public_algorithm(PublicAlgorithm::Ecc)
                 .with_ecc_parameters(
@@ -101,8 +106,8 @@ pub fn signing_key(alg: KeyAlg, auth_policy: Option<Digest>, has_password: bool)
                 )
                 .with_ecc_unique_identifier(EccPoint::default())
         }
-        _ => {
-            let bits = if alg == KeyAlg::Rsa2048 { RsaKeyBits::Rsa2048 } else { RsaKeyBits::Rsa3072 };
+        TpmKey::Rsa { bits } => {
+            let bits = RsaKeyBits::try_from(bits).map_err(wrap("RSA key size"))?;
             builder
                 .with_public_algorithm(PublicAlgorithm::Rsa)
                 .with_rsa_parameters(

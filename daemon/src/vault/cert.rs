@@ -23,11 +23,12 @@ use rcgen::{
     PublicKeyData, SanType, SerialNumber, SignatureAlgorithm,
 };
 use spki::der::Decode as _;
+use tpm_vault_proto::algorithm::{Curve, Family};
 use x509_cert::der::Encode as _;
 
 use super::{Loaded, Password, SignRequest, Vault};
 use crate::error::{ChainArg, Error, Invalid, SubjectArg};
-use crate::model::{HashAlg, KeyAlg, KeyName, Scheme, SignInput};
+use crate::model::{HashAlg, KeyName, Scheme, SignInput};
 
 /// Longest chain PEM accepted by [`Vault::set_certificate`].
 pub const MAX_CHAIN_PEM: usize = 256 * 1024;
@@ -288,15 +289,17 @@ impl TpmPublicKey {
         let spki = spki::SubjectPublicKeyInfoRef::from_der(&loaded.spki)
             .map_err(|e| Error::Internal(format!("key SPKI: {e}")))?;
         let raw = spki.subject_public_key.raw_bytes().to_vec();
-        let (alg, hash, scheme) = match loaded.record.alg {
-            KeyAlg::EccP256 => (&rcgen::PKCS_ECDSA_P256_SHA256, HashAlg::Sha256, Scheme::Ecdsa),
-            KeyAlg::EccP384 => (&rcgen::PKCS_ECDSA_P384_SHA384, HashAlg::Sha384, Scheme::Ecdsa),
+        let info = loaded.record.alg.info();
+        let (alg, hash, scheme) = match (info.family, info.curve()) {
+            (_, Some(Curve::NistP256)) => (&rcgen::PKCS_ECDSA_P256_SHA256, HashAlg::Sha256, Scheme::Ecdsa),
+            (_, Some(Curve::NistP384)) => (&rcgen::PKCS_ECDSA_P384_SHA384, HashAlg::Sha384, Scheme::Ecdsa),
             // PKCS#1 v1.5 for certificate signatures: what every verifier accepts.
-            KeyAlg::Rsa2048 | KeyAlg::Rsa3072 => (&rcgen::PKCS_RSA_SHA256, HashAlg::Sha256, Scheme::RsaPkcs1),
-            other => {
+            (Family::Rsa, _) => (&rcgen::PKCS_RSA_SHA256, HashAlg::Sha256, Scheme::RsaPkcs1),
+            _ => {
+                let other = loaded.record.alg;
                 return Err(Error::invalid(format!(
                     "certificates and CSRs are not supported for {other} keys (only ECC and RSA keys)"
-                )))
+                )));
             }
         };
         Ok(Self { raw, alg, hash, scheme })

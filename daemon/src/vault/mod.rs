@@ -930,16 +930,16 @@ pub(crate) fn parse_record(record: KeyRecord) -> Result<Loaded, Error> {
         |why: String| Error::Store(StoreError::Corrupt { path: PathBuf::from(record.name.as_str()), reason: why });
     let blob = KeyBlob::try_from(&record.object)?;
     let (spki, wrap, pq_spki) = match (record.alg.tpm_key(), &record.pq) {
-        (Some(tpm_alg), None) => (convert::public_key_der(tpm_alg, &blob.public)?, None, None),
+        (Some(_), None) => (convert::public_key_der(record.alg, &blob.public)?, None, None),
         // ML-DSA / ML-KEM: the TPM object is the sealed wrapping key.
         (None, Some(pq)) => (crate::crypto::pq::spki_der(record.alg, &pq.public_key)?, Some(blob.clone()), None),
         // Hybrid: the TPM object is the ECDSA half; the wrapping key is in the section.
-        (Some(tpm_alg), Some(pq)) => {
+        (Some(_), Some(pq)) => {
             let w = pq.wrapping_key.as_ref().ok_or_else(|| corrupt("hybrid key without its wrapping key".into()))?;
             let wrap = KeyBlob::try_from(w)?;
             let ml_dsa = crate::crypto::pq::pq_part(record.alg).unwrap_or(KeyAlg::MlDsa65);
             let pq_spki = crate::crypto::pq::spki_der(ml_dsa, &pq.public_key)?;
-            (convert::public_key_der(tpm_alg, &blob.public)?, Some(wrap), Some(pq_spki))
+            (convert::public_key_der(record.alg, &blob.public)?, Some(wrap), Some(pq_spki))
         }
         (None, None) => return Err(corrupt(format!("a {} key without its post-quantum section", record.alg))),
     };
@@ -957,9 +957,7 @@ fn check_usage(record: &KeyRecord, usage: Usage) -> Result<(), Error> {
 
 /// Refuses usages a key of `alg` cannot serve.
 fn check_usages_suit(alg: KeyAlg, usages: Usages) -> Result<(), Error> {
-    if usages.contains(Usage::Ssh)
-        && !matches!(alg, KeyAlg::EccP256 | KeyAlg::EccP384 | KeyAlg::Rsa2048 | KeyAlg::Rsa3072)
-    {
+    if usages.contains(Usage::Ssh) && alg.info().ssh_key_type.is_none() {
         return Err(Error::invalid(format!("usage ssh needs an ECC or RSA key, not {alg}")));
     }
     if usages.contains(Usage::Policy) && alg != KeyAlg::EccP256 {
