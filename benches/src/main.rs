@@ -36,6 +36,7 @@ mod algs;
 mod binaries;
 mod bulk;
 mod device;
+mod device_tls;
 mod floor;
 mod machine;
 mod nginx;
@@ -192,6 +193,16 @@ fn main() -> ExitCode {
             }
         };
     }
+    // Only the device model's TLS and tpm2-pkcs11 phase (see `device_tls`).
+    if argv.get(1).is_some_and(|a| a == device_tls::STANDALONE_FLAG) {
+        return match device_tls::standalone(&argv[2..]) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("tpm-vault-bench: device TLS phase: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if argv.get(1).is_some_and(|a| a == floor::SERVER_FLAG) {
         let Some(socket) = argv.get(2) else {
             eprintln!("tpm-vault-bench: {} needs a socket path", floor::SERVER_FLAG);
@@ -277,7 +288,10 @@ fn run(args: &Args) -> Result<()> {
     let setup = bench.more.census(bench.swtpm.port());
     let census = device::census(&setup, ops, bench.swtpm_pid, &bench.rt).context("TPM command census")?;
     check_clean(&bench.tcti, "the census", &mut bench.notes)?;
-    bench.write_report(args, started, &measured, &census)
+    progress("device", "TLS handshakes and tpm2-pkcs11 on the device model (orin-ftpm)");
+    let device_tls = device_tls::run(&bench.device_tls_setup(), &bench.rt, |m| progress("device TLS", m))
+        .context("device model TLS phase")?;
+    bench.write_report(args, started, &measured, &census, &device_tls)
 }
 
 /// Everything a run sets up once, before the rounds. Fields drop in this order: swtpm first
@@ -547,6 +561,21 @@ impl Bench {
         Ok(Signing { raw, actor, actor_callers, handoff, threads, floor, daemon, tools })
     }
 
+    /// What the device model's TLS phase runs with: this run's daemon, example, module and
+    /// engine.
+    fn device_tls_setup(&self) -> device_tls::DeviceTlsSetup {
+        device_tls::DeviceTlsSetup {
+            daemon: self.setup.bin.clone(),
+            rust_log: self.setup.rust_log.clone(),
+            example: self.tls.as_ref().map(|t| t.example.clone()),
+            module: self.p11.as_ref().map(|p| p.module.clone()),
+            engine: self.p11.as_ref().and_then(|p| p.engine.clone()),
+            work: self.tmp.path().join("dt"),
+            quick: self.plan.quick,
+            timing: device_tls::timing(self.plan.quick),
+        }
+    }
+
     /// Writes the markdown report (keeping its hand-written tail) and the chart, prints the table.
     fn write_report(
         &mut self,
@@ -554,6 +583,7 @@ impl Bench {
         started: Instant,
         measured: &Measured,
         census: &device::Census,
+        device_tls: &device_tls::DeviceTls,
     ) -> Result<()> {
         let (plan, machine) = (&self.plan, &self.machine);
         let mut summary = Summary::new(&measured.rounds);
@@ -581,7 +611,8 @@ impl Bench {
             key_sets: self.more.scale.sets.iter().map(|k| (k.count, k.written_in, k.atomic_write)).collect(),
             key_creation: self.more.key_creation,
             algs_created: self.more.algs.created.clone(),
-            device_section: device::markdown(&measured.rounds, Some(census), summary::DAEMON_GOAL_CLIENTS),
+            device_section: device::markdown(&measured.rounds, Some(census), summary::DAEMON_GOAL_CLIENTS)
+                + &device_tls::markdown(device_tls, &command_line()),
         };
         let out = args.out.clone().unwrap_or_else(|| self.workspace.join("docs").join("BENCHMARKS.md"));
         write_files(&out, &run, machine, &summary, plan.quick)?;
