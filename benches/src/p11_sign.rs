@@ -50,7 +50,7 @@ pub struct SignRate {
 }
 
 /// The TPM commands of one window's signatures, read from the device model's counters.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Counted {
     /// Threads (= sessions).
     pub threads: usize,
@@ -58,6 +58,8 @@ pub struct Counted {
     pub signs: u64,
     /// Commands that reached the TPM during the window, by command name.
     pub commands: BTreeMap<String, u64>,
+    /// Milliseconds the TPM was held for them.
+    pub busy_ms: f64,
 }
 
 /// Runs the child for `module` at each of `threads` with `env`; returns its rates.
@@ -121,13 +123,14 @@ pub fn measure_on_model(
     Ok((rates, counted))
 }
 
-/// `model THREADS SIGNS {"Sign": N, ...}`.
+/// `model THREADS SIGNS BUSY_MS {"Sign": N, ...}`.
 fn parse_counted(line: &str) -> Option<Counted> {
-    let mut f = line.strip_prefix("model ")?.splitn(3, ' ');
+    let mut f = line.strip_prefix("model ")?.splitn(4, ' ');
     let threads = f.next()?.parse().ok()?;
     let signs = f.next()?.parse().ok()?;
+    let busy_ms = f.next()?.parse().ok()?;
     let commands = serde_json::from_str(f.next()?).ok()?;
-    Some(Counted { threads, signs, commands })
+    Some(Counted { threads, signs, commands, busy_ms })
 }
 
 /// `rate THREADS RATE P50_US P99_US`.
@@ -176,8 +179,8 @@ pub fn child(args: &[OsString]) -> Result<()> {
         }
         let Window { m, back, commands } = run_threads(sessions, timing, model)?;
         println!("rate {threads} {} {} {}", m.rate(), us(m.p50()), us(m.p99()));
-        if let Some(commands) = commands {
-            println!("model {threads} {} {}", m.latencies.len(), serde_json::to_string(&commands)?);
+        if let Some((commands, busy_ms)) = commands {
+            println!("model {threads} {} {busy_ms} {}", m.latencies.len(), serde_json::to_string(&commands)?);
         }
         // Keep the logged-in session for the next level; the others close here.
         first = back.into_iter().next().map(|(s, _)| s);
@@ -199,11 +202,13 @@ fn find_key(session: &Session, label: &str) -> Result<ObjectHandle> {
 /// A session and the key it signs with.
 type Signer = (Session, ObjectHandle);
 
-/// The device model's command counts by name now (all spaces together).
-fn model_counts(stats_port: u16) -> Result<BTreeMap<String, u64>> {
+/// The device model's command counts by name now (all spaces together), and the
+/// milliseconds the TPM was held for them.
+fn model_counts(stats_port: u16) -> Result<(BTreeMap<String, u64>, f64)> {
     let stats = tpm_vault_tpm_model::query(stats_port, "stats").context("reading the device model's counters")?;
     let tpm = stats.get("tpm").and_then(|t| t.as_object()).context("the model's stats have no \"tpm\" counts")?;
-    Ok(tpm.iter().filter_map(|(name, n)| Some((name.clone(), n.as_u64()?))).collect())
+    let busy = stats.get("tpm_busy_ms").and_then(|b| b.as_f64()).context("the model's stats have no busy time")?;
+    Ok((tpm.iter().filter_map(|(name, n)| Some((name.clone(), n.as_u64()?))).collect(), busy))
 }
 
 /// `after - before`, by name, leaving out what did not grow.
@@ -223,8 +228,9 @@ struct Window {
     m: Measurement,
     /// The sessions, for the next level.
     back: Vec<Signer>,
-    /// TPM commands during the window, when counted on a device model.
-    commands: Option<BTreeMap<String, u64>>,
+    /// TPM commands during the window and the milliseconds the TPM was held for them, when
+    /// counted on a device model.
+    commands: Option<(BTreeMap<String, u64>, f64)>,
 }
 
 /// One thread per session signing back to back; the signatures completed inside the window,
@@ -233,11 +239,12 @@ fn run_threads(sessions: Vec<Signer>, timing: Timing, model: Option<u16>) -> Res
     let t0 = Instant::now() + timing.warmup;
     let t1 = t0 + timing.window;
     let counter = model.map(|port| {
-        std::thread::spawn(move || -> Result<BTreeMap<String, u64>> {
+        std::thread::spawn(move || -> Result<(BTreeMap<String, u64>, f64)> {
             std::thread::sleep(t0.saturating_duration_since(Instant::now()));
-            let before = model_counts(port)?;
+            let (before, busy_before) = model_counts(port)?;
             std::thread::sleep(t1.saturating_duration_since(Instant::now()));
-            Ok(counts_between(&before, &model_counts(port)?))
+            let (after, busy_after) = model_counts(port)?;
+            Ok((counts_between(&before, &after), busy_after - busy_before))
         })
     });
     let results: Vec<Result<(Vec<Duration>, Signer)>> = std::thread::scope(|scope| {
@@ -296,8 +303,8 @@ mod tests {
 
     #[test]
     fn model_lines_parse() {
-        let c = parse_counted(r#"model 4 88 {"ContextLoad":176,"Sign":88}"#).unwrap();
-        assert_eq!((c.threads, c.signs), (4, 88));
+        let c = parse_counted(r#"model 4 88 4012.5 {"ContextLoad":176,"Sign":88}"#).unwrap();
+        assert_eq!((c.threads, c.signs, c.busy_ms), (4, 88, 4012.5));
         assert_eq!(c.commands.get("ContextLoad"), Some(&176));
         assert_eq!(parse_counted("model 4 x {}"), None);
         let before = [("Sign".to_owned(), 3), ("ContextLoad".to_owned(), 5)].into();
