@@ -337,7 +337,7 @@ pub fn run(setup: &DeviceTlsSetup, rt: &Runtime, mut progress: impl FnMut(&str))
     std::fs::create_dir_all(&setup.work).with_context(|| format!("{}", setup.work.display()))?;
     let mut skipped = Vec::new();
     let swtpm = Swtpm::start(&setup.work.join("swtpm")).context("starting the device phase's swtpm")?;
-    let tpm_priority = raise_priority(&swtpm);
+    let swtpm_pid = crate::procfs::read_pid_file(&swtpm.state_dir().join("swtpm.pid"));
     // tpm2-pkcs11's token first: its set-up needs the bare swtpm (see the module docs).
     let peer = match p11_peer::missing() {
         Some(why) => {
@@ -355,14 +355,28 @@ pub fn run(setup: &DeviceTlsSetup, rt: &Runtime, mut progress: impl FnMut(&str))
             }
         }
     };
-    let model = ModelBuilder::new(swtpm.port())
-        .with_profile(profile.clone())
-        .with_speed(speed)
-        .build()
-        .context("starting the TPM device model")?;
+    // The model's threads (spawned by this thread when it builds the model and opens the
+    // spaces) and swtpm at TPM_NICE; this thread, and so every process it starts later (the
+    // daemon, the servers, the signing children), back at its own priority.
+    let own_nice = nice_of(std::process::id());
+    let tpm_priority = swtpm_pid
+        .and_then(|swtpm| {
+            renice(swtpm, TPM_NICE)?;
+            renice(std::process::id(), TPM_NICE)
+        })
+        .map_or_else(
+            |e| format!("swtpm and the model ran at normal priority (renice to {TPM_NICE} failed: {e:#})"),
+            |()| format!("swtpm and the model ran at nice {TPM_NICE}: the device's TPM does not queue behind the host's jobs"),
+        );
+    let model = ModelBuilder::new(swtpm.port()).with_profile(profile.clone()).with_speed(speed).build();
+    let spaces = model.as_ref().ok().map(|m| -> Result<_> { Ok((m.open()?, [m.open()?, m.open()?, m.open()?])) });
+    if let Ok(n) = &own_nice {
+        renice(std::process::id(), &n.to_string()).context("setting this process's priority back")?;
+    }
+    let model = model.context("starting the TPM device model")?;
+    let (space, peer_spaces) = spaces.context("no model")?.context("model spaces")?;
     progress(&format!("device model: profile {}, speed {speed}", profile.name));
 
-    let space = model.open().context("a model space for the daemon")?;
     let daemon_setup = Setup {
         bin: setup.daemon.clone(),
         tcti: space.tcti(),
@@ -457,8 +471,9 @@ pub fn run(setup: &DeviceTlsSetup, rt: &Runtime, mut progress: impl FnMut(&str))
     drop(space);
 
     let (mut tpm2_sign, mut tpm2_nginx) = (None, Vec::new());
+    let [sign_space, forked_space, single_space] = peer_spaces;
     if let Some(peer) = &peer {
-        let space = model.open().context("a model space for tpm2-pkcs11")?;
+        let space = sign_space;
         let env = peer_env(peer, &space.tcti());
         match p11_sign::measure_on_model(
             Path::new(p11_peer::MODULE),
@@ -478,9 +493,8 @@ pub fn run(setup: &DeviceTlsSetup, rt: &Runtime, mut progress: impl FnMut(&str))
         }
         space.close();
         if let (Some(engine), Some(cert)) = (&setup.engine, &peer.cert) {
-            for workers in [Workers::Forked(NGINX_WORKERS), Workers::Single] {
-                // A fresh space each time: the file of /dev/tpmrm0 nginx's master opened.
-                let space = model.open().context("a model space for nginx with tpm2-pkcs11")?;
+            // A fresh space each time: the file of /dev/tpmrm0 nginx's master opened.
+            for (workers, space) in [(Workers::Forked(NGINX_WORKERS), forked_space), (Workers::Single, single_space)] {
                 let env = peer_env(peer, &space.tcti());
                 let dir = setup.work.join(format!("nginx-tpm2-{}", matches!(workers, Workers::Single)));
                 let r = peer_nginx(&dir, engine, cert, workers, env, &model, short_timing, rt);
@@ -513,23 +527,26 @@ pub fn run(setup: &DeviceTlsSetup, rt: &Runtime, mut progress: impl FnMut(&str))
 /// it does not wait for the host's scheduler behind other jobs.
 const TPM_NICE: &str = "-10";
 
-/// Runs swtpm at [`TPM_NICE`] so that on a busy host the model's commands keep the profile's
-/// times (the model holds each command for the profile's time or swtpm's own, whichever is
-/// longer); says what happened.
-fn raise_priority(swtpm: &Swtpm) -> String {
-    let raised = crate::procfs::read_pid_file(&swtpm.state_dir().join("swtpm.pid")).and_then(|pid| {
-        let out = std::process::Command::new("renice")
-            .args(["-n", TPM_NICE, "-p", &pid.to_string()])
-            .stdin(std::process::Stdio::null())
-            .output()
-            .context("running renice")?;
-        ensure!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr).trim());
-        Ok(())
-    });
-    match raised {
-        Ok(()) => format!("swtpm ran at nice {TPM_NICE} (the device's TPM does not queue behind the host's jobs)"),
-        Err(e) => format!("swtpm ran at normal priority (renice to {TPM_NICE} failed: {e:#})"),
-    }
+/// `renice -n NICE -p TID`: on Linux the priority of that one thread (the main thread for a
+/// process id); threads and processes it starts afterwards inherit it. Lowering a nice value
+/// needs root.
+fn renice(tid: u32, nice: &str) -> Result<()> {
+    let out = std::process::Command::new("renice")
+        .args(["-n", nice, "-p", &tid.to_string()])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .context("running renice")?;
+    ensure!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr).trim());
+    Ok(())
+}
+
+/// The nice value of thread `tid` of this process (field 19 of its `stat`).
+fn nice_of(tid: u32) -> Result<i32> {
+    let path = format!("/proc/self/task/{tid}/stat");
+    let stat = std::fs::read_to_string(&path).with_context(|| path.clone())?;
+    // The command name (field 2) may hold spaces: count from the closing parenthesis.
+    let after = stat.rsplit_once(')').map(|(_, rest)| rest).context("no ')' in stat")?;
+    after.split_whitespace().nth(16).context("short stat")?.parse().context("nice value")
 }
 
 /// tpm2-pkcs11's environment with its TCTI on a model space.

@@ -28,7 +28,10 @@
 //! ESAPI) and the post-quantum keys (against aws-lc-rs in-process), and [`policy`] one
 //! access-policy decision. The thread and gRPC round trips under the
 //! latency figures are in [`floor`] (the health checks in [`sign::health`]). After the rounds, [`device`] counts the TPM commands of every
-//! operation through the [`tap`] and projects the run onto the Jetson Orin and i.MX95.
+//! operation through the [`tap`] and projects the run onto the Jetson Orin and i.MX95, and
+//! [`device_tls`] measures TLS handshakes (example server, nginx + the PKCS#11 module) and
+//! `C_Sign` against tpm2-pkcs11 on the TPM device model (`orin-ftpm`, the kernel's resource
+//! manager); `tpm-vault-bench --device-tls OUT.md [--quick]` runs that phase alone.
 #![forbid(unsafe_code)]
 
 mod agent;
