@@ -24,6 +24,9 @@ goes through tpm-vaultd under this user's identity: the access policy must grant
 
 Enroll the device on the tenant's side:
   keylime_tenant -c add --push-model -u UUID --tpm_policy '{\"9\": [\"<sha256 of PCR 9>\"]}'
+and/or, with the daemon serving the UEFI event log, a measured-boot policy:
+  keylime-policy create measured-boot -e binary_bios_measurements -o mb.json
+  keylime_tenant -c add --push-model -u UUID --mb-policy mb.json
 
 Config file keys (TOML): uuid, registrar, verifier, verifier_ca, registrar_ca, interval, pcrs,
 state_dir. Flags win over the file.";
@@ -50,7 +53,7 @@ pub(crate) struct KeylimeAgentArgs {
     /// Least time between attestation rounds; the verifier's interval wins when it is longer [default: 60 when the verifier sets none]
     #[arg(long, value_name = "SECONDS")]
     interval: Option<u64>,
-    /// The sha256 PCRs offered to the verifier [default: 0-9]
+    /// The sha256 PCRs offered to the verifier [default: 0-9,11-15: not IMA's 10]
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     pcrs: Option<Vec<u32>>,
     /// Where the agent records its last round (status.json)

@@ -37,8 +37,11 @@ pub use protocol::EvidenceRequest;
 
 /// The PCRs offered when none are configured: what a device without IMA (the Jetson Orin,
 /// whose fTPM appears after `tee-supplicant`, too late for IMA) can vouch for with its UEFI
-/// event log.
-pub const DEFAULT_PCRS: [u32; 10] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9];
+/// event log: 0-9 (firmware, boot loader, kernel), plus 11-15, which Keylime 7.14.3 requires
+/// in the quote as soon as the agent has a measured-boot policy (`MEASUREDBOOT_PCRS` in
+/// `keylime/config.py`; offering 0-9 only, the capabilities are refused with 422). Never IMA's
+/// PCR 10.
+pub const DEFAULT_PCRS: [u32; 15] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15];
 
 /// Next round when the verifier does not say.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(60);
@@ -152,6 +155,20 @@ pub struct Round {
     pub sent_event_log: bool,
 }
 
+/// The evidence collected for one attestation ([`Agent::collect`]), ready to send
+/// ([`Agent::submit`]).
+#[derive(Debug, Clone)]
+pub struct Evidence {
+    /// The attestation it answers.
+    pub index: String,
+    /// The `PATCH` body (the quote and the event log: public material).
+    body: Value,
+    /// The PCRs quoted.
+    pub pcrs: Vec<u32>,
+    /// Whether the UEFI event log is included.
+    pub sent_event_log: bool,
+}
+
 /// The agent: the daemon's client, the two servers and the verifier's session token.
 pub struct Agent {
     client: Client,
@@ -163,6 +180,8 @@ pub struct Agent {
     /// The AK and EK as registered: read once (reading the EK re-derives it in the TPM, an
     /// RSA key generation on a firmware TPM), not every round.
     keys: Option<crate::attest::AttestationKey>,
+    /// The event log read for the capabilities of the round in progress, for its evidence.
+    log: Option<Vec<u8>>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -175,6 +194,11 @@ impl std::fmt::Debug for Agent {
             .finish_non_exhaustive()
     }
 }
+
+/// Why a verifier refuses a proof of possession (Keylime 7.14.3 answers 401 with no body, or
+/// `evaluation: fail`).
+const SESSION_REFUSED: &str = "the agent is not enrolled with this verifier, the AK is not the one registered for \
+                               this UUID (another TPM?), or the challenge expired";
 
 /// The API prefix of the verifier's push endpoints.
 const API: &str = "/v3.0";
@@ -202,7 +226,7 @@ impl Agent {
                 config.verifier
             )));
         }
-        Ok(Self { client, config, registrar, verifier, token: None, keys: None })
+        Ok(Self { client, config, registrar, verifier, token: None, keys: None, log: None })
     }
 
     /// Registers the EK and the AK with the registrar and activates the AK: the registrar's
@@ -259,7 +283,11 @@ impl Agent {
         let body = protocol::session_proof(&uuid, &proof);
         let r = self.verifier.send(Method::PATCH, &path, Some(&body), None).await?;
         if r.status == StatusCode::UNAUTHORIZED {
-            return Err(KeylimeError::SessionRefused { uuid, detail: protocol::error_detail(&r.body) });
+            let mut detail = protocol::error_detail(&r.body);
+            if detail.is_empty() {
+                detail = SESSION_REFUSED.into();
+            }
+            return Err(KeylimeError::SessionRefused { uuid, detail });
         }
         let r = expect_ok(r, "PATCH", &path)?;
         let attrs = r.body.pointer("/data/attributes").cloned().unwrap_or(Value::Null);
@@ -269,12 +297,7 @@ impl Agent {
                 note(&format!("verifier session open for agent {uuid} (proof of possession accepted)"));
                 Ok(())
             }
-            _ => Err(KeylimeError::SessionRefused {
-                uuid,
-                detail: "evaluation fail (the agent is not enrolled with this verifier, the AK is not the one \
-                         registered for it, or the challenge expired)"
-                    .into(),
-            }),
+            _ => Err(KeylimeError::SessionRefused { uuid, detail: format!("evaluation fail ({SESSION_REFUSED})") }),
         }
     }
 
@@ -300,6 +323,21 @@ impl Agent {
     }
 
     async fn round(&mut self) -> Result<Round, KeylimeError> {
+        let request = self.request_evidence().await?;
+        let evidence = self.collect(&request).await?;
+        self.submit(&evidence).await
+    }
+
+    /// A round's first step: sends the capabilities (the AK, the PCRs offered, the UEFI event
+    /// log when the daemon has one) and returns what the verifier asks for, with its nonce.
+    /// Needs a session ([`Agent::open_session`]; [`Agent::attest_once`] opens one itself).
+    ///
+    /// # Errors
+    /// [`KeylimeError::Refused`]: 401 when the session ended, 429/503 with `retry_after`,
+    /// 403 when the verifier refuses a new round now, 404 when the agent is not enrolled, 422
+    /// when it cannot use what is offered (e.g. its policy needs PCRs that are not offered);
+    /// others as for any request.
+    pub async fn request_evidence(&mut self) -> Result<EvidenceRequest, KeylimeError> {
         let uuid = self.config.uuid.clone();
         let token = self.token.as_ref().map(|t| t.as_str().to_owned());
         let keys = match &self.keys {
@@ -310,48 +348,89 @@ impl Agent {
                 k
             }
         };
-        let log = match self.client.event_log().await {
-            Ok((log, _)) => Some(log),
-            Err(e) if e.code() == tonic::Code::NotFound => None,
-            Err(e) => return Err(e.into()),
-        };
-        let caps = protocol::capabilities(&keys, &self.config.pcrs, log.is_some(), boot_time());
+        self.log = self.event_log().await?;
+        let has_log = self.log.is_some();
+        let caps = protocol::capabilities(&keys, &self.config.pcrs, has_log, boot_time());
         let path = format!("{API}/agents/{uuid}/attestations");
         let r = self.verifier.send(Method::POST, &path, Some(&caps), token.as_deref()).await?;
-        let r = expect_ok(r, "POST", &path)?;
-        let request = EvidenceRequest::parse(&r.body).map_err(|e| {
+        let r = expect_ok(r, "POST", &path).map_err(|e| match e {
+            // The verifier's policy needs what is not offered: say what was.
+            KeylimeError::Refused { request, status: StatusCode::UNPROCESSABLE_ENTITY, detail, retry_after } => {
+                let detail = format!("{detail} (offered: sha256 PCRs {}, RSA AK)", join(&self.config.pcrs));
+                KeylimeError::Refused { request, status: StatusCode::UNPROCESSABLE_ENTITY, detail, retry_after }
+            }
+            e => e,
+        })?;
+        EvidenceRequest::parse(&r.body).map_err(|e| {
             let mut body = r.body.to_string();
             body.truncate(600);
             protocol_error("POST", &path, &format!("{e} in {body}"))
-        })?;
-        let mut evidence = Vec::new();
+        })
+    }
+
+    /// A round's second step: the quote over the PCRs and nonce of `request` (TPM2_Quote with
+    /// the AK, through the daemon) and the UEFI event log if asked for.
+    ///
+    /// # Errors
+    /// [`KeylimeError::Vault`] when the daemon refuses or fails the quote;
+    /// [`KeylimeError::Protocol`] for a PCR selection the daemon cannot express.
+    pub async fn collect(&mut self, request: &EvidenceRequest) -> Result<Evidence, KeylimeError> {
+        let what = format!("{API}/agents/{}/attestations", self.config.uuid);
+        let mut items = Vec::new();
         let mut quoted = Vec::new();
         if let Some(q) = &request.quote {
             let binding: PcrBinding = format!("sha256:{}", join(&q.pcrs))
                 .parse()
-                .map_err(|e| protocol_error("POST", &path, &format!("selected PCRs: {e}")))?;
+                .map_err(|e| protocol_error("POST", &what, &format!("selected PCRs: {e}")))?;
             let quote = self.client.quote_with(AkAlg::Rsa2048, &binding, &q.challenge).await?;
-            evidence.push(protocol::quote_evidence(&quote).map_err(|e| protocol_error("POST", &path, &e))?);
+            items.push(protocol::quote_evidence(&quote).map_err(|e| protocol_error("POST", &what, &e))?);
             quoted = q.pcrs.clone();
         }
-        let sent_event_log = request.uefi_log && log.is_some();
-        if let (true, Some(log)) = (request.uefi_log, &log) {
-            evidence.push(protocol::uefi_log_evidence(log));
+        let mut sent_event_log = false;
+        if request.uefi_log {
+            let log = match self.log.take() {
+                Some(log) => Some(log),
+                None => self.event_log().await?,
+            };
+            if let Some(log) = log {
+                items.push(protocol::uefi_log_evidence(&log));
+                sent_event_log = true;
+            }
         }
-        let path = format!("{API}/agents/{uuid}/attestations/latest");
-        let body = protocol::evidence(evidence);
-        let r = self.verifier.send(Method::PATCH, &path, Some(&body), token.as_deref()).await?;
+        Ok(Evidence { index: request.index.clone(), body: protocol::evidence(items), pcrs: quoted, sent_event_log })
+    }
+
+    /// A round's last step: sends `evidence` to the verifier, which then checks it (the
+    /// outcome, pass or fail, is the verifier's to publish, not an answer to this request).
+    ///
+    /// # Errors
+    /// [`KeylimeError::Refused`]: 400 when the evidence is not what was asked for, 403 when
+    /// the attestation does not await evidence (it was already answered, or it expired);
+    /// others as for any request.
+    pub async fn submit(&mut self, evidence: &Evidence) -> Result<Round, KeylimeError> {
+        let token = self.token.as_ref().map(|t| t.as_str().to_owned());
+        let path = format!("{API}/agents/{}/attestations/latest", self.config.uuid);
+        let r = self.verifier.send(Method::PATCH, &path, Some(&evidence.body), token.as_deref()).await?;
         let r = expect_ok(r, "PATCH", &path)?;
-        let index = EvidenceRequest::parse_index(&r.body).unwrap_or(request.index);
+        let index = EvidenceRequest::parse_index(&r.body).unwrap_or_else(|| evidence.index.clone());
         let seconds_to_next = r.body.pointer("/meta/seconds_to_next_attestation").and_then(Value::as_f64);
         let round = Round {
             index,
             seconds_to_next: seconds_to_next.map(|s| s.max(0.0).ceil() as u64),
-            pcrs: quoted,
-            sent_event_log,
+            pcrs: evidence.pcrs.clone(),
+            sent_event_log: evidence.sent_event_log,
         };
         self.record(&round);
         Ok(round)
+    }
+
+    /// The daemon's UEFI event log, or `None` when it serves none.
+    async fn event_log(&mut self) -> Result<Option<Vec<u8>>, KeylimeError> {
+        match self.client.event_log().await {
+            Ok((log, _)) => Ok(Some(log)),
+            Err(e) if e.code() == tonic::Code::NotFound => Ok(None),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Runs until `shutdown`: registers (retrying while the registrar is unreachable), then

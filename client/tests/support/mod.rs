@@ -77,6 +77,12 @@ impl Daemon {
         Daemon::start_in(dir, &rules, "swtpm", "state")
     }
 
+    /// A daemon with the access policy `rules` (TOML) over the swtpm state already in
+    /// `dir/swtpm`.
+    pub fn start_in_dir_with_policy(dir: TempDir, rules: &str) -> Daemon {
+        Daemon::start_in(dir, rules, "swtpm", "state")
+    }
+
     /// A daemon in `dir` with the access policy `rules`, its swtpm's state in `dir/swtpm_dir`
     /// and its own in `dir/state_dir`.
     fn start_in(dir: TempDir, rules: &str, swtpm_dir: &str, state_dir: &str) -> Daemon {
