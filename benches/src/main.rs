@@ -30,7 +30,10 @@
 //! access-policy decision. The thread and gRPC round trips under the
 //! latency figures are in [`floor`] (the health checks in [`sign::health`]). After the rounds, [`census`] counts the TPM commands of every
 //! operation through the [`tap`], and [`device`] measures the vault and raw ESAPI through the TPM
-//! device model (`tpm-model/`: the Jetson Orin's fTPM behind the kernel's resource manager).
+//! device model (`tpm-model/`: the Jetson Orin's fTPM behind the kernel's resource manager), and
+//! [`device_tls`] measures TLS handshakes (example server, nginx + the PKCS#11 module) and
+//! `C_Sign` against tpm2-pkcs11 on the same model; `tpm-vault-bench --device-tls OUT.md [--quick]`
+//! runs that phase alone.
 #![forbid(unsafe_code)]
 
 mod agent;
@@ -39,6 +42,7 @@ mod binaries;
 mod bulk;
 mod census;
 mod device;
+mod device_tls;
 mod floor;
 mod machine;
 mod nginx;
@@ -202,6 +206,16 @@ fn main() -> ExitCode {
             }
         };
     }
+    // Only the device model's TLS and tpm2-pkcs11 phase (see `device_tls`).
+    if argv.get(1).is_some_and(|a| a == device_tls::STANDALONE_FLAG) {
+        return match device_tls::standalone(&argv[2..]) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("tpm-vault-bench: device TLS phase: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if argv.get(1).is_some_and(|a| a == floor::SERVER_FLAG) {
         let Some(socket) = argv.get(2) else {
             eprintln!("tpm-vault-bench: {} needs a socket path", floor::SERVER_FLAG);
@@ -355,7 +369,10 @@ fn run(args: &Args) -> Result<()> {
             device::COMMANDS_GOAL.describe(0)
         );
     }
-    bench.write_report(args, started, &measured, &census, &dev)
+    progress("device", "TLS handshakes and tpm2-pkcs11 on the device model (orin-ftpm)");
+    let device_tls = device_tls::run(&bench.device_tls_setup(), &bench.rt, |m| progress("device TLS", m))
+        .context("device model TLS phase")?;
+    bench.write_report(args, started, &measured, &census, &dev, &device_tls)
 }
 
 /// Everything a run sets up once, before the rounds. Fields drop in this order: swtpm first
@@ -625,6 +642,21 @@ impl Bench {
         Ok(Signing { raw, actor, actor_callers, handoff, threads, floor, daemon, tools })
     }
 
+    /// What the device model's TLS phase runs with: this run's daemon, example, module and
+    /// engine.
+    fn device_tls_setup(&self) -> device_tls::DeviceTlsSetup {
+        device_tls::DeviceTlsSetup {
+            daemon: self.setup.bin.clone(),
+            rust_log: self.setup.rust_log.clone(),
+            example: self.tls.as_ref().map(|t| t.example.clone()),
+            module: self.p11.as_ref().map(|p| p.module.clone()),
+            engine: self.p11.as_ref().and_then(|p| p.engine.clone()),
+            work: self.tmp.path().join("dt"),
+            quick: self.plan.quick,
+            timing: device_tls::timing(self.plan.quick),
+        }
+    }
+
     /// Writes the markdown report (keeping its hand-written tail) and the chart, prints the table.
     fn write_report(
         &mut self,
@@ -633,6 +665,7 @@ impl Bench {
         measured: &Measured,
         census: &census::Census,
         dev: &device::DeviceRun,
+        device_tls: &device_tls::DeviceTls,
     ) -> Result<()> {
         let (plan, machine) = (&self.plan, &self.machine);
         let mut summary = Summary::new(&measured.rounds);
@@ -661,7 +694,12 @@ impl Bench {
             key_sets: self.more.scale.sets.iter().map(|k| (k.count, k.written_in, k.atomic_write)).collect(),
             key_creation: self.more.key_creation,
             algs_created: self.more.algs.created.clone(),
-            device_section: format!("{}{}", census::markdown(Some(census)), device::markdown(Some(dev))),
+            device_section: format!(
+                "{}{}{}",
+                census::markdown(Some(census)),
+                device::markdown(Some(dev)),
+                device_tls::markdown(device_tls, &command_line())
+            ),
         };
         let out = args.out.clone().unwrap_or_else(|| self.workspace.join("docs").join("BENCHMARKS.md"));
         write_files(&out, &run, machine, &summary, plan.quick)?;

@@ -53,9 +53,9 @@ pub struct P11Setup {
     /// The daemon; its `work` is this phase's scratch directory.
     daemon: Setup,
     /// The vault module (`libtpm_vault_pkcs11.so`).
-    module: PathBuf,
+    pub module: PathBuf,
     /// libp11's engine, when nginx can run.
-    engine: Option<PathBuf>,
+    pub engine: Option<PathBuf>,
     /// The tpm2-pkcs11 token, when that peer can run.
     peer: Option<Tpm2Peer>,
     /// Software key and certificate of the nginx software server.

@@ -104,15 +104,25 @@ impl Tpm2Peer {
         Ok(peer)
     }
 
+    /// The token's store (`TPM2_PKCS11_STORE`).
+    pub fn store(&self) -> PathBuf {
+        self.dir.join("store")
+    }
+
     /// A software CA's certificate for the token key's public key (`openssl x509 -new
-    /// -force_pubkey`).
+    /// -force_pubkey`, v3: a subjectAltName for localhost).
     fn certify(&self) -> Result<()> {
         let s = |p: &str| self.dir.join(p).display().to_string();
         let (der, pem, ca_key, ca, cert) = (s("pub.der"), s("pub.pem"), s("ca.key"), s("ca.pem"), s("tpm2-cert.pem"));
         run("openssl", &["pkey", "-pubin", "-inform", "DER", "-in", &der, "-out", &pem], &[])?;
         let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", "/CN=bench CA"];
         run("openssl", &[&["req", "-x509"][..], &ec, &["-keyout", &ca_key, "-out", &ca]].concat(), &[])?;
-        let x509 = ["x509", "-new", "-subj", "/CN=localhost", "-days", "30", "-force_pubkey", &pem];
+        // Extensions make it an X.509 v3 certificate, which rustls clients require (v1 is
+        // `UnsupportedCertVersion` to them).
+        let ext = s("ext.cnf");
+        std::fs::write(&ext, "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=critical,CA:FALSE\n")
+            .with_context(|| ext.clone())?;
+        let x509 = ["x509", "-new", "-subj", "/CN=localhost", "-days", "30", "-force_pubkey", &pem, "-extfile", &ext];
         run("openssl", &[&x509[..], &["-CA", &ca, "-CAkey", &ca_key, "-out", &cert]].concat(), &[])
     }
 
@@ -122,7 +132,7 @@ impl Tpm2Peer {
             ("DBUS_SESSION_BUS_ADDRESS", bus.to_owned()),
             ("TPM2_PKCS11_TCTI", "tabrmd:bus_type=session".to_owned()),
             ("TPM2TOOLS_TCTI", "tabrmd:bus_type=session".to_owned()),
-            ("TPM2_PKCS11_STORE", self.dir.join("store").display().to_string()),
+            ("TPM2_PKCS11_STORE", self.store().display().to_string()),
         ]
         .map(|(k, v)| (k.to_owned(), v))
         .into()

@@ -6,7 +6,13 @@
 //! signs back to back from one thread per session for a warm-up and a window. A child per
 //! measurement keeps the module's environment (socket, store, TCTI) and its one load per
 //! process apart from the benchmark, and lets the module start from scratch every round.
+//!
+//! Behind the TPM device model ([`measure_on_model`]), the child also reads the model's
+//! command counters (its stats port) at the start and the end of each window, so the TPM
+//! commands per signature are those of the window's signatures only, not of the module's
+//! start, login and key lookup.
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -22,6 +28,9 @@ use cryptoki::types::AuthPin;
 
 use crate::sign::{Timing, DIGEST};
 use crate::stats::Measurement;
+
+/// Environment variable that gives the child the device model's stats port.
+const MODEL_STATS_PORT: &str = "TPM_VAULT_BENCH_MODEL_STATS_PORT";
 
 /// First argument of the child: `SIGN_FLAG MODULE LABEL PIN WARMUP_MS WINDOW_MS THREADS,...`
 /// (`PIN` `-` for no login).
@@ -40,6 +49,19 @@ pub struct SignRate {
     pub p99_us: f64,
 }
 
+/// The TPM commands of one window's signatures, read from the device model's counters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Counted {
+    /// Threads (= sessions).
+    pub threads: usize,
+    /// Signatures completed inside the window.
+    pub signs: u64,
+    /// Commands that reached the TPM during the window, by command name.
+    pub commands: BTreeMap<String, u64>,
+    /// Milliseconds the TPM was held for them.
+    pub busy_ms: f64,
+}
+
 /// Runs the child for `module` at each of `threads` with `env`; returns its rates.
 ///
 /// # Errors
@@ -52,6 +74,23 @@ pub fn measure(
     threads: &[usize],
     timing: Timing,
 ) -> Result<Vec<SignRate>> {
+    measure_on_model(module, label, pin, env, threads, timing, None).map(|(rates, _)| rates)
+}
+
+/// [`measure`], and with `model_stats` (a device model's stats port) the TPM commands of
+/// each window.
+///
+/// # Errors
+/// As [`measure`]; also when the child could not read the model's counters.
+pub fn measure_on_model(
+    module: &Path,
+    label: &str,
+    pin: Option<&str>,
+    env: &[(String, String)],
+    threads: &[usize],
+    timing: Timing,
+    model_stats: Option<u16>,
+) -> Result<(Vec<SignRate>, Vec<Counted>)> {
     let exe = std::env::current_exe().context("locating this executable")?;
     let levels: Vec<String> = threads.iter().map(ToString::to_string).collect();
     let out = Command::new(exe)
@@ -61,6 +100,7 @@ pub fn measure(
         .args([label, pin.unwrap_or("-")])
         .args([timing.warmup.as_millis().to_string(), timing.window.as_millis().to_string(), levels.join(",")])
         .envs(env.iter().map(|(k, v)| (k, v)))
+        .envs(model_stats.map(|port| (MODEL_STATS_PORT, port.to_string())))
         .stdin(Stdio::null())
         .output()
         .context("running the PKCS#11 signing child")?;
@@ -75,7 +115,22 @@ pub fn measure(
     );
     let rates: Vec<SignRate> = text.lines().filter_map(parse_line).collect();
     ensure!(rates.len() == threads.len(), "unexpected output of the PKCS#11 signing child: {text}");
-    Ok(rates)
+    let counted: Vec<Counted> = text.lines().filter_map(parse_counted).collect();
+    ensure!(
+        model_stats.is_none() || counted.len() == threads.len(),
+        "the PKCS#11 signing child did not count the model's commands: {text}"
+    );
+    Ok((rates, counted))
+}
+
+/// `model THREADS SIGNS BUSY_MS {"Sign": N, ...}`.
+fn parse_counted(line: &str) -> Option<Counted> {
+    let mut f = line.strip_prefix("model ")?.splitn(4, ' ');
+    let threads = f.next()?.parse().ok()?;
+    let signs = f.next()?.parse().ok()?;
+    let busy_ms = f.next()?.parse().ok()?;
+    let commands = serde_json::from_str(f.next()?).ok()?;
+    Some(Counted { threads, signs, commands, busy_ms })
 }
 
 /// `rate THREADS RATE P50_US P99_US`.
@@ -97,6 +152,10 @@ pub fn child(args: &[OsString]) -> Result<()> {
     let timing = Timing { warmup: ms(3)?, window: ms(4)? };
     let levels: Vec<usize> = arg(5)?.split(',').map(str::parse).collect::<Result<_, _>>()?;
     let pin = (pin != "-").then(|| AuthPin::new(pin.into()));
+    let model = match std::env::var(MODEL_STATS_PORT) {
+        Ok(port) => Some(port.parse::<u16>().with_context(|| format!("{MODEL_STATS_PORT}={port}"))?),
+        Err(_) => None,
+    };
     let ctx = Pkcs11::new(module).with_context(|| format!("loading {module}"))?;
     ctx.initialize(CInitializeArgs::new(CInitializeFlags::OS_LOCKING_OK)).context("C_Initialize")?;
     let slot = *ctx.get_slots_with_token().context("C_GetSlotList")?.first().context("no slot with a token")?;
@@ -118,8 +177,11 @@ pub fn child(args: &[OsString]) -> Result<()> {
             ensure!(sig.len() == 64, "C_Sign returned {} bytes, not r||s (64)", sig.len());
             sessions.push((session, key));
         }
-        let (m, back) = run_threads(sessions, timing)?;
+        let Window { m, back, commands } = run_threads(sessions, timing, model)?;
         println!("rate {threads} {} {} {}", m.rate(), us(m.p50()), us(m.p99()));
+        if let Some((commands, busy_ms)) = commands {
+            println!("model {threads} {} {busy_ms} {}", m.latencies.len(), serde_json::to_string(&commands)?);
+        }
         // Keep the logged-in session for the next level; the others close here.
         first = back.into_iter().next().map(|(s, _)| s);
     }
@@ -140,10 +202,51 @@ fn find_key(session: &Session, label: &str) -> Result<ObjectHandle> {
 /// A session and the key it signs with.
 type Signer = (Session, ObjectHandle);
 
-/// One thread per session signing back to back; the signatures completed inside the window.
-fn run_threads(sessions: Vec<Signer>, timing: Timing) -> Result<(Measurement, Vec<Signer>)> {
+/// The device model's command counts by name now (all spaces together), and the
+/// milliseconds the TPM was held for them.
+fn model_counts(stats_port: u16) -> Result<(BTreeMap<String, u64>, f64)> {
+    let stats = tpm_vault_tpm_model::query(stats_port, "stats").context("reading the device model's counters")?;
+    let tpm = stats.get("tpm").and_then(|t| t.as_object()).context("the model's stats have no \"tpm\" counts")?;
+    let busy = stats.get("tpm_busy_ms").and_then(|b| b.as_f64()).context("the model's stats have no busy time")?;
+    Ok((tpm.iter().filter_map(|(name, n)| Some((name.clone(), n.as_u64()?))).collect(), busy))
+}
+
+/// `after - before`, by name, leaving out what did not grow.
+pub fn counts_between(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    after
+        .iter()
+        .filter_map(|(name, &n)| {
+            let d = n.saturating_sub(before.get(name).copied().unwrap_or(0));
+            (d > 0).then(|| (name.clone(), d))
+        })
+        .collect()
+}
+
+/// What [`run_threads`] gives back.
+struct Window {
+    /// The signatures completed inside the window.
+    m: Measurement,
+    /// The sessions, for the next level.
+    back: Vec<Signer>,
+    /// TPM commands during the window and the milliseconds the TPM was held for them, when
+    /// counted on a device model.
+    commands: Option<(BTreeMap<String, u64>, f64)>,
+}
+
+/// One thread per session signing back to back; the signatures completed inside the window,
+/// and with `model` (a device model's stats port) the TPM commands sent during it.
+fn run_threads(sessions: Vec<Signer>, timing: Timing, model: Option<u16>) -> Result<Window> {
     let t0 = Instant::now() + timing.warmup;
     let t1 = t0 + timing.window;
+    let counter = model.map(|port| {
+        std::thread::spawn(move || -> Result<(BTreeMap<String, u64>, f64)> {
+            std::thread::sleep(t0.saturating_duration_since(Instant::now()));
+            let (before, busy_before) = model_counts(port)?;
+            std::thread::sleep(t1.saturating_duration_since(Instant::now()));
+            let (after, busy_after) = model_counts(port)?;
+            Ok((counts_between(&before, &after), busy_after - busy_before))
+        })
+    });
     let results: Vec<Result<(Vec<Duration>, Signer)>> = std::thread::scope(|scope| {
         let handles: Vec<_> = sessions
             .into_iter()
@@ -177,7 +280,11 @@ fn run_threads(sessions: Vec<Signer>, timing: Timing) -> Result<(Measurement, Ve
         latencies.extend(l);
         back.push(s);
     }
-    Ok((Measurement::finish(latencies, timing.window, Default::default()), back))
+    let commands = match counter {
+        Some(c) => Some(c.join().map_err(|_| anyhow::anyhow!("model counter thread panicked"))??),
+        None => None,
+    };
+    Ok(Window { m: Measurement::finish(latencies, timing.window, Default::default()), back, commands })
 }
 
 #[cfg(test)]
@@ -192,5 +299,17 @@ mod tests {
         );
         assert_eq!(parse_line("noise"), None);
         assert_eq!(parse_line("rate x 1 2 3"), None);
+    }
+
+    #[test]
+    fn model_lines_parse() {
+        let c = parse_counted(r#"model 4 88 4012.5 {"ContextLoad":176,"Sign":88}"#).unwrap();
+        assert_eq!((c.threads, c.signs, c.busy_ms), (4, 88, 4012.5));
+        assert_eq!(c.commands.get("ContextLoad"), Some(&176));
+        assert_eq!(parse_counted("model 4 x {}"), None);
+        let before = [("Sign".to_owned(), 3), ("ContextLoad".to_owned(), 5)].into();
+        let after = [("Sign".to_owned(), 7), ("ContextLoad".to_owned(), 5), ("Load".to_owned(), 1)].into();
+        let d = counts_between(&before, &after);
+        assert_eq!(d, [("Sign".to_owned(), 4), ("Load".to_owned(), 1)].into());
     }
 }

@@ -335,16 +335,23 @@ async fn software_server() -> Result<(SocketAddr, tokio::sync::oneshot::Sender<(
 }
 
 /// The example server, killed on drop.
-struct Example {
+pub(crate) struct Example {
     child: Child,
-    addr: SocketAddr,
+    /// Where it listens.
+    pub(crate) addr: SocketAddr,
 }
 
 impl Example {
-    fn start(bin: &Path, socket: &Path) -> Result<Self> {
+    /// Starts the example at `bin` serving the vault key [`KEY_NAME`] of the daemon on `socket`.
+    pub(crate) fn start(bin: &Path, socket: &Path) -> Result<Self> {
+        Self::start_key(bin, socket, KEY_NAME)
+    }
+
+    /// Starts the example at `bin` serving the vault key `key` of the daemon on `socket`.
+    pub(crate) fn start_key(bin: &Path, socket: &Path, key: &str) -> Result<Self> {
         let mut child = Command::new(bin)
             .close_inherited_fds()
-            .args(["--key", KEY_NAME, "--listen", "127.0.0.1:0", "--socket"])
+            .args(["--key", key, "--listen", "127.0.0.1:0", "--socket"])
             .arg(socket)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -126,6 +126,21 @@ impl Daemon {
     /// When it cannot start, exits during start or does not accept in time (the error holds
     /// the end of its log).
     pub fn start_with(setup: &Setup, log_name: &str, policy: &str) -> Result<(Self, Duration)> {
+        Self::start_configured(setup, log_name, policy, "")
+    }
+
+    /// [`Daemon::start_with`] with `config` as the text of its `config.toml` (for settings
+    /// that have no flag in [`Setup`], such as `resource_manager = "kernel"` behind the
+    /// device model).
+    ///
+    /// # Errors
+    /// As [`Daemon::start_with`].
+    pub fn start_configured(
+        setup: &Setup,
+        log_name: &str,
+        policy: &str,
+        config_text: &str,
+    ) -> Result<(Self, Duration)> {
         let socket = setup.work.join("vault.sock");
         let policies = setup.work.join("policies");
         let config = setup.work.join("config.toml");
@@ -136,8 +151,9 @@ impl Daemon {
         std::fs::create_dir_all(&policies).with_context(|| format!("{}", policies.display()))?;
         let policy_file = policies.join("bench.toml");
         std::fs::write(&policy_file, policy).with_context(|| format!("{}", policy_file.display()))?;
-        // An explicit empty config keeps /etc/tpm-vault/config.toml out of the measurement.
-        std::fs::write(&config, "").with_context(|| format!("{}", config.display()))?;
+        // An explicit config (empty but for `config_text`) keeps /etc/tpm-vault/config.toml out of the
+        // measurement.
+        std::fs::write(&config, config_text).with_context(|| format!("{}", config.display()))?;
         let out = File::create(&log).with_context(|| format!("{}", log.display()))?;
         let err = out.try_clone()?;
 
