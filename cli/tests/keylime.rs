@@ -558,8 +558,18 @@ impl<'a> BootLog<'a> {
             log.measured(pcr, EV_SEPARATOR, &[0; 4]);
         }
         log.measured(4, EV_EFI_ACTION, b"Calling EFI Application from Boot Option");
-        log.event(4, EV_EFI_BOOT_SERVICES_APPLICATION, &image_load("\\EFI\\debian\\shimx64.efi"), sha256(b"shim"));
-        log.event(4, EV_EFI_BOOT_SERVICES_APPLICATION, &image_load("\\EFI\\debian\\grubx64.efi"), sha256(b"grub"));
+        log.event(
+            4,
+            EV_EFI_BOOT_SERVICES_APPLICATION,
+            &support::image_load_event("\\EFI\\debian\\shimx64.efi"),
+            sha256(b"shim"),
+        );
+        log.event(
+            4,
+            EV_EFI_BOOT_SERVICES_APPLICATION,
+            &support::image_load_event("\\EFI\\debian\\grubx64.efi"),
+            sha256(b"grub"),
+        );
         log.event(9, EV_IPL, b"/boot/vmlinuz-6.1\0", sha256(kernel));
         // grub measures the command line without its "kernel_cmdline: " label and NUL.
         let cmdline = "/boot/vmlinuz-6.1 root=/dev/vda1 ro";
@@ -583,27 +593,6 @@ fn sha256(data: &[u8]) -> [u8; 32] {
 
 fn utf16(s: &str) -> Vec<u8> {
     s.encode_utf16().flat_map(u16::to_le_bytes).collect()
-}
-
-/// UEFI_IMAGE_LOAD_EVENT of `file` on PciRoot(0x0)/Pci(0x1f,0x2).
-fn image_load(file: &str) -> Vec<u8> {
-    let mut path = vec![2, 1, 12, 0];
-    path.extend_from_slice(&0x0a03_41d0u32.to_le_bytes());
-    path.extend_from_slice(&0u32.to_le_bytes());
-    path.extend_from_slice(&[1, 1, 6, 0, 2, 0x1f]);
-    let file = utf16(&format!("{file}\0"));
-    path.extend_from_slice(&[4, 4]);
-    path.extend_from_slice(&((file.len() + 4) as u16).to_le_bytes());
-    path.extend_from_slice(&file);
-    path.extend_from_slice(&[0x7f, 0xff, 4, 0]);
-    [
-        &0x7e00_0000u64.to_le_bytes()[..],
-        &0x2_0000u64.to_le_bytes(),
-        &0u64.to_le_bytes(),
-        &(path.len() as u64).to_le_bytes(),
-        &path,
-    ]
-    .concat()
 }
 
 #[test]

@@ -57,3 +57,24 @@ pub fn run_cli(socket: &Path, args: &[&str], stdin: &[u8], cwd: &Path) -> Output
     feeder.join().expect("stdin feeder");
     output
 }
+
+/// A TCG event log's UEFI_IMAGE_LOAD_EVENT of `file` on PciRoot(0x0)/Pci(0x1f,0x2).
+pub fn image_load_event(file: &str) -> Vec<u8> {
+    let mut path = vec![2, 1, 12, 0];
+    path.extend_from_slice(&0x0a03_41d0u32.to_le_bytes());
+    path.extend_from_slice(&0u32.to_le_bytes());
+    path.extend_from_slice(&[1, 1, 6, 0, 2, 0x1f]);
+    let file: Vec<u8> = format!("{file}\0").encode_utf16().flat_map(u16::to_le_bytes).collect();
+    path.extend_from_slice(&[4, 4]);
+    path.extend_from_slice(&((file.len() + 4) as u16).to_le_bytes());
+    path.extend_from_slice(&file);
+    path.extend_from_slice(&[0x7f, 0xff, 4, 0]);
+    [
+        &0x7e00_0000u64.to_le_bytes()[..],
+        &0x2_0000u64.to_le_bytes(),
+        &0u64.to_le_bytes(),
+        &(path.len() as u64).to_le_bytes(),
+        &path,
+    ]
+    .concat()
+}
