@@ -585,13 +585,7 @@ fn peer_nginx(
         .map_err(anyhow::Error::from)
         .and_then(|()| nginx::openssl_conf(&conf_path, engine, Path::new(p11_peer::MODULE), true))
         .and_then(|openssl_conf| {
-            let uri = format!(
-                "pkcs11:token={};object={};type=private;pin-value={}",
-                p11_peer::TOKEN,
-                p11_peer::KEY,
-                p11_peer::PIN
-            );
-            let key = Key::Engine { uri, openssl_conf, ssl_engine: false };
+            let key = Key::Engine { uri: p11_peer::engine_uri(), openssl_conf, ssl_engine: false };
             Nginx::start(&Conf { dir: dir.to_owned(), cert: cert.to_owned(), key, workers, env })
         });
     let server = match started {
@@ -649,21 +643,7 @@ async fn create_certified(socket: &Path, alg: Alg) -> Result<String> {
         Err(s) if s.code() == tonic::Code::AlreadyExists => {}
         Err(s) => return Err(anyhow::Error::new(s).context("CreateKey")),
     }
-    let chain = client
-        .create_self_signed_certificate(pb::CreateSelfSignedCertificateRequest {
-            name: alg.key().into(),
-            subject: Some(pb::CertificateSubject {
-                subject: "CN=localhost".into(),
-                dns_names: vec!["localhost".into()],
-                ip_addresses: vec!["127.0.0.1".into()],
-                uris: Vec::new(),
-            }),
-            days: 30,
-            auth: Vec::new(),
-        })
-        .await
-        .context("CreateSelfSignedCertificate")?;
-    Ok(chain.into_inner().chain_pem)
+    crate::tls::self_sign_key(socket, alg.key()).await
 }
 
 /// Full handshakes at 1 and [`CLIENTS`] clients, then resumed ones at 1; a failed connection

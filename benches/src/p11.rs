@@ -273,13 +273,7 @@ fn run_peer(
         let nginx = match (&setup.engine, &peer.cert) {
             (Some(engine), Some(cert)) => {
                 let openssl_conf = nginx::openssl_conf(&work.join("openssl-tpm2.cnf"), engine, module, true)?;
-                let uri = format!(
-                    "pkcs11:token={};object={};type=private;pin-value={}",
-                    p11_peer::TOKEN,
-                    p11_peer::KEY,
-                    p11_peer::PIN
-                );
-                let key = Key::Engine { uri, openssl_conf, ssl_engine: false };
+                let key = Key::Engine { uri: p11_peer::engine_uri(), openssl_conf, ssl_engine: false };
                 let conf = Conf {
                     dir: work.join("nginx-tpm2"),
                     cert: cert.clone(),

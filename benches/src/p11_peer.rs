@@ -32,6 +32,11 @@ pub const KEY: &str = "k1";
 /// The token's user PIN.
 pub const PIN: &str = "1234";
 
+/// The PKCS#11 URI of the peer's private key, with its PIN, for libp11's OpenSSL engine.
+pub fn engine_uri() -> String {
+    format!("pkcs11:token={TOKEN};object={KEY};type=private;pin-value={PIN}")
+}
+
 /// Why the peer cannot run here, if it cannot (without `pkcs11-tool` it runs, but not nginx).
 pub fn missing() -> Option<String> {
     let mut missing = Vec::new();

@@ -195,9 +195,15 @@ fn describe(r: Rate) -> String {
 /// Issues the self-signed certificate the example server presents (stored with the key);
 /// returns it (PEM).
 pub(crate) async fn self_sign(socket: &Path) -> Result<String> {
+    self_sign_key(socket, KEY_NAME).await
+}
+
+/// A self-signed certificate for `localhost` (DNS and 127.0.0.1) over the vault key `name`,
+/// valid 30 days (PEM).
+pub(crate) async fn self_sign_key(socket: &Path, name: &str) -> Result<String> {
     let chain = KeyServiceClient::new(crate::sign::health::channel(socket).await?)
         .create_self_signed_certificate(pb::CreateSelfSignedCertificateRequest {
-            name: KEY_NAME.into(),
+            name: name.into(),
             subject: Some(pb::CertificateSubject {
                 subject: "CN=localhost".into(),
                 dns_names: vec!["localhost".into()],
