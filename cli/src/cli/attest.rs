@@ -256,15 +256,7 @@ impl ActivateArgs {
             CredentialFile::parse(&bytes).map_err(|e| Error::InvalidInput(format!("{}: {e}", self.input.display())))?;
         let secret =
             ctx.client().await?.activate_credential(&credential.credential_blob, &credential.encrypted_secret).await?;
-        let json = ctx.output == OutputFormat::Json;
-        if !(json && files::is_std(&self.out)) {
-            files::write_secret(&self.out, &secret)?;
-        }
-        if json {
-            let secret = files::is_std(&self.out).then(|| hex::encode(secret.as_slice()));
-            ctx.emit(&SecretReport { secret, out: Some(self.out).filter(|out| !files::is_std(out)) })?;
-        }
-        Ok(())
+        SecretReport::deliver(ctx, self.out, &secret)
     }
 }
 
@@ -531,6 +523,22 @@ pub(crate) struct SecretReport {
     pub(crate) secret: Option<String>,
     /// The file it was written to, if not stdout.
     pub(crate) out: Option<PathBuf>,
+}
+
+impl SecretReport {
+    /// Writes a recovered `secret` to `out` (stdout: `-`) and, with `--output json`, reports it:
+    /// in the JSON object itself (hex) when `out` is stdout, else the file it went to.
+    pub(crate) fn deliver(ctx: &Context, out: PathBuf, secret: &[u8]) -> Result<(), CliError> {
+        let json = ctx.output == OutputFormat::Json;
+        if !(json && files::is_std(&out)) {
+            files::write_secret(&out, secret)?;
+        }
+        if json {
+            let secret = files::is_std(&out).then(|| hex::encode(secret));
+            ctx.emit(&SecretReport { secret, out: Some(out).filter(|out| !files::is_std(out)) })?;
+        }
+        Ok(())
+    }
 }
 
 impl Report for SecretReport {

@@ -100,18 +100,7 @@ impl KeylimeAgentArgs {
             println!("{json}");
             return Ok(());
         }
-        let shutdown = async {
-            use tokio::signal::unix::{signal, SignalKind};
-            match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
-                (Ok(mut term), Ok(mut int)) => {
-                    tokio::select! {
-                        _ = term.recv() => {}
-                        _ = int.recv() => {}
-                    }
-                }
-                _ => std::future::pending().await,
-            }
-        };
+        let shutdown = super::terminated();
         Ok(agent.run(shutdown).await?)
     }
 

@@ -224,6 +224,21 @@ struct Context {
     client: Option<Client>,
 }
 
+/// Resolves when the process gets SIGTERM or SIGINT: how the long-running commands (`ssh-agent`,
+/// `keylime-agent`) learn to stop cleanly. Never resolves if the handlers cannot be installed.
+async fn terminated() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => std::future::pending().await,
+    }
+}
+
 impl Context {
     /// The client, connecting on first use.
     async fn client(&mut self) -> Result<Client, CliError> {

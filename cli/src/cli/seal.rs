@@ -124,15 +124,7 @@ impl UnsealArgs {
             None => None,
         };
         let secret = ctx.client().await?.unseal(&self.name, policy.as_deref()).await?;
-        let json = ctx.output == OutputFormat::Json;
-        if !(json && files::is_std(&self.out)) {
-            files::write_secret(&self.out, &secret)?;
-        }
-        if json {
-            let secret = files::is_std(&self.out).then(|| hex::encode(secret.as_slice()));
-            ctx.emit(&SecretReport { secret, out: Some(self.out).filter(|out| !files::is_std(out)) })?;
-        }
-        Ok(())
+        SecretReport::deliver(ctx, self.out, &secret)
     }
 }
 

@@ -83,18 +83,7 @@ impl SshAgentArgs {
             allow_forwarding: self.allow_forwarding,
         };
         let agent = VaultAgent::new(client, config);
-        let shutdown = async {
-            use tokio::signal::unix::{signal, SignalKind};
-            match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
-                (Ok(mut term), Ok(mut int)) => {
-                    tokio::select! {
-                        _ = term.recv() => {}
-                        _ = int.recv() => {}
-                    }
-                }
-                _ => std::future::pending().await,
-            }
-        };
+        let shutdown = super::terminated();
         let result = ssh_agent::serve(agent, listener, shutdown).await;
         if let Some(path) = &created {
             let _ = std::fs::remove_file(path);
