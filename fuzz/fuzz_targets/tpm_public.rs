@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
         let again = PublicBuffer::unmarshall(&bytes).and_then(Public::try_from);
         assert_eq!(again.ok().as_ref(), Some(&public), "public area does not survive a marshal round trip");
     }
-    for alg in KeyAlg::ALL {
+    for alg in KeyAlg::all() {
         let Ok(der) = public_key_der(alg, &public) else { continue };
         let parses = match alg {
             KeyAlg::EccP256 => p256::PublicKey::from_public_key_der(&der).is_ok(),
