@@ -217,11 +217,16 @@ pub fn signing_plan(
                 "ssh-rsa" if rsa => (Scheme::RsaPkcs1, HashAlg::Sha1),
                 _ => return Err(SshDataError::Algorithm(auth.algorithm.to_owned())),
             };
-            let names_key = if plain.is_some() {
-                certificate_names_key(auth.key_blob, key_blob)
-            } else {
-                auth.key_blob == key_blob
-            };
+            // The key's own blob must be of the key's type: a request can then only name a
+            // key whose type matches the algorithm it asks for.
+            let mut own_type = Vec::new();
+            put_string(&mut own_type, info.ssh_key_type.unwrap_or_default().as_bytes());
+            let names_key = key_blob.starts_with(&own_type)
+                && if plain.is_some() {
+                    certificate_names_key(auth.key_blob, key_blob)
+                } else {
+                    auth.key_blob == key_blob
+                };
             if !names_key {
                 return Err(SshDataError::OtherKey);
             }

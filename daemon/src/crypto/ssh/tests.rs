@@ -64,6 +64,17 @@ fn userauth_requests_parse_and_name_the_key() {
     assert!(signing_plan(KeyAlg::EccP256, &key, &parse(&data).unwrap(), None, None).is_err());
 }
 
+/// Found by the `ssh_userauth` fuzz target: a request asking for `ecdsa-sha2-nistp384` and
+/// naming a P-256 blob passed the check of a P-384 key whose blob was that P-256 one. The key's
+/// own blob must be of the key's type.
+#[test]
+fn a_key_whose_blob_is_of_another_type_signs_nothing() {
+    let key = p256_blob();
+    let data = userauth(32, "publickey", "ecdsa-sha2-nistp384", &key, None);
+    let parsed = parse(&data).unwrap();
+    assert_eq!(signing_plan(KeyAlg::EccP384, &key, &parsed, None, None), Err(SshDataError::OtherKey));
+}
+
 #[test]
 fn malformed_userauth_requests_are_refused() {
     let key = p256_blob();
